@@ -1,0 +1,155 @@
+"""The provider interface: what a session or compactor asks a model, and what comes back.
+
+An adapter turns a `ProviderRequest` into a stream of `ProviderOutput` items
+and raises `ProviderFailure` for errors. The session's provider actor wraps
+it for the turn loop; the compactor calls `complete` for summaries. Adapters
+must be safe to call from the thread of the actor that owns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal, Protocol
+
+import msgspec
+
+from events.errors import CairnError
+from events.kinds import ErrorClass
+from events.model import Message, ToolCall
+
+Purpose = Literal["turn", "summary"]
+
+#: R1: phrases that mark a context-limit error (matched case-insensitively)
+CONTEXT_LIMIT_PHRASES = (
+    "prompt_too_long",
+    "prompt is too long",
+    "maximum context length",
+    "context length exceeded",
+    "context_length_exceeded",
+    "request too large",
+)
+
+
+class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    messages: tuple[Message, ...]
+    #: tool schemas as canonical JSON strings
+    tools: tuple[str, ...] = ()
+    purpose: Purpose = "turn"
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    timeout_s: float | None = None
+    request_id: str = ""
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ReasoningDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ToolCallReady(msgspec.Struct, frozen=True):
+    call: ToolCall
+
+
+class UsageReport(msgspec.Struct, frozen=True):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+
+
+class Finished(msgspec.Struct, frozen=True):
+    reason: str | None = None
+
+
+ProviderOutput = TextDelta | ReasoningDelta | ToolCallReady | UsageReport | Finished
+
+
+class ProviderFailure(CairnError):
+    """A provider call failed. Never carries credentials.
+
+    `retryable` follows C5: rate limits (429), 408, 409, 5xx, timeouts and
+    connection resets are retryable; everything else is not.
+    """
+
+    def __init__(
+        self,
+        error_class: ErrorClass,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retryable: bool = False,
+        output_delivered: bool = False,
+    ) -> None:
+        self.error_class: ErrorClass = error_class
+        self.status_code = status_code
+        self.retryable = retryable
+        self.output_delivered = output_delivered
+        super().__init__(f"{error_class}: {message}")
+        self.detail = message
+
+
+def is_context_limit(status_code: int | None, message: str) -> bool:
+    """R1: HTTP 413, or a message with one of the context-limit phrases."""
+    if status_code == 413:
+        return True
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in CONTEXT_LIMIT_PHRASES)
+
+
+def is_retryable_status(status_code: int | None) -> bool:
+    """C5: 429, 408, 409 and every 5xx are retryable."""
+    return status_code is not None and (status_code in (408, 409, 429) or 500 <= status_code <= 599)
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: UsageReport | None = None
+    finish_reason: str | None = None
+
+
+class Provider(Protocol):
+    """What every adapter implements."""
+
+    def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
+        """Yield output as it arrives; raise ProviderFailure on error."""
+        ...
+
+
+def complete(provider: Provider, request: ProviderRequest) -> Completion:
+    """Run a request to the end and collect its output (summaries, tests)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ToolCall] = []
+    usage: UsageReport | None = None
+    finish: str | None = None
+    delivered = False
+    try:
+        for item in provider.stream(request):
+            delivered = True
+            match item:
+                case TextDelta():
+                    text.append(item.text)
+                case ReasoningDelta():
+                    reasoning.append(item.text)
+                case ToolCallReady():
+                    calls.append(item.call)
+                case UsageReport():
+                    usage = item
+                case Finished():
+                    finish = item.reason
+    except ProviderFailure as failure:
+        failure.output_delivered = failure.output_delivered or delivered
+        raise
+    return Completion(
+        text="".join(text),
+        reasoning="".join(reasoning),
+        tool_calls=tuple(calls),
+        usage=usage,
+        finish_reason=finish,
+    )

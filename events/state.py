@@ -1,0 +1,322 @@
+"""SessionState and its fold: `evolve(state, record)` and `replay(records)`.
+
+`SessionState` is what a session knows after folding its log: its settings,
+its *effective context* (the latest checkpoint's replacement plus every
+message recorded after it, K3) and the small derived state the policies read.
+It never holds the canonical history: that stays on disk (DESIGN §2.6).
+
+Fold rules, one per kind (refuse in decide, never here: every well-formed
+event applies):
+
+| kind                 | effect                                                        |
+|----------------------|---------------------------------------------------------------|
+| session-started      | settings                                                      |
+| user-message         | append a user message; a turn in progress adds it to its task |
+| turn-started         | open the turn, its task = the text of the message named       |
+| turn-completed/failed| close the turn                                                |
+| request              | becomes the last request; its usage is not yet known          |
+| assistant-message    | append; marks a provider response (clears the reactive flag)  |
+| usage                | attached to the last request when the ids match (P3, P6)      |
+| tool-result          | append a tool message; file accesses become recent files      |
+| provider-error       | nothing (the decision it causes is recorded by other events)  |
+| context-slimmed      | remove the named tool turns, insert the marker, revision + 1  |
+| handoff              | filed under the current epoch when its epoch is current (H3)  |
+| compaction-failed    | the breaker's consecutive count and time                      |
+| checkpoint-committed | context = replacement, new epoch, carried state from the event|
+
+`replay` and `evolve` share one implementation (`_Fold.apply`); replay keeps
+the accumulator mutable so folding n events costs O(n), evolve copies once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from events.codec import Record
+from events.kinds import (
+    AssistantMessage,
+    Carried,
+    CheckpointCommitted,
+    CompactionFailed,
+    ContextSlimmed,
+    FileAccess,
+    Handoff,
+    OpenTurn,
+    ProviderError,
+    Request,
+    SessionStarted,
+    ToolResult,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from events.model import Message, MessageMeta, TextPart, text_of
+
+#: How many distinct recent file accesses the state keeps (W1 filters, then takes 5).
+RECENT_FILES_KEPT = 64
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings a session was started with (from `session-started`)."""
+
+    workspace: str
+    model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    parent_session: str | None = None
+    parent_seq: int | None = None
+    system_prompt: str = ""
+    tool_schemas: tuple[str, ...] = ()
+    read_only_tools: tuple[str, ...] | None = None
+    started_ts: int = 0
+
+
+class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+    sid: str = ""
+    info: SessionInfo | None = None
+    last_seq: int = 0
+    last_ts: int = 0
+    context: tuple[Message, ...] = ()
+    epoch: int = 0
+    #: hand-off events filed under the current epoch, in log order (H3)
+    epoch_handoffs: tuple[Handoff, ...] = ()
+    last_request: Request | None = None
+    last_request_seq: int = 0
+    last_usage: Usage | None = None
+    checkpoint_seq: int = 0
+    carried: Carried = Carried()
+
+    @property
+    def revision(self) -> int:
+        """P5: increases on every destructive rewrite (checkpoint, slimming)."""
+        return self.carried.revision
+
+    @property
+    def open_turn(self) -> OpenTurn | None:
+        return self.carried.open_turn
+
+
+class _Fold:
+    """The mutable accumulator behind `evolve` and `replay`."""
+
+    __slots__ = (
+        "carried",
+        "checkpoint_seq",
+        "context",
+        "epoch",
+        "epoch_handoffs",
+        "info",
+        "last_request",
+        "last_request_seq",
+        "last_seq",
+        "last_ts",
+        "last_usage",
+        "sid",
+    )
+
+    def __init__(self, state: SessionState) -> None:
+        self.sid = state.sid
+        self.info = state.info
+        self.last_seq = state.last_seq
+        self.last_ts = state.last_ts
+        self.context: list[Message] = list(state.context)
+        self.epoch = state.epoch
+        self.epoch_handoffs: list[Handoff] = list(state.epoch_handoffs)
+        self.last_request = state.last_request
+        self.last_request_seq = state.last_request_seq
+        self.last_usage = state.last_usage
+        self.checkpoint_seq = state.checkpoint_seq
+        self.carried = state.carried
+
+    def freeze(self) -> SessionState:
+        return SessionState(
+            sid=self.sid,
+            info=self.info,
+            last_seq=self.last_seq,
+            last_ts=self.last_ts,
+            context=tuple(self.context),
+            epoch=self.epoch,
+            epoch_handoffs=tuple(self.epoch_handoffs),
+            last_request=self.last_request,
+            last_request_seq=self.last_request_seq,
+            last_usage=self.last_usage,
+            checkpoint_seq=self.checkpoint_seq,
+            carried=self.carried,
+        )
+
+    def apply(self, record: Record) -> None:
+        event = record.event
+        seq = record.seq
+        self.sid = record.sid
+        self.last_seq = seq
+        self.last_ts = record.ts
+        carried = self.carried
+        match event:
+            case UserMessage():
+                self.context.append(
+                    Message(
+                        role="user",
+                        content=event.content,
+                        id=event.message_id,
+                        meta=MessageMeta(seq=seq),
+                    )
+                )
+                turn = carried.open_turn
+                if turn is not None:
+                    task = (*turn.task, _plain_text(event.content))
+                    self.carried = msgspec.structs.replace(
+                        carried, open_turn=msgspec.structs.replace(turn, task=task)
+                    )
+            case AssistantMessage():
+                self.context.append(
+                    Message(
+                        role="assistant",
+                        content=event.text,
+                        reasoning=event.reasoning,
+                        tool_calls=event.tool_calls,
+                        id=event.message_id,
+                        meta=MessageMeta(seq=seq),
+                    )
+                )
+                self.carried = msgspec.structs.replace(
+                    carried, last_response_ts=record.ts, reactive_since_response=False
+                )
+            case ToolResult():
+                self.context.append(
+                    Message(
+                        role="tool",
+                        content=event.content,
+                        tool_call_id=event.call_id,
+                        name=event.tool_name,
+                        meta=MessageMeta(
+                            seq=seq,
+                            tool_status=event.status,
+                            tool_effect=event.effect,
+                            original_chars=event.original_chars,
+                            truncated=event.truncated,
+                        ),
+                    )
+                )
+                if event.files:
+                    self.carried = msgspec.structs.replace(
+                        carried, recent_files=_remember_files(carried.recent_files, event, record.ts)
+                    )
+            case Request():
+                self.last_request = event
+                self.last_request_seq = seq
+                self.last_usage = None
+            case Usage():
+                if self.last_request is not None and event.request_id == self.last_request.request_id:
+                    self.last_usage = event
+            case TurnStarted():
+                task = ()
+                for message in reversed(self.context):
+                    if message.role == "user" and message.id == event.message_id:
+                        task = (_plain_text(message.content),)
+                        break
+                self.carried = msgspec.structs.replace(
+                    carried, open_turn=OpenTurn(event.turn_id, seq, task)
+                )
+            case TurnCompleted() | TurnFailed():
+                if carried.open_turn is not None and carried.open_turn.turn_id == event.turn_id:
+                    self.carried = msgspec.structs.replace(carried, open_turn=None)
+            case ContextSlimmed():
+                self._slim(event, seq)
+            case Handoff():
+                if event.epoch == self.epoch:
+                    self.epoch_handoffs.append(event)
+            case CompactionFailed():
+                if event.reason != "blocked":
+                    self.carried = msgspec.structs.replace(
+                        carried,
+                        compaction_failures=event.consecutive_failures,
+                        last_compaction_failure_ts=record.ts,
+                    )
+            case CheckpointCommitted():
+                self.context = list(event.replacement_messages)
+                self.epoch = event.epoch
+                self.epoch_handoffs = []
+                self.checkpoint_seq = seq
+                self.last_request = None
+                self.last_request_seq = 0
+                self.last_usage = None
+                self.carried = event.carried
+            case SessionStarted():
+                self.info = SessionInfo(
+                    workspace=event.workspace,
+                    model=event.model,
+                    context_window=event.context_window,
+                    max_output_tokens=event.max_output_tokens,
+                    parent_session=event.parent_session,
+                    parent_seq=event.parent_seq,
+                    system_prompt=event.system_prompt,
+                    tool_schemas=event.tool_schemas,
+                    read_only_tools=event.read_only_tools,
+                    started_ts=record.ts,
+                )
+            case ProviderError():
+                pass
+
+    def _slim(self, event: ContextSlimmed, seq: int) -> None:
+        removed = set(event.removed_call_ids)
+        kept: list[Message] = []
+        first_removed: int | None = None
+        for message in self.context:
+            drop = (
+                message.role == "assistant"
+                and bool(message.tool_calls)
+                and all(call.id in removed for call in message.tool_calls)
+            ) or (message.role == "tool" and message.tool_call_id in removed)
+            if drop:
+                if first_removed is None:
+                    first_removed = len(kept)
+                continue
+            kept.append(message)
+        if first_removed is not None and event.marker_text:
+            marker = Message(
+                role="system",
+                content=event.marker_text,
+                id=event.marker_id,
+                meta=MessageMeta(seq=seq, origin="snip-marker"),
+            )
+            kept.insert(first_removed, marker)
+        self.context = kept
+        self.carried = msgspec.structs.replace(self.carried, revision=self.carried.revision + 1)
+
+
+def _plain_text(content: tuple[object, ...] | str) -> str:
+    return text_of(Message(role="user", content=content))  # type: ignore[arg-type]
+
+
+def _remember_files(
+    recent: tuple[FileAccess, ...], event: ToolResult, ts: int
+) -> tuple[FileAccess, ...]:
+    """Newest first, one entry per path, at most RECENT_FILES_KEPT."""
+    fresh = [msgspec.structs.replace(access, ts=ts) for access in reversed(event.files)]
+    seen = {access.path for access in fresh}
+    merged = fresh + [access for access in recent if access.path not in seen]
+    return tuple(merged[:RECENT_FILES_KEPT])
+
+
+def evolve(state: SessionState, record: Record) -> SessionState:
+    """Apply one recorded event. Total and pure: every well-formed event applies."""
+    fold = _Fold(state)
+    fold.apply(record)
+    return fold.freeze()
+
+
+def replay(records: Iterable[Record], state: SessionState | None = None) -> SessionState:
+    """Fold records (in seq order) onto `state` (an empty session by default)."""
+    fold = _Fold(state if state is not None else SessionState())
+    for record in records:
+        fold.apply(record)
+    return fold.freeze()
+
+
+def user_text_message(message_id: str, text: str) -> UserMessage:
+    """Convenience for hosts and tests: a plain-text user message event."""
+    return UserMessage(message_id=message_id, content=(TextPart(text),))
