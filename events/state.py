@@ -320,3 +320,18 @@ def replay(records: Iterable[Record], state: SessionState | None = None) -> Sess
 def user_text_message(message_id: str, text: str) -> UserMessage:
     """Convenience for hosts and tests: a plain-text user message event."""
     return UserMessage(message_id=message_id, content=(TextPart(text),))
+
+
+def carried_for_checkpoint(state: SessionState, *, reset_breaker: bool) -> Carried:
+    """The `carried` value a new checkpoint must hold so replay from it is complete.
+
+    A checkpoint is a destructive rewrite, so the revision goes up (P5); an
+    LLM success resets the breaker's count (C4), a fallback keeps it.
+    """
+    carried = state.carried
+    return msgspec.structs.replace(
+        carried,
+        revision=carried.revision + 1,
+        compaction_failures=0 if reset_breaker else carried.compaction_failures,
+        last_compaction_failure_ts=None if reset_breaker else carried.last_compaction_failure_ts,
+    )

@@ -1,0 +1,182 @@
+"""The line codec: framing, checksum, chain digest, strict typed decoding."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from events.codec import (
+    GENESIS,
+    MAX_LINE_BYTES,
+    chain_digest,
+    decode_envelope,
+    decode_line,
+    encode_line,
+    validate_session_id,
+)
+from events.errors import (
+    ChecksumMismatch,
+    CorruptLine,
+    InputError,
+    InvalidSessionId,
+    LineTooLarge,
+    MalformedEvent,
+    UnknownKind,
+    UnsupportedVersion,
+)
+from events.kinds import CheckpointCommitted, Usage, UserMessage
+from events.model import Message, TextPart
+
+
+def _line(event, *, sid="s1", seq=1, pos=0, ts=1_700_000_000_000, prev=GENESIS):
+    return encode_line(pos=pos, sid=sid, seq=seq, ts=ts, prev=prev, event=event)
+
+
+def _reframe(content: dict) -> bytes:
+    """Re-encode a line from edited JSON with a *valid* checksum (a deliberate forgery)."""
+    import crc32c
+
+    body = json.dumps(content, separators=(",", ":")).encode()
+    return body[:-1] + b',"crc":"%08x"}\n' % crc32c.crc32c(body)
+
+
+def test_line_is_plain_json_with_envelope_and_checksum():
+    line, digest = _line(Usage(request_id="r1", prompt_tokens=10, completion_tokens=2, total_tokens=12))
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    obj = json.loads(line)
+    assert obj["v"] == 1 and obj["sid"] == "s1" and obj["seq"] == 1 and obj["kind"] == "usage"
+    assert obj["prev"] == GENESIS and len(obj["crc"]) == 8
+    assert chain_digest(line) == digest and len(digest) == 32
+
+
+def test_decode_round_trips_envelope_and_body():
+    event = UserMessage(message_id="m1", content=(TextPart("hé\nllo"),))
+    line, _ = _line(event, seq=7, pos=41, ts=5)
+    record = decode_line(line)
+    assert (record.pos, record.sid, record.seq, record.ts, record.prev) == (41, "s1", 7, 5, GENESIS)
+    assert record.event == event and record.kind == "user-message"
+
+
+def test_flipped_byte_is_a_checksum_mismatch_naming_the_place():
+    line, _ = _line(Usage(request_id="r1"))
+    broken = line.replace(b'"r1"', b'"r2"')
+    with pytest.raises(ChecksumMismatch, match="seg-0 @ 12"):
+        decode_line(broken, where="seg-0 @ 12")
+
+
+def test_truncated_line_is_corrupt_not_a_crash():
+    line, _ = _line(Usage(request_id="r1"))
+    for cut in (1, 10, len(line) // 2, len(line) - 3):
+        with pytest.raises(CorruptLine):
+            decode_line(line[:cut])
+
+
+def test_unknown_kind_is_a_typed_error_but_its_envelope_is_readable():
+    line, _ = _line(Usage(request_id="r1"))
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["kind"] = "from-the-future"
+    forged = _reframe(obj)
+    with pytest.raises(UnknownKind) as info:
+        decode_line(forged)
+    assert info.value.kind == "from-the-future"
+    assert decode_envelope(forged).kind == "from-the-future"
+
+
+def test_unknown_schema_version_is_rejected():
+    line, _ = _line(Usage(request_id="r1"))
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["v"] = 2
+    with pytest.raises(UnsupportedVersion):
+        decode_line(_reframe(obj))
+
+
+def test_unknown_fields_are_ignored_for_schema_evolution():
+    line, _ = _line(Usage(request_id="r1", total_tokens=3))
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["added_in_a_later_version"] = {"x": 1}
+    assert decode_line(_reframe(obj)).event == Usage(request_id="r1", total_tokens=3)
+
+
+def test_body_of_wrong_type_is_malformed_with_a_path():
+    line, _ = _line(Usage(request_id="r1"))
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["prompt_tokens"] = "many"
+    with pytest.raises(MalformedEvent, match="prompt_tokens"):
+        decode_line(_reframe(obj))
+
+
+def test_errors_are_input_errors_and_value_errors():
+    assert issubclass(MalformedEvent, InputError) and issubclass(MalformedEvent, ValueError)
+
+
+@pytest.mark.parametrize(
+    "sid", ["", "a/b", "..", "a..b", "x\x00y", "s" * 129, ".hidden", "tab\tid", "sp ace", "/abs"]
+)
+def test_bad_session_ids_are_rejected(sid):
+    with pytest.raises(InvalidSessionId):
+        validate_session_id(sid)
+
+
+@pytest.mark.parametrize("sid", ["s", "session-1", "a.b", "user@host:42", "s" * 128])
+def test_good_session_ids_pass(sid):
+    assert validate_session_id(sid) == sid
+
+
+def test_line_over_the_limit_is_refused_before_encoding_finishes():
+    huge = UserMessage(message_id="m", content=(TextPart("x" * (MAX_LINE_BYTES + 1)),))
+    with pytest.raises(LineTooLarge, match="line limit"):
+        _line(huge)
+
+
+def _checkpoint(**overrides):
+    fields = dict(
+        version=1,
+        epoch=1,
+        through_seq=10,
+        trigger="threshold",
+        strategy="fallback",
+        source_tokens=100,
+        replacement_tokens=10,
+        replacement_messages=(Message(role="user", content="summary"),),
+    )
+    fields.update(overrides)
+    return CheckpointCommitted(**fields)
+
+
+def test_K1_checkpoint_limits_are_checked_on_write():
+    with pytest.raises(ValueError, match=r"1\.\.4096"):
+        _checkpoint(replacement_messages=())
+    with pytest.raises(ValueError, match="version"):
+        _checkpoint(version=2)
+    with pytest.raises(ValueError, match="tool_call_id"):
+        _checkpoint(replacement_messages=(Message(role="tool", content="x"),))
+
+
+def test_K1_unknown_checkpoint_version_is_refused_on_replay():
+    line, _ = _line(_checkpoint())
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["version"] = 2
+    with pytest.raises(UnsupportedVersion, match="checkpoint version"):
+        decode_line(_reframe(obj))
+
+
+def test_K1_oversized_checkpoint_is_refused_on_replay():
+    line, _ = _line(_checkpoint())
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["replacement_messages"] = [{"role": "user", "content": "x"}] * 4097
+    with pytest.raises(MalformedEvent, match="4096"):
+        decode_line(_reframe(obj))
+
+
+def test_struct_tags_are_explicit_and_stable():
+    # renaming a class must never orphan stored events (PITFALLS 22)
+    data = msgspec.json.encode(Usage(request_id="r"))
+    assert data.startswith(b'{"kind":"usage"')
