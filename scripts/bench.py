@@ -1,0 +1,94 @@
+"""`cairn bench`: every benchmark of the project, as ratios measured in one run.
+
+Usage: python scripts/bench.py [--quick] [--json] [--only store,context,compaction]
+Exit 0 when every figure with a target met it, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: suite name -> module with `run(quick: bool) -> list[dict]`
+SUITES = {
+    "store": "scripts.bench_store",
+    "context": "scripts.bench_context",
+    "compaction": "scripts.bench_compaction",
+}
+
+
+def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, Any]:
+    figures: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for name in names:
+        try:
+            module = importlib.import_module(SUITES[name])
+        except ImportError as exc:
+            figures.append({"suite": name, "name": f"{name}.unavailable", "value": 0, "unit": "",
+                            "target": None, "met": None, "detail": str(exc)})
+            continue
+        if log is not None:
+            log(f"running {name} benchmarks{' (quick)' if quick else ''} ...")
+        for item in module.run(quick):
+            figures.append({"suite": name, **item})
+    checked = [f for f in figures if f.get("met") is not None]
+    return {
+        "quick": quick,
+        "seconds": round(time.perf_counter() - started, 1),
+        "figures": figures,
+        "targets": len(checked),
+        "targets_met": sum(1 for f in checked if f["met"]),
+        "all_met": all(f["met"] for f in checked),
+    }
+
+
+def render(report: dict[str, Any]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency
+        for f in report["figures"]:
+            print(f"{f['name']:42} {f['value']!s:>14} {f['unit']:10} {f.get('target') or ''}")
+        return
+    table = Table(title=f"cairn bench{' --quick' if report['quick'] else ''}")
+    for column in ("figure", "value", "unit", "target", "met", "detail"):
+        table.add_column(column, overflow="fold")
+    for f in report["figures"]:
+        met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[f.get("met")]
+        value = f"{f['value']:,}" if isinstance(f["value"], int | float) else str(f["value"])
+        table.add_row(f["name"], value, f["unit"], f.get("target") or "", met, f.get("detail") or "")
+    console = Console()
+    console.print(table)
+    console.print(f"{report['targets_met']}/{report['targets']} targets met in {report['seconds']} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cairn bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (about a minute)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s): {', '.join(unknown)}; known: {', '.join(SUITES)}")
+    log = None if args.json else (lambda text: print(text, file=sys.stderr))
+    report = run_suites(names, args.quick, log)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render(report)
+    return 0 if report["all_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""Store benchmarks of `cairn bench` (issue 2): durable appends, restore, open, replay.
+
+Every figure is a ratio against a baseline measured in the same run, because
+these machines are shared and noisy; absolute numbers are reported beside.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from events.codec import GENESIS, encode_line
+from events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    EventBase,
+    Request,
+    SessionStarted,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from events.model import Message, TextPart, ToolCall
+from store import Journal
+
+Figure = dict[str, Any]
+
+
+def figure(
+    name: str, value: float, unit: str, target: str | None = None, met: bool | None = None, detail: str = ""
+) -> Figure:
+    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
+
+
+def _payload(rng: random.Random, low: int, high: int) -> str:
+    size = rng.randint(low, high)
+    return ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+
+
+def _mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> EventBase:
+    text = _payload(rng, *size_range)
+    if i % 3 == 0:
+        return UserMessage(message_id=f"u{i}", content=(TextPart(text),))
+    if i % 3 == 1:
+        call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
+        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text[:80], tool_calls=(call,))
+    return ToolResult(call_id=f"c{i - 1}", tool_name="read", status="ok", effect="read",
+                      content=(TextPart(text),), original_chars=len(text))
+
+
+# --- durable append throughput -------------------------------------------------------
+
+
+def _naive_fsync_rate(root: Path, lines: Sequence[bytes]) -> float:
+    """One os.write + fsync per event, one after another: the baseline."""
+    path = root / "naive.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for line in lines:
+            os.write(fd, line)
+            os.fsync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+    return len(lines) / elapsed
+
+
+def _journal_rate(root: Path, sessions: int, per_session: int, events: Sequence[EventBase]) -> float:
+    """`sessions` threads, each appending its own events and waiting for each ack."""
+    journal = Journal.open(root)
+    try:
+        barrier = threading.Barrier(sessions + 1)
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            sid = f"bench-{n}"
+            try:
+                journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
+                barrier.wait()
+                for i in range(per_session):
+                    event = events[(n * per_session + i) % len(events)]
+                    journal.append(sid, [event], expected_seq=i + 1)
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+                barrier.abort()
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
+        for thread in threads:
+            thread.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        return sessions * per_session / elapsed
+    finally:
+        journal.close()
+
+
+def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
+    rng = random.Random(7)
+    events = [_mixed_event(rng, i, (200, 2000)) for i in range(600)]
+    lines = [
+        encode_line(pos=i, sid="naive", seq=i + 1, ts=0, prev=GENESIS, event=e)[0]
+        for i, e in enumerate(events)
+    ]
+    baseline = _naive_fsync_rate(workdir, lines[: 300 if quick else 600])
+    figures = [figure("append.naive_fsync_per_event", round(baseline), "events/s",
+                      detail="one write + fsync per event, sequential")]
+    plan = {1: 300, 16: 60, 256: 8} if quick else {1: 1000, 16: 250, 256: 40}
+    for sessions, per_session in plan.items():
+        root = workdir / f"append-{sessions}"
+        rate = _journal_rate(root, sessions, per_session, events)
+        shutil.rmtree(root, ignore_errors=True)
+        ratio = rate / baseline
+        target = ">= 10x baseline" if sessions == 256 else None
+        met = ratio >= 10 if sessions == 256 else None
+        figures.append(figure(f"append.sessions_{sessions}", round(rate), "events/s",
+                              detail=f"{ratio:.1f}x the naive baseline"))
+        figures.append(figure(f"append.sessions_{sessions}.ratio", round(ratio, 2), "x", target, met))
+    return figures
+
+
+# --- restore of one long session ------------------------------------------------------
+
+
+def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int) -> None:
+    journal = Journal.open(root)
+    try:
+        seq = 0
+        journal.append(sid, [SessionStarted(workspace="/w", model="m", context_window=200_000)],
+                       expected_seq=0)
+        seq = 1
+        rng = random.Random(11)
+        summary = tuple(Message(role="user", content=f"summary line {k}", id=f"s{k}") for k in range(8))
+        while seq < total:
+            batch: list[EventBase] = []
+            for i in range(min(checkpoint_every - 1, total - seq - 1)):
+                n = seq + i
+                if n % 4 == 0:
+                    batch.append(Request(request_id=f"r{n}", turn_id="t", attempt=1, fingerprint="f",
+                                         history_revision=0, projected_tokens=n, phase="below_handoff",
+                                         message_count=10))
+                elif n % 4 == 1:
+                    batch.append(Usage(request_id=f"r{n - 1}", prompt_tokens=100, completion_tokens=5,
+                                       total_tokens=105))
+                else:
+                    batch.append(_mixed_event(rng, n, (60, 240)))
+            if seq + len(batch) + 1 <= total:
+                batch.append(CheckpointCommitted(
+                    version=1, epoch=(seq // checkpoint_every) + 1, through_seq=seq + len(batch),
+                    trigger="threshold", strategy="fallback", source_tokens=1000, replacement_tokens=80,
+                    replacement_messages=summary))
+            journal.append(sid, batch, expected_seq=seq)
+            seq += len(batch)
+    finally:
+        journal.close()
+
+
+def _timed(fn: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def _peak_memory(fn: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
+    long_events = 100_000 if quick else 1_000_000
+    short_events = 2_000
+    root = workdir / "restore"
+    _build_long_session(root, "long", long_events, 200)
+    _build_long_session(root, "short", short_events, 200)
+    journal = Journal.open(root, readonly=True)
+    try:
+        load_s = _timed(lambda: journal.load("long"), 15)
+        full_s = _timed(lambda: journal.replay_full("long"), 1)
+        assert journal.load("long") == journal.replay_full("long"), "load differs from full replay"
+        mem_long = _peak_memory(lambda: journal.load("long"))
+        mem_short = _peak_memory(lambda: journal.load("short"))
+    finally:
+        journal.close()
+    ratio = full_s / load_s
+    growth = mem_long / max(mem_short, 1)
+    return [
+        figure("restore.load_ms", round(load_s * 1000, 3), "ms", "< 20 ms", load_s < 0.020,
+               f"session of {long_events:,} events, checkpoint every 200"),
+        figure("restore.full_replay_ms", round(full_s * 1000, 1), "ms"),
+        figure("restore.speedup", round(ratio, 1), "x", ">= 500x full replay", ratio >= 500),
+        figure("restore.memory_long_vs_short", round(growth, 2), "x", "<= 1.5 (flat in history)",
+               growth <= 1.5, f"peak {mem_long:,} B at {long_events:,} events vs {mem_short:,} B at "
+               f"{short_events:,}"),
+    ]
+
+
+# --- opening a large store -------------------------------------------------------------
+
+
+def _build_store(root: Path, sessions: int, per_session: int) -> None:
+    journal = Journal.open(root)
+    try:
+        rng = random.Random(3)
+        events = [_mixed_event(rng, i, (60, 200)) for i in range(300)]
+        for n in range(sessions):
+            sid = f"s{n:05d}"
+            batch: list[EventBase] = [SessionStarted(workspace="/w", model="m")]
+            batch += [events[(n + i) % len(events)] for i in range(per_session - 1)]
+            futures = [journal.append_async(sid, batch, expected_seq=0)]
+            for future in futures:
+                future.result(timeout=120)
+    finally:
+        journal.close()
+
+
+def bench_open(workdir: Path, quick: bool) -> list[Figure]:
+    big = (200, 500) if quick else (1000, 1000)
+    small = (10, 10)
+    big_root, small_root = workdir / "open-big", workdir / "open-small"
+    _build_store(big_root, *big)
+    _build_store(small_root, *small)
+
+    def open_close(root: Path) -> None:
+        Journal.open(root).close()
+
+    big_s = _timed(lambda: open_close(big_root), 5)
+    small_s = _timed(lambda: open_close(small_root), 5)
+    log_bytes = sum(f.stat().st_size for f in (big_root / "log").glob("*.jsonl"))
+    ratio = big_s / small_s
+    return [
+        figure("open.large_store_ms", round(big_s * 1000, 2), "ms",
+               detail=f"{big[0]:,} sessions x {big[1]:,} events, {log_bytes / 2**20:.0f} MiB of log"),
+        figure("open.small_store_ms", round(small_s * 1000, 2), "ms", detail="10 sessions x 10 events"),
+        figure("open.large_vs_small", round(ratio, 2), "x", "<= 3x (no log scan)", ratio <= 3),
+    ]
+
+
+# --- replay rate and the eventsourcing comparison -------------------------------------
+
+
+def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
+    count = 50_000 if quick else 300_000
+    root = workdir / "replay"
+    journal = Journal.open(root)
+    rng = random.Random(5)
+    try:
+        journal.append("r", [SessionStarted(workspace="/w", model="m")], expected_seq=0)
+        seq = 1
+        while seq < count:
+            batch = [_mixed_event(rng, seq + i, (60, 300)) for i in range(min(1000, count - seq))]
+            journal.append("r", batch, expected_seq=seq)
+            seq += len(batch)
+        seconds = _timed(lambda: journal.replay_full("r"), 3)
+    finally:
+        journal.close()
+    rate = count / seconds
+    figures = [figure("replay.rate", round(rate), "events/s", ">= 500,000 events/s", rate >= 500_000,
+                      f"decode + fold of {count:,} events from the log")]
+    figures += _bench_against_eventsourcing(workdir)
+    return figures
+
+
+def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]:
+    try:
+        from eventsourcing.application import Application
+        from eventsourcing.domain import Aggregate, event
+    except ImportError:
+        return [figure("eventsourcing.compare", 0, "", detail="skipped: pip install 'cairn[bench]'")]
+
+    class Note(Aggregate):  # type: ignore[misc]
+        @event("Started")  # type: ignore[misc]
+        def __init__(self, name: str) -> None:
+            self.lines: list[str] = []
+
+        @event("Added")  # type: ignore[misc]
+        def add(self, text: str) -> None:
+            self.lines.append(text)
+
+    texts = [f"line {i} " + "x" * 80 for i in range(n)]
+    app = Application(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                           "SQLITE_DBNAME": str(workdir / "es.sqlite")})
+    note = Note("bench")
+    app.save(note)
+    start = time.perf_counter()
+    for text in texts:
+        note.add(text)
+        app.save(note)
+    es_append = time.perf_counter() - start
+    es_read = _timed(lambda: app.repository.get(note.id), 3)
+
+    journal = Journal.open(workdir / "vs-es")
+    try:
+        journal.append("note", [SessionStarted(workspace="/w", model="m")], expected_seq=0)
+        start = time.perf_counter()
+        for i, text in enumerate(texts):
+            journal.append("note", [UserMessage(message_id=f"u{i}", content=(TextPart(text),))],
+                           expected_seq=i + 1)
+        cairn_append = time.perf_counter() - start
+        cairn_read = _timed(lambda: journal.replay_full("note"), 3)
+    finally:
+        journal.close()
+    return [
+        figure("eventsourcing.append_ratio", round(es_append / cairn_append, 2), "x",
+               detail=f"cairn {n / cairn_append:,.0f}/s vs eventsourcing+SQLite {n / es_append:,.0f}/s, "
+               "one durable write per event"),
+        figure("eventsourcing.reconstruct_ratio", round(es_read / cairn_read, 2), "x",
+               detail=f"cairn {cairn_read * 1000:.1f} ms vs eventsourcing {es_read * 1000:.1f} ms "
+               f"for {n:,} events of one aggregate"),
+    ]
+
+
+def run(quick: bool) -> list[Figure]:
+    workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
+    try:
+        figures: list[Figure] = []
+        figures += bench_appends(workdir, quick)
+        figures += bench_restore(workdir, quick)
+        figures += bench_open(workdir, quick)
+        figures += bench_replay(workdir, quick)
+        return figures
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,357 @@
+"""The `cairn` command line: audit, repair-free maintenance and benchmarks of a store.
+
+Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgspec
+
+from events.codec import Record
+from events.errors import CairnError, InputError
+from events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    CompactionFailed,
+    ContextSlimmed,
+    EventBase,
+    Handoff,
+    ProviderError,
+    Request,
+    SessionStarted,
+    ToolResult,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from events.model import text_of
+from events.state import replay
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command-line or environment problem: exit 2."""
+
+
+# --- output helpers --------------------------------------------------------------------
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(str(cell) for cell in row))
+        Console().print(table)
+        return
+    widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@contextlib.contextmanager
+def _progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback (done, total) drawing a bar on a terminal, else None."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def describe(event: EventBase) -> str:
+    """One short line about an event, for listings."""
+    match event:
+        case SessionStarted():
+            return f"workspace={event.workspace} model={event.model} window={event.context_window}"
+        case UserMessage():
+            return _clip(text_of_parts(event))
+        case TurnStarted() | TurnCompleted():
+            return f"turn={event.turn_id}"
+        case TurnFailed():
+            return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
+        case Request():
+            return (f"{event.request_id} attempt={event.attempt} phase={event.phase} "
+                    f"projected={event.projected_tokens} messages={event.message_count}")
+        case AssistantMessage():
+            calls = ",".join(c.name for c in event.tool_calls)
+            return _clip(event.text) + (f" [calls: {calls}]" if calls else "")
+        case Usage():
+            return f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} " \
+                   f"total={event.total_tokens}"
+        case ToolResult():
+            return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"
+        case ProviderError():
+            return f"{event.request_id} {event.error_class} delivered={event.output_delivered}"
+        case ContextSlimmed():
+            return f"{event.mode} removed={len(event.removed_call_ids)} saved={event.tokens_saved}"
+        case Handoff():
+            return f"epoch={event.epoch}"
+        case CompactionFailed():
+            return f"epoch={event.epoch} {event.reason} consecutive={event.consecutive_failures}"
+        case CheckpointCommitted():
+            return (f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
+                    f"tokens {event.source_tokens}->{event.replacement_tokens}")
+    return ""
+
+
+def text_of_parts(event: UserMessage) -> str:
+    from events.model import Message
+
+    return text_of(Message(role="user", content=event.content))
+
+
+def _clip(text: str, width: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    body = msgspec.to_builtins(record.event)
+    return {"pos": record.pos, "sid": record.sid, "seq": record.seq, "ts": record.ts, **body}
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from store import Journal
+
+    root = Path(args.store)
+    if not (root / "log").is_dir():
+        raise UsageError(f"no cairn store at {root} (set --store or $CAIRN_STORE)")
+    return Journal.open(root, readonly=True)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    with _open(args) as journal:
+        summaries = list(journal.sessions())
+    if args.json:
+        _print_json([msgspec.to_builtins(s) for s in summaries])
+        return EXIT_OK
+    rows = []
+    for s in summaries:
+        data = msgspec.to_builtins(s)
+        rows.append([data.get("sid"), data.get("last_seq"), data.get("model", ""),
+                     _iso(data["updated_ts"]) if data.get("updated_ts") else "",
+                     data.get("checkpoint_seq") or data.get("latest_checkpoint_seq") or "",
+                     data.get("workspace", "")])
+    _table("sessions", ["session", "events", "model", "updated", "checkpoint", "workspace"], rows)
+    return EXIT_OK
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    kinds = set(args.kind or ())
+    with _open(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
+        rows = []
+        for record in journal.read(args.session, args.from_seq, args.to_seq):
+            if kinds and record.kind not in kinds:
+                continue
+            if args.json:
+                _print_json(record_json(record))
+            else:
+                rows.append([record.seq, _iso(record.ts), record.kind, describe(record.event)])
+    if not args.json:
+        _table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
+    return EXIT_OK
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    out = []
+    with _open(args) as journal:
+        for ref in journal.checkpoints(args.session):
+            record = next(journal.read(args.session, ref.seq, ref.seq))
+            cp = record.event
+            assert isinstance(cp, CheckpointCommitted)
+            out.append({"seq": record.seq, "ts": record.ts, "epoch": cp.epoch, "trigger": cp.trigger,
+                        "strategy": cp.strategy, "through_seq": cp.through_seq,
+                        "source_tokens": cp.source_tokens, "replacement_tokens": cp.replacement_tokens,
+                        "messages": len(cp.replacement_messages), "files": list(cp.files_restored)})
+    if args.json:
+        _print_json(out)
+    else:
+        _table(f"checkpoints of {args.session}",
+               ["seq", "epoch", "trigger", "strategy", "through", "tokens", "messages"],
+               [[c["seq"], c["epoch"], c["trigger"], c["strategy"], c["through_seq"],
+                 f"{c['source_tokens']} -> {c['replacement_tokens']}", c["messages"]] for c in out])
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    with _open(args) as journal:
+        state = replay(journal.read(args.session, 1, args.until))
+    if state.last_seq == 0:
+        raise UsageError(f"no session {args.session!r} in {args.store}")
+    summary = {
+        "sid": state.sid, "last_seq": state.last_seq, "epoch": state.epoch, "revision": state.revision,
+        "context_messages": len(state.context), "handoffs_in_epoch": len(state.epoch_handoffs),
+        "open_turn": state.open_turn.turn_id if state.open_turn else None,
+        "compaction_failures": state.carried.compaction_failures,
+    }
+    if args.json:
+        _print_json({**summary, "context": msgspec.to_builtins(state.context)})
+    else:
+        _table(f"{args.session} replayed to seq {state.last_seq}", ["field", "value"],
+               [[k, v] for k, v in summary.items()])
+        _table("effective context", ["#", "role", "id", "text"],
+               [[i, m.role, m.id or m.tool_call_id or "", _clip(text_of(m))]
+                for i, m in enumerate(state.context)])
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from store.verify import verify_store
+
+    root = Path(args.store)
+    if not (root / "log").is_dir():
+        raise UsageError(f"no cairn store at {root}")
+    with _progress("verifying", not args.json) as progress:
+        report = verify_store(root, progress=progress)
+    data = msgspec.to_builtins(report)
+    if args.json:
+        _print_json(data)
+    else:
+        for warning in data.get("warnings", []):
+            print(f"warning: {warning if isinstance(warning, str) else json.dumps(warning)}")
+        for problem in data.get("problems", []):
+            print(f"PROBLEM: {problem if isinstance(problem, str) else json.dumps(problem)}")
+        counts = {k: v for k, v in data.items() if isinstance(v, int)}
+        print(("ok" if not data.get("problems") else "problems found") + " " + json.dumps(counts))
+    return EXIT_PROBLEMS if data.get("problems") else EXIT_OK
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from store.verify import reindex
+
+    root = Path(args.store)
+    if not (root / "log").is_dir():
+        raise UsageError(f"no cairn store at {root}")
+    with _progress("reindexing", not args.json) as progress:
+        result = reindex(root, progress=progress)
+    data = msgspec.to_builtins(result)
+    _print_json(data) if args.json else print(f"reindexed: {json.dumps(data)}")
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from scripts import bench
+
+    argv = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else [])]
+    if args.only:
+        argv += ["--only", args.only]
+    return bench.main(argv)
+
+
+# --- parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=os.environ.get("CAIRN_STORE", "./cairn-data"),
+                        help="store directory (default: $CAIRN_STORE or ./cairn-data)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(prog="cairn", description="cairn: event-sourced context engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("sessions", parents=[common], help="list sessions")
+    p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser("log", parents=[common], help="a session's events (--json: JSON Lines)")
+    p.add_argument("session")
+    p.add_argument("--kind", action="append", help="only this kind (repeatable)")
+    p.add_argument("--from", dest="from_seq", type=int, default=1, metavar="SEQ")
+    p.add_argument("--to", dest="to_seq", type=int, default=None, metavar="SEQ")
+    p.set_defaults(func=cmd_log)
+
+    p = sub.add_parser("checkpoints", parents=[common], help="a session's checkpoints")
+    p.add_argument("session")
+    p.set_defaults(func=cmd_checkpoints)
+
+    p = sub.add_parser("replay", parents=[common], help="a session's state replayed up to a seq")
+    p.add_argument("session")
+    p.add_argument("--until", type=int, default=None, metavar="SEQ")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("verify", parents=[common], help="check checksums, seqs, chains, blobs, index")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"cairn: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except InputError as exc:
+        print(f"cairn: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CairnError as exc:
+        print(f"cairn: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
