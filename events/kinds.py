@@ -32,11 +32,11 @@ Strategy = Literal["llm", "fallback"]
 FileOp = Literal["read", "write", "delete"]
 
 
-class EventBase(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
+class EventBase(msgspec.Struct, frozen=True, gc=False, tag_field="kind", kw_only=True):
     """Base of every event body. The log line adds the envelope (see codec)."""
 
 
-class FileAccess(msgspec.Struct, frozen=True):
+class FileAccess(msgspec.Struct, frozen=True, gc=False):
     """One file a tool touched, as the tool reported it (W1 filters it later)."""
 
     path: str
@@ -44,7 +44,7 @@ class FileAccess(msgspec.Struct, frozen=True):
     ts: int = 0
 
 
-class OpenTurn(msgspec.Struct, frozen=True):
+class OpenTurn(msgspec.Struct, frozen=True, gc=False):
     """The turn in progress: its id and the user texts that make its task (C11)."""
 
     turn_id: str
@@ -52,7 +52,7 @@ class OpenTurn(msgspec.Struct, frozen=True):
     task: tuple[str, ...] = ()
 
 
-class Carried(msgspec.Struct, frozen=True, kw_only=True):
+class Carried(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Derived state that must outlive a checkpoint, so replay from it is complete.
 
     The session writes its current values into every checkpoint; replay that
@@ -187,7 +187,7 @@ class CompactionFailed(EventBase, frozen=True, tag="compaction-failed"):
     detail: str = ""
 
 
-class CheckpointDiagnostics(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """What an auditor needs to see how a checkpoint came to be."""
 
     attempts: int = 0

@@ -22,11 +22,11 @@ IMAGE_PLACEHOLDER = "[image omitted from compaction]"
 _ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 
 
-class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+class TextPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
-class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
+class ImagePart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"):
     """An inline image: base64 `data` of `media_type`, or a `url`."""
 
     media_type: str = "image/png"
@@ -34,7 +34,7 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image"):
     url: str = ""
 
 
-class BlobPart(msgspec.Struct, frozen=True, tag_field="type", tag="blob"):
+class BlobPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="blob"):
     """A payload kept in the content-addressed blob store instead of the line.
 
     `preview` is the head of the text (empty for binary media); `chars` is the
@@ -51,13 +51,13 @@ class BlobPart(msgspec.Struct, frozen=True, tag_field="type", tag="blob"):
 Part = TextPart | ImagePart | BlobPart
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     id: str
     name: str
     arguments: str = "{}"
 
 
-class MessageMeta(msgspec.Struct, frozen=True, omit_defaults=True):
+class MessageMeta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What cairn knows about a message beyond what a provider is sent.
 
     `origin` names synthesized messages: `handoff`, `summary`, `active-task`,
@@ -75,7 +75,7 @@ class MessageMeta(msgspec.Struct, frozen=True, omit_defaults=True):
     truncated: bool = False
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     role: Role
     content: str | tuple[Part, ...] = ""
     reasoning: str | None = None
@@ -150,7 +150,7 @@ def units(messages: Sequence[Message]) -> list[tuple[int, int]]:
     return result
 
 
-class ToolTurn(msgspec.Struct, frozen=True):
+class ToolTurn(msgspec.Struct, frozen=True, gc=False):
     """M3: an assistant message with tool calls and every later result answering it."""
 
     call_index: int

@@ -30,12 +30,14 @@ the accumulator mutable so folding n events costs O(n), evolve copies once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgspec
 
 from events.codec import Record
 from events.kinds import (
+    EVENT_TYPES,
     AssistantMessage,
     Carried,
     CheckpointCommitted,
@@ -60,7 +62,7 @@ from events.model import Message, MessageMeta, TextPart, text_of
 RECENT_FILES_KEPT = 64
 
 
-class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+class SessionInfo(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The settings a session was started with (from `session-started`)."""
 
     workspace: str
@@ -75,7 +77,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     started_ts: int = 0
 
 
-class SessionState(msgspec.Struct, frozen=True, kw_only=True):
+class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     sid: str = ""
     info: SessionInfo | None = None
     last_seq: int = 0
@@ -101,20 +103,30 @@ class SessionState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Fold:
-    """The mutable accumulator behind `evolve` and `replay`."""
+    """The mutable accumulator behind `evolve` and `replay`.
+
+    The carried state is kept unpacked while folding and packed into a
+    `Carried` only when frozen: replay is a hot path (DESIGN §2.6).
+    """
 
     __slots__ = (
-        "carried",
         "checkpoint_seq",
+        "compaction_failures",
         "context",
         "epoch",
         "epoch_handoffs",
         "info",
+        "last_compaction_failure_ts",
         "last_request",
         "last_request_seq",
+        "last_response_ts",
         "last_seq",
         "last_ts",
         "last_usage",
+        "open_turn",
+        "reactive_since_response",
+        "recent_files",
+        "revision",
         "sid",
     )
 
@@ -130,7 +142,16 @@ class _Fold:
         self.last_request_seq = state.last_request_seq
         self.last_usage = state.last_usage
         self.checkpoint_seq = state.checkpoint_seq
-        self.carried = state.carried
+        self._unpack(state.carried)
+
+    def _unpack(self, carried: Carried) -> None:
+        self.revision = carried.revision
+        self.recent_files = carried.recent_files
+        self.compaction_failures = carried.compaction_failures
+        self.last_compaction_failure_ts = carried.last_compaction_failure_ts
+        self.last_response_ts = carried.last_response_ts
+        self.open_turn = carried.open_turn
+        self.reactive_since_response = carried.reactive_since_response
 
     def freeze(self) -> SessionState:
         return SessionState(
@@ -145,123 +166,126 @@ class _Fold:
             last_request_seq=self.last_request_seq,
             last_usage=self.last_usage,
             checkpoint_seq=self.checkpoint_seq,
-            carried=self.carried,
+            carried=Carried(
+                revision=self.revision,
+                recent_files=self.recent_files,
+                compaction_failures=self.compaction_failures,
+                last_compaction_failure_ts=self.last_compaction_failure_ts,
+                last_response_ts=self.last_response_ts,
+                open_turn=self.open_turn,
+                reactive_since_response=self.reactive_since_response,
+            ),
         )
 
     def apply(self, record: Record) -> None:
-        event = record.event
-        seq = record.seq
         self.sid = record.sid
-        self.last_seq = seq
+        self.last_seq = record.seq
         self.last_ts = record.ts
-        carried = self.carried
-        match event:
-            case UserMessage():
-                self.context.append(
-                    Message(
-                        role="user",
-                        content=event.content,
-                        id=event.message_id,
-                        meta=MessageMeta(seq=seq),
-                    )
-                )
-                turn = carried.open_turn
-                if turn is not None:
-                    task = (*turn.task, _plain_text(event.content))
-                    self.carried = msgspec.structs.replace(
-                        carried, open_turn=msgspec.structs.replace(turn, task=task)
-                    )
-            case AssistantMessage():
-                self.context.append(
-                    Message(
-                        role="assistant",
-                        content=event.text,
-                        reasoning=event.reasoning,
-                        tool_calls=event.tool_calls,
-                        id=event.message_id,
-                        meta=MessageMeta(seq=seq),
-                    )
-                )
-                self.carried = msgspec.structs.replace(
-                    carried, last_response_ts=record.ts, reactive_since_response=False
-                )
-            case ToolResult():
-                self.context.append(
-                    Message(
-                        role="tool",
-                        content=event.content,
-                        tool_call_id=event.call_id,
-                        name=event.tool_name,
-                        meta=MessageMeta(
-                            seq=seq,
-                            tool_status=event.status,
-                            tool_effect=event.effect,
-                            original_chars=event.original_chars,
-                            truncated=event.truncated,
-                        ),
-                    )
-                )
-                if event.files:
-                    self.carried = msgspec.structs.replace(
-                        carried, recent_files=_remember_files(carried.recent_files, event, record.ts)
-                    )
-            case Request():
-                self.last_request = event
-                self.last_request_seq = seq
-                self.last_usage = None
-            case Usage():
-                if self.last_request is not None and event.request_id == self.last_request.request_id:
-                    self.last_usage = event
-            case TurnStarted():
-                task = ()
-                for message in reversed(self.context):
-                    if message.role == "user" and message.id == event.message_id:
-                        task = (_plain_text(message.content),)
-                        break
-                self.carried = msgspec.structs.replace(
-                    carried, open_turn=OpenTurn(event.turn_id, seq, task)
-                )
-            case TurnCompleted() | TurnFailed():
-                if carried.open_turn is not None and carried.open_turn.turn_id == event.turn_id:
-                    self.carried = msgspec.structs.replace(carried, open_turn=None)
-            case ContextSlimmed():
-                self._slim(event, seq)
-            case Handoff():
-                if event.epoch == self.epoch:
-                    self.epoch_handoffs.append(event)
-            case CompactionFailed():
-                if event.reason != "blocked":
-                    self.carried = msgspec.structs.replace(
-                        carried,
-                        compaction_failures=event.consecutive_failures,
-                        last_compaction_failure_ts=record.ts,
-                    )
-            case CheckpointCommitted():
-                self.context = list(event.replacement_messages)
-                self.epoch = event.epoch
-                self.epoch_handoffs = []
-                self.checkpoint_seq = seq
-                self.last_request = None
-                self.last_request_seq = 0
-                self.last_usage = None
-                self.carried = event.carried
-            case SessionStarted():
-                self.info = SessionInfo(
-                    workspace=event.workspace,
-                    model=event.model,
-                    context_window=event.context_window,
-                    max_output_tokens=event.max_output_tokens,
-                    parent_session=event.parent_session,
-                    parent_seq=event.parent_seq,
-                    system_prompt=event.system_prompt,
-                    tool_schemas=event.tool_schemas,
-                    read_only_tools=event.read_only_tools,
-                    started_ts=record.ts,
-                )
-            case ProviderError():
-                pass
+        event = record.event
+        _APPLY[type(event)](self, event, record)
 
-    def _slim(self, event: ContextSlimmed, seq: int) -> None:
+    # one method per kind, registered in _APPLY below
+
+    def _user_message(self, event: UserMessage, record: Record) -> None:
+        self.context.append(
+            Message(role="user", content=event.content, id=event.message_id, meta=MessageMeta(seq=record.seq))
+        )
+        turn = self.open_turn
+        if turn is not None:
+            task = (*turn.task, _plain_text(event.content))
+            self.open_turn = OpenTurn(turn.turn_id, turn.started_seq, task)
+
+    def _assistant_message(self, event: AssistantMessage, record: Record) -> None:
+        self.context.append(
+            Message(
+                role="assistant",
+                content=event.text,
+                reasoning=event.reasoning,
+                tool_calls=event.tool_calls,
+                id=event.message_id,
+                meta=MessageMeta(seq=record.seq),
+            )
+        )
+        self.last_response_ts = record.ts
+        self.reactive_since_response = False
+
+    def _tool_result(self, event: ToolResult, record: Record) -> None:
+        self.context.append(
+            Message(
+                role="tool",
+                content=event.content,
+                tool_call_id=event.call_id,
+                name=event.tool_name,
+                meta=MessageMeta(
+                    seq=record.seq,
+                    tool_status=event.status,
+                    tool_effect=event.effect,
+                    original_chars=event.original_chars,
+                    truncated=event.truncated,
+                ),
+            )
+        )
+        if event.files:
+            self.recent_files = _remember_files(self.recent_files, event, record.ts)
+
+    def _request(self, event: Request, record: Record) -> None:
+        self.last_request = event
+        self.last_request_seq = record.seq
+        self.last_usage = None
+
+    def _usage(self, event: Usage, record: Record) -> None:
+        if self.last_request is not None and event.request_id == self.last_request.request_id:
+            self.last_usage = event
+
+    def _turn_started(self, event: TurnStarted, record: Record) -> None:
+        task: tuple[str, ...] = ()
+        for message in reversed(self.context):
+            if message.role == "user" and message.id == event.message_id:
+                task = (_plain_text(message.content),)
+                break
+        self.open_turn = OpenTurn(event.turn_id, record.seq, task)
+
+    def _turn_ended(self, event: TurnCompleted | TurnFailed, record: Record) -> None:
+        if self.open_turn is not None and self.open_turn.turn_id == event.turn_id:
+            self.open_turn = None
+
+    def _handoff(self, event: Handoff, record: Record) -> None:
+        if event.epoch == self.epoch:
+            self.epoch_handoffs.append(event)
+
+    def _compaction_failed(self, event: CompactionFailed, record: Record) -> None:
+        if event.reason != "blocked":
+            self.compaction_failures = event.consecutive_failures
+            self.last_compaction_failure_ts = record.ts
+
+    def _checkpoint(self, event: CheckpointCommitted, record: Record) -> None:
+        self.context = list(event.replacement_messages)
+        self.epoch = event.epoch
+        self.epoch_handoffs = []
+        self.checkpoint_seq = record.seq
+        self.last_request = None
+        self.last_request_seq = 0
+        self.last_usage = None
+        self._unpack(event.carried)
+
+    def _session_started(self, event: SessionStarted, record: Record) -> None:
+        self.info = SessionInfo(
+            workspace=event.workspace,
+            model=event.model,
+            context_window=event.context_window,
+            max_output_tokens=event.max_output_tokens,
+            parent_session=event.parent_session,
+            parent_seq=event.parent_seq,
+            system_prompt=event.system_prompt,
+            tool_schemas=event.tool_schemas,
+            read_only_tools=event.read_only_tools,
+            started_ts=record.ts,
+        )
+
+    def _provider_error(self, event: ProviderError, record: Record) -> None:
+        pass
+
+    def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
         removed = set(event.removed_call_ids)
         kept: list[Message] = []
         first_removed: int | None = None
@@ -281,11 +305,30 @@ class _Fold:
                 role="system",
                 content=event.marker_text,
                 id=event.marker_id,
-                meta=MessageMeta(seq=seq, origin="snip-marker"),
+                meta=MessageMeta(seq=record.seq, origin="snip-marker"),
             )
             kept.insert(first_removed, marker)
         self.context = kept
-        self.carried = msgspec.structs.replace(self.carried, revision=self.carried.revision + 1)
+        self.revision += 1
+
+
+_APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
+    SessionStarted: _Fold._session_started,
+    UserMessage: _Fold._user_message,
+    TurnStarted: _Fold._turn_started,
+    TurnCompleted: _Fold._turn_ended,
+    TurnFailed: _Fold._turn_ended,
+    Request: _Fold._request,
+    AssistantMessage: _Fold._assistant_message,
+    Usage: _Fold._usage,
+    ToolResult: _Fold._tool_result,
+    ProviderError: _Fold._provider_error,
+    ContextSlimmed: _Fold._slimmed,
+    Handoff: _Fold._handoff,
+    CompactionFailed: _Fold._compaction_failed,
+    CheckpointCommitted: _Fold._checkpoint,
+}
+assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
 
 
 def _plain_text(content: tuple[object, ...] | str) -> str:

@@ -38,8 +38,8 @@ def _reframe(content: dict) -> bytes:
     """Re-encode a line from edited JSON with a *valid* checksum (a deliberate forgery)."""
     import crc32c
 
-    body = json.dumps(content, separators=(",", ":")).encode()
-    return body[:-1] + b',"crc":"%08x"}\n' % crc32c.crc32c(body)
+    prefix = json.dumps(content, separators=(",", ":")).encode()[:-1]
+    return prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix)
 
 
 def test_line_is_plain_json_with_envelope_and_checksum():
@@ -48,6 +48,8 @@ def test_line_is_plain_json_with_envelope_and_checksum():
     obj = json.loads(line)
     assert obj["v"] == 1 and obj["sid"] == "s1" and obj["seq"] == 1 and obj["kind"] == "usage"
     assert obj["prev"] == GENESIS and len(obj["crc"]) == 8
+    assert obj["event"] == {"kind": "usage", "request_id": "r1", "prompt_tokens": 10,
+                            "completion_tokens": 2, "total_tokens": 12, "cached_prompt_tokens": None}
     assert chain_digest(line) == digest and len(digest) == 32
 
 
@@ -77,7 +79,7 @@ def test_unknown_kind_is_a_typed_error_but_its_envelope_is_readable():
     line, _ = _line(Usage(request_id="r1"))
     obj = json.loads(line)
     obj.pop("crc")
-    obj["kind"] = "from-the-future"
+    obj["kind"] = obj["event"]["kind"] = "from-the-future"
     forged = _reframe(obj)
     with pytest.raises(UnknownKind) as info:
         decode_line(forged)
@@ -99,14 +101,24 @@ def test_unknown_fields_are_ignored_for_schema_evolution():
     obj = json.loads(line)
     obj.pop("crc")
     obj["added_in_a_later_version"] = {"x": 1}
+    obj["event"]["added_later_too"] = [1, 2]
     assert decode_line(_reframe(obj)).event == Usage(request_id="r1", total_tokens=3)
+
+
+def test_envelope_kind_must_match_the_body():
+    line, _ = _line(Usage(request_id="r1"))
+    obj = json.loads(line)
+    obj.pop("crc")
+    obj["kind"] = "user-message"
+    with pytest.raises(MalformedEvent, match="differs"):
+        decode_line(_reframe(obj))
 
 
 def test_body_of_wrong_type_is_malformed_with_a_path():
     line, _ = _line(Usage(request_id="r1"))
     obj = json.loads(line)
     obj.pop("crc")
-    obj["prompt_tokens"] = "many"
+    obj["event"]["prompt_tokens"] = "many"
     with pytest.raises(MalformedEvent, match="prompt_tokens"):
         decode_line(_reframe(obj))
 
@@ -162,7 +174,7 @@ def test_K1_unknown_checkpoint_version_is_refused_on_replay():
     line, _ = _line(_checkpoint())
     obj = json.loads(line)
     obj.pop("crc")
-    obj["version"] = 2
+    obj["event"]["version"] = 2
     with pytest.raises(UnsupportedVersion, match="checkpoint version"):
         decode_line(_reframe(obj))
 
@@ -171,7 +183,7 @@ def test_K1_oversized_checkpoint_is_refused_on_replay():
     line, _ = _line(_checkpoint())
     obj = json.loads(line)
     obj.pop("crc")
-    obj["replacement_messages"] = [{"role": "user", "content": "x"}] * 4097
+    obj["event"]["replacement_messages"] = [{"role": "user", "content": "x"}] * 4097
     with pytest.raises(MalformedEvent, match="4096"):
         decode_line(_reframe(obj))
 
