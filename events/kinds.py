@@ -185,6 +185,8 @@ class CompactionFailed(EventBase, frozen=True, tag="compaction-failed"):
     consecutive_failures: int
     trigger: Trigger = "threshold"
     detail: str = ""
+    #: the breaker's key (C4): the normalized workspace the failure counts for
+    workspace: str = ""
 
 
 class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
@@ -198,6 +200,18 @@ class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True,
     target_tokens: int = 0
     failure_reason: str | None = None
     model_usage_tokens: int = 0
+    #: C5: the retry delays asked of the injected sleep, in milliseconds
+    retry_delays_ms: tuple[int, ...] = ()
+    #: C6: the chars of each summary prompt sent, in call order
+    prompt_chars: tuple[int, ...] = ()
+    #: C8: exact records kept, and those left out by the limits
+    records: int = 0
+    records_omitted: int = 0
+    #: C4: the breaker's state when the compaction began (closed, open, half-open)
+    breaker: str = ""
+    #: F4: tail messages cut to fit
+    truncated_messages: int = 0
+    failure_detail: str = ""
 
 
 class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):

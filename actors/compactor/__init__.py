@@ -1,0 +1,38 @@
+"""The compactor: verified replacements of an over-full history (CONTEXT-RULES C, F, K, W)."""
+
+from actors.compactor.breaker import BreakerView, breaker_view, normalize_workspace
+from actors.compactor.checkpoint import rederive_replacement, source_hash, strip_handoff, verify_checkpoint
+from actors.compactor.errors import (
+    AuditMismatch,
+    CompactionBlocked,
+    CompactionError,
+    FallbackOverTarget,
+    NothingToCompact,
+)
+from actors.compactor.gates import effect_target, manual_compaction_due
+from actors.compactor.hooks import HookContext, HookVerdict, PreCompactionHook
+from actors.compactor.service import CompactionConfig, CompactionOutcome, CompactionRequest, Compactor
+
+__all__ = [
+    "AuditMismatch",
+    "BreakerView",
+    "CompactionBlocked",
+    "CompactionConfig",
+    "CompactionError",
+    "CompactionOutcome",
+    "CompactionRequest",
+    "Compactor",
+    "FallbackOverTarget",
+    "HookContext",
+    "HookVerdict",
+    "NothingToCompact",
+    "PreCompactionHook",
+    "breaker_view",
+    "effect_target",
+    "manual_compaction_due",
+    "normalize_workspace",
+    "rederive_replacement",
+    "source_hash",
+    "strip_handoff",
+    "verify_checkpoint",
+]

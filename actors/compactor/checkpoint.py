@@ -1,0 +1,120 @@
+"""The checkpoint event of a compaction (K1, K3) and its re-derivation by an auditor.
+
+A `checkpoint-committed` event is self-describing: `source_hash` names the
+exact source it replaced (SHA-256 over the canonical JSON of the source
+messages, hand-off stripped), `raw_summary` is the model's raw reply,
+`prompt_version` the prompt it answered, the diagnostics say how it was
+reached (attempts, reductions, delays, omitted messages and files, the C10
+target), and `carried` is the derived state replay resumes from.
+
+`rederive_replacement(source, checkpoint)` rebuilds the replacement from the
+source and the event alone, with no model: the summary from `raw_summary`
+and the records of the source (LLM), or the fallback plan at the recorded
+target (fallback). The restored files are an observation of the disk at
+compaction time, so they are taken from the event itself, not re-read.
+K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
+the event's own `__post_init__`, on write and on replay alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import msgspec
+
+from actors.compactor.active_task import active_task_message, task_text
+from actors.compactor.errors import AuditMismatch
+from actors.compactor.fallback import plan_fallback
+from actors.compactor.files import ORIGIN as FILES_ORIGIN
+from actors.compactor.ledger import extract_records, record_texts
+from actors.compactor.replacement import (
+    assemble,
+    fallback_summary_message,
+    message_ids,
+    retained_tail,
+    summary_message,
+)
+from actors.session.tokens import TokenCounter
+from events.kinds import CheckpointCommitted
+from events.model import Message
+
+HANDOFF_ORIGIN = "handoff"
+_encoder = msgspec.json.Encoder()
+
+
+def strip_handoff(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """C1 / H6: the compaction source never contains the hand-off."""
+    return tuple(m for m in messages if m.meta.origin != HANDOFF_ORIGIN)
+
+
+def source_hash(source: Sequence[Message]) -> str:
+    """SHA-256 over the canonical JSON of the (stripped) source messages."""
+    digest = hashlib.sha256()
+    for message in source:
+        encoded = _encoder.encode(message)
+        digest.update(len(encoded).to_bytes(8, "big"))
+        digest.update(encoded)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def rederive_replacement(
+    source: Sequence[Message], checkpoint: CheckpointCommitted, counter: TokenCounter
+) -> tuple[Message, ...]:
+    """The replacement `checkpoint` must hold for `source`, rebuilt without a model.
+
+    Raises AuditMismatch when `source` is not the source the checkpoint names.
+    """
+    stripped = strip_handoff(source)
+    if source_hash(stripped) != checkpoint.source_hash:
+        raise AuditMismatch(
+            f"source of {len(stripped)} messages does not hash to the checkpoint's "
+            f"{checkpoint.source_hash or '(none)'} (epoch {checkpoint.epoch})"
+        )
+    summary_id, _, task_id = message_ids(checkpoint.epoch)
+    records = extract_records(record_texts(stripped)).records
+    task = task_text(checkpoint.carried.open_turn)
+    task_message = active_task_message(task, task_id)
+    if checkpoint.strategy == "llm":
+        if checkpoint.raw_summary is None:
+            raise AuditMismatch(f"LLM checkpoint of epoch {checkpoint.epoch} has no raw summary")
+        files = next(
+            (m for m in checkpoint.replacement_messages if m.meta.origin == FILES_ORIGIN), None
+        )
+        summary = summary_message(checkpoint.raw_summary, records, summary_id)
+        return assemble(summary, retained_tail(stripped), files, task_message)
+    plan = plan_fallback(
+        stripped,
+        summary=fallback_summary_message(records, summary_id),
+        task_message=task_message,
+        task=task,
+        target=checkpoint.diagnostics.target_tokens,
+        counter=counter,
+    )
+    return plan.replacement
+
+
+def verify_checkpoint(
+    source: Sequence[Message], checkpoint: CheckpointCommitted, counter: TokenCounter
+) -> None:
+    """Raise AuditMismatch unless `checkpoint` is exactly what its source and summary give."""
+    expected = rederive_replacement(source, checkpoint, counter)
+    if expected != checkpoint.replacement_messages:
+        first = next(
+            (
+                i
+                for i, (a, b) in enumerate(zip(expected, checkpoint.replacement_messages, strict=False))
+                if a != b
+            ),
+            min(len(expected), len(checkpoint.replacement_messages)),
+        )
+        raise AuditMismatch(
+            f"checkpoint of epoch {checkpoint.epoch} differs from its re-derivation "
+            f"at replacement message {first}"
+        )
+    tokens = counter.messages(expected)
+    if tokens != checkpoint.replacement_tokens:
+        raise AuditMismatch(
+            f"checkpoint of epoch {checkpoint.epoch} says {checkpoint.replacement_tokens} "
+            f"replacement tokens, re-derivation counts {tokens}"
+        )

@@ -1,0 +1,36 @@
+"""The compactor's typed errors: a blocked compaction, an empty source, a broken guarantee."""
+
+from __future__ import annotations
+
+from events.errors import CairnError
+from events.kinds import CompactionFailed
+
+
+class CompactionError(CairnError):
+    """Base of every error the compactor raises on purpose."""
+
+
+class CompactionBlocked(CompactionError):
+    """C3: the host's pre-compaction hook refused this compaction.
+
+    Not a failure for the breaker. `event` is a `compaction-failed` record
+    with reason `blocked` that the session may persist for audit; the fold
+    ignores it for the breaker's count.
+    """
+
+    def __init__(self, reason: str, event: CompactionFailed) -> None:
+        self.reason = reason
+        self.event = event
+        super().__init__(f"compaction blocked by the pre-compaction hook: {reason}")
+
+
+class NothingToCompact(CompactionError):
+    """The source is empty once the hand-off is stripped (C1): there is nothing to replace."""
+
+
+class FallbackOverTarget(CompactionError):
+    """F5 broken: the fallback replacement counts more tokens than its target (our bug)."""
+
+
+class AuditMismatch(CompactionError):
+    """A checkpoint cannot be re-derived from its source: wrong source or tampered event."""

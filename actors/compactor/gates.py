@@ -1,0 +1,57 @@
+"""Size gates of compaction: the target (C10), the effect gate, and when manual compaction is due (K4).
+
+| gate                  | rule                                                                  |
+|-----------------------|-----------------------------------------------------------------------|
+| target (C10)          | min(50,000, max(5,000, 80 % of source), 50 % of the window)           |
+| effect gate (C10)     | replacement tokens over the target: `insufficient-reduction`          |
+| progress (beyond)     | saving under 10 % of the source tokens: `insufficient-reduction` too  |
+| manual (K4)           | nothing below 50 % of the window; unknown window or tokens: nothing   |
+
+All arithmetic is on integers, so a figure never depends on float rounding.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+TARGET_CAP = 50_000
+TARGET_FLOOR = 5_000
+MIN_SAVING_PERCENT = 10
+
+
+class GateVerdict(msgspec.Struct, frozen=True):
+    """Whether a replacement passes, and why not when it does not."""
+
+    passed: bool
+    detail: str = ""
+
+
+def effect_target(source_tokens: int, context_window: int | None) -> int:
+    """C10: the most tokens a replacement may have."""
+    target = min(TARGET_CAP, max(TARGET_FLOOR, source_tokens * 8 // 10))
+    if isinstance(context_window, int) and context_window > 0:
+        target = min(target, context_window // 2)
+    return target
+
+
+def effect_gate(source_tokens: int, replacement_tokens: int, target: int) -> GateVerdict:
+    """C10 plus the minimum-progress rule: both failures are `insufficient-reduction`."""
+    if replacement_tokens > target:
+        return GateVerdict(False, f"replacement {replacement_tokens} tokens, over target {target}")
+    saved = source_tokens - replacement_tokens
+    if saved * 100 < source_tokens * MIN_SAVING_PERCENT:
+        return GateVerdict(
+            False,
+            f"replacement {replacement_tokens} tokens saves under {MIN_SAVING_PERCENT} % "
+            f"of {source_tokens}",
+        )
+    return GateVerdict(True)
+
+
+def manual_compaction_due(projected_tokens: int | None, context_window: int | None) -> bool:
+    """K4: `host.compact(session)` compacts only from 50 % of the window up."""
+    if not isinstance(projected_tokens, int) or not isinstance(context_window, int):
+        return False
+    if context_window <= 0 or projected_tokens < 0:
+        return False
+    return projected_tokens * 2 >= context_window

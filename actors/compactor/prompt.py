@@ -1,0 +1,171 @@
+"""The summary prompt (C7, C12) and its shrinking on overflow (C6).
+
+The prompt is two messages: a system message with the ledger contract and a
+user message with the transcript (`[i] role: text`, M4 text capped per
+message) and the restored files as headed fenced blocks. It is pure text:
+images never reach the summary model, they are the M4 placeholder (C12).
+
+Shrink steps (C6), one per context-limit error, in this order:
+
+| state                                  | step                                   |
+|----------------------------------------|----------------------------------------|
+| files still included                   | drop all restored file contents        |
+| more than one unit left                | drop the oldest quarter (at least one) |
+| char cap above 625                     | halve the per-message char cap         |
+| otherwise                              | exhausted (`context-exhausted`)        |
+
+A step whose prompt is not strictly shorter than the last is exhausted too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from actors.compactor.ledger import HEADINGS, escape_headings
+from events.model import BlobPart, ImagePart, Message, text_of, units
+
+PROMPT_VERSION = "cairn-ledger-1"
+INITIAL_CHAR_CAP = 5000
+MIN_CHAR_CAP = 625
+TRANSCRIPT_HEADER = "Transcript to summarise:"
+FILES_HEADER = "Recently accessed files (contents as last read):"
+
+
+class PromptFile(msgspec.Struct, frozen=True):
+    """A restored file as the prompt and the replacement show it."""
+
+    path: str
+    text: str
+    more_lines: int = 0
+
+
+class PromptShape(msgspec.Struct, frozen=True):
+    """What the next summary prompt includes (the C6 state)."""
+
+    include_files: bool = True
+    first_unit: int = 0
+    char_cap: int = INITIAL_CHAR_CAP
+
+
+def instructions() -> str:
+    """The system message: how to write the summary (C7), in cairn's own words."""
+    headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
+    return (
+        "You are condensing the working history of a coding agent so that it can carry on "
+        "after its earlier messages are removed. Only your summary will remain.\n\n"
+        "First think it through privately inside <analysis>...</analysis>. Then write the "
+        "result inside <summary>...</summary>.\n\n"
+        "Inside <summary>, use exactly these seven headings, in this order, each once, each "
+        "on its own line starting with '## ':\n"
+        f"{headings}\n\n"
+        "Rules for the summary:\n"
+        "- Keep what was observed (tool output, test results, file contents) apart from what "
+        "was only intended or planned.\n"
+        "- Copy exact commands, arguments, paths, identifiers and any constraint on the final "
+        "response character for character.\n"
+        "- Never call unfinished work done and never claim a check that the transcript does "
+        "not show.\n"
+        "- Leave out credentials and secrets, hidden control messages and raw reasoning.\n"
+        "- When sources disagree, the newest evidence wins.\n"
+        "- Where a section has nothing to report, write 'no evidence observed' instead of "
+        "guessing.\n"
+        "- Lines of the form 'EXACT CONTINUATION RECORD [heading] :: payload' are kept by "
+        "the host verbatim; you need not repeat them.\n"
+        "- Lines marked [earlier] come from an older summary; fold their content in, but do "
+        "not reuse them as headings."
+    )
+
+
+def render_message(index: int, message: Message, char_cap: int) -> str:
+    """`[i] role: text`, the text being M4 text capped to `char_cap` chars."""
+    text = text_of(message)
+    if "\n" in text:  # only a continuation line can pass for a heading
+        text = escape_headings(text)
+    if message.tool_calls:
+        calls = "; ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+        text = f"{text}\n(tool calls: {calls})" if text else f"(tool calls: {calls})"
+    return f"[{index}] {message.role}: {cap_text(text, char_cap)}"
+
+
+def cap_text(text: str, cap: int) -> str:
+    """Keep at most `cap` chars of `text`: head 3/4, a marker, tail 1/4 (the marker extra)."""
+    if len(text) <= cap:
+        return text
+    head = cap * 3 // 4
+    tail = cap - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[... {omitted} chars omitted ...]\n{text[len(text) - tail:]}"
+
+
+def _fence(text: str) -> str:
+    longest = 0
+    run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def render_files(files: Sequence[PromptFile]) -> str:
+    blocks = [FILES_HEADER]
+    for file in files:
+        fence = _fence(file.text)
+        more = f"\n({file.more_lines} more lines not shown)" if file.more_lines else ""
+        blocks.append(f"### {file.path}\n{fence}\n{file.text}\n{fence}{more}")
+    return "\n\n".join(blocks)
+
+
+def build_prompt(
+    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape
+) -> tuple[Message, ...]:
+    """The summary request's messages for `source` in the given shape (C7)."""
+    spans = units(source)
+    start = spans[shape.first_unit][0] if shape.first_unit < len(spans) else len(source)
+    lines = [TRANSCRIPT_HEADER]
+    if start:
+        lines.append(f"({start} older messages are not shown.)")
+    lines.extend(render_message(i, source[i], shape.char_cap) for i in range(start, len(source)))
+    body = "\n".join(lines)
+    if shape.include_files and files:
+        body = f"{body}\n\n{render_files(files)}"
+    body += "\n\nWrite the <analysis> and then the <summary> with the seven headings."
+    return (
+        Message(role="system", content=instructions(), id="compaction-instructions"),
+        Message(role="user", content=body, id="compaction-transcript"),
+    )
+
+
+def prompt_chars(messages: Sequence[Message]) -> int:
+    return sum(len(text_of(m)) for m in messages)
+
+
+def next_shape(source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape) -> tuple[
+    PromptShape, str
+] | None:
+    """C6: the next smaller shape and the name of its step, or None when exhausted."""
+    if shape.include_files and files:
+        return msgspec.structs.replace(shape, include_files=False), "dropped-files"
+    left = len(units(source)) - shape.first_unit
+    if left > 1:
+        drop = max(1, left // 4)
+        return msgspec.structs.replace(shape, first_unit=shape.first_unit + drop), f"dropped-units:{drop}"
+    if shape.char_cap > MIN_CHAR_CAP:
+        cap = max(MIN_CHAR_CAP, shape.char_cap // 2)
+        return msgspec.structs.replace(shape, char_cap=cap), f"char-cap:{cap}"
+    return None
+
+
+def images_in(source: Sequence[Message]) -> int:
+    """How many images the summary model was spared (C12)."""
+    count = 0
+    for message in source:
+        if isinstance(message.content, str):
+            continue
+        for part in message.content:
+            if isinstance(part, ImagePart) or (
+                isinstance(part, BlobPart) and part.media_type.startswith("image/")
+            ):
+                count += 1
+    return count

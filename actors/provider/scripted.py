@@ -1,0 +1,248 @@
+"""The scripted provider: a deterministic, offline adapter for the demo and the tests.
+
+It answers each request with the next planned outcome, or, when the plan is
+used up, with its default (`Auto`): for a summary request (`purpose ==
+"summary"`) an `<analysis>` then a `<summary>` with the seven ledger
+headings built from the transcript in the prompt; for a turn, a short fixed
+text. Outcomes:
+
+| outcome      | what the request gets                                           |
+|--------------|-----------------------------------------------------------------|
+| `Reply(...)` | that text (and reasoning, tool calls, usage) streamed          |
+| `Fail(...)`  | a `ProviderFailure` (status, class, retryable) before any output |
+| `Auto()`     | the default answer for the request's purpose                    |
+
+Every request is kept in `requests`, so tests see what was sent. Thread-safe:
+the plan and the request list are guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from actors.compactor.ledger import HEADINGS, RECORD_PREFIX
+from actors.provider.base import (
+    Finished,
+    ProviderFailure,
+    ProviderOutput,
+    ProviderRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+    is_retryable_status,
+)
+from events.kinds import ErrorClass
+from events.model import Message, ToolCall, text_of
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """A planned answer. `usage=None` means: estimate it from the request and the text."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: UsageReport | None = None
+    finish_reason: str = "stop"
+
+
+class Fail(msgspec.Struct, frozen=True, kw_only=True):
+    """A planned failure, raised as a `ProviderFailure` before any output."""
+
+    error_class: ErrorClass
+    message: str
+    status_code: int | None = None
+    retryable: bool = False
+
+    def failure(self) -> ProviderFailure:
+        return ProviderFailure(
+            self.error_class, self.message, status_code=self.status_code, retryable=self.retryable
+        )
+
+
+class Auto(msgspec.Struct, frozen=True):
+    """The default answer for the request's purpose."""
+
+
+Outcome = Reply | Fail | Auto
+
+
+def empty_reply() -> Reply:
+    return Reply(text="")
+
+
+def http_error(status: int, message: str = "") -> Fail:
+    """A failure as an HTTP API reports it: 429 rate-limit, 5xx server, 413 context limit, ..."""
+    error_class: ErrorClass
+    if status == 413:
+        error_class = "context-limit"
+    elif status == 429:
+        error_class = "rate-limit"
+    elif status >= 500:
+        error_class = "server"
+    elif status in (401, 403):
+        error_class = "auth"
+    else:
+        error_class = "bad-request"
+    return Fail(
+        error_class=error_class,
+        message=message or f"HTTP {status}",
+        status_code=status,
+        retryable=is_retryable_status(status),
+    )
+
+
+def context_limit(message: str = "prompt is too long: maximum context length exceeded") -> Fail:
+    return Fail(error_class="context-limit", message=message, status_code=400)
+
+
+def network_error(message: str = "connection reset by peer") -> Fail:
+    return Fail(error_class="network", message=message, retryable=True)
+
+
+class ScriptedProvider:
+    """A `Provider` that follows a plan of outcomes, then answers by default."""
+
+    def __init__(self, plan: Iterable[Outcome] = (), *, default: Outcome | None = None) -> None:
+        self._plan: deque[Outcome] = deque(plan)
+        self._default: Outcome = default if default is not None else Auto()
+        self._lock = threading.Lock()
+        self.requests: list[ProviderRequest] = []
+
+    def script(self, *outcomes: Outcome) -> ScriptedProvider:
+        """Append outcomes to the plan; returns self so plans read as one line."""
+        with self._lock:
+            self._plan.extend(outcomes)
+        return self
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._plan)
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
+        with self._lock:
+            self.requests.append(request)
+            outcome = self._plan.popleft() if self._plan else self._default
+        if isinstance(outcome, Fail):
+            raise outcome.failure()
+        reply = outcome if isinstance(outcome, Reply) else self._auto(request)
+        return self._emit(request, reply)
+
+    def _auto(self, request: ProviderRequest) -> Reply:
+        if request.purpose == "summary":
+            return Reply(text=scripted_summary(request.messages))
+        return Reply(text="Done.")
+
+    def _emit(self, request: ProviderRequest, reply: Reply) -> Iterator[ProviderOutput]:
+        if reply.reasoning:
+            yield ReasoningDelta(reply.reasoning)
+        if reply.text:
+            yield TextDelta(reply.text)
+        for call in reply.tool_calls:
+            yield ToolCallReady(call)
+        usage = reply.usage if reply.usage is not None else estimate_usage(request, reply)
+        yield usage
+        yield Finished(reply.finish_reason)
+
+
+def estimate_usage(request: ProviderRequest, reply: Reply) -> UsageReport:
+    """A deterministic stand-in for provider usage: about four chars a token."""
+    prompt = sum(4 + len(text_of(m)) // 4 for m in request.messages)
+    prompt += sum(len(schema) // 4 for schema in request.tools)
+    completion = (len(reply.text) + len(reply.reasoning)) // 4
+    completion += sum(len(c.arguments) // 4 + 4 for c in reply.tool_calls)
+    return UsageReport(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+# --- the deterministic summary -------------------------------------------
+
+_ENTRY_RE = re.compile(r"^\[(\d+)\] (system|user|assistant|tool): ?(.*)$")
+_LINE_CHARS = 160
+_PER_SECTION = 3
+_MUTATION_WORDS = ("wrote", "write", "edited", "edit", "created", "modified", "patched", "deleted", "renamed")
+_CHECK_WORDS = ("passed", "failed", "ok", "tests", "pytest", "assert", "exit code", "verified")
+_RISK_WORDS = ("error", "fail", "traceback", "blocked", "denied", "timeout", "warning")
+
+
+def _entries(transcript: str) -> list[tuple[str, str]]:
+    entries: list[tuple[str, str]] = []
+    for line in transcript.splitlines():
+        match = _ENTRY_RE.match(line)
+        if match is not None:
+            entries.append((match.group(2), match.group(3)))
+        elif entries and line and not line.startswith(("Write the <analysis>", "### ", "Recently accessed")):
+            role, text = entries[-1]
+            entries[-1] = (role, f"{text}\n{line}")
+    return entries
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(RECORD_PREFIX) and not line.startswith("[earlier]"):
+            return line[:_LINE_CHARS]
+    return ""
+
+
+def _matching(entries: list[tuple[str, str]], roles: tuple[str, ...], words: tuple[str, ...]) -> list[str]:
+    found: list[str] = []
+    for role, text in reversed(entries):
+        if role not in roles:
+            continue
+        for line in text.splitlines():
+            lowered = line.lower()
+            if any(word in lowered for word in words) and not line.startswith(RECORD_PREFIX):
+                found.append(line.strip()[:_LINE_CHARS])
+                break
+        if len(found) >= _PER_SECTION:
+            break
+    return list(reversed(found))
+
+
+def scripted_summary(messages: Iterable[Message]) -> str:
+    """The scripted model's answer to a summary prompt: analysis, then the seven headings."""
+    transcript = "\n".join(text_of(m) for m in messages if m.role == "user")
+    entries = _entries(transcript)
+    users = [t for r, t in entries if r == "user" and _first_line(t)]
+    assistants = [t for r, t in entries if r == "assistant" and _first_line(t)]
+    records = [
+        line.strip()
+        for _, text in entries
+        for line in text.splitlines()
+        if line.strip().startswith(RECORD_PREFIX)
+    ]
+    sections: dict[str, list[str]] = {h: [] for h in HEADINGS}
+    if users:
+        sections[HEADINGS[0]].append(f"- First request: {_first_line(users[0])}")
+        if len(users) > 1:
+            sections[HEADINGS[0]].append(f"- Latest request: {_first_line(users[-1])}")
+    sections[HEADINGS[1]] = [f"- {_first_line(t)}" for t in assistants[-_PER_SECTION:]]
+    sections[HEADINGS[2]] = [f"- {line}" for line in _matching(entries, ("tool",), _MUTATION_WORDS)]
+    sections[HEADINGS[3]] = [f"- {line}" for line in _matching(entries, ("tool",), _CHECK_WORDS)]
+    if users:
+        sections[HEADINGS[4]].append(f"- Working on: {_first_line(users[-1])}")
+    sections[HEADINGS[5]] = [f"- {line}" for line in _matching(entries, ("tool", "assistant"), _RISK_WORDS)]
+    if assistants:
+        sections[HEADINGS[6]].append(f"- Continue from: {_first_line(assistants[-1])}")
+    # A careless model: records restated under the last heading, whatever their own.
+    sections[HEADINGS[6]].extend(f"- Also noted: {record}" for record in records)
+    body = "\n\n".join(
+        f"## {heading}\n" + ("\n".join(lines) if lines else "- No evidence observed.")
+        for heading, lines in sections.items()
+    )
+    analysis = (
+        f"<analysis>\nThe transcript has {len(entries)} messages: {len(users)} from the user, "
+        f"{len(assistants)} from the assistant with text, {len(records)} exact records.\n</analysis>"
+    )
+    return f"{analysis}\n\n<summary>\n{body}\n</summary>"
