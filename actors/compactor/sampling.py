@@ -142,6 +142,9 @@ def sample_summary(
                 detail = f"{detail}: status {error.status_code}"
             if _is_overflow(error):
                 failure = "overflow"
+                if calls >= MAX_CALLS:
+                    detail = "context-exhausted: still over the limit after the last call"
+                    return result(None, "overflow")
                 step = next_shape(source, files, shape)
                 if step is None:
                     detail = "context-exhausted: nothing left to shrink"
@@ -165,6 +168,4 @@ def sample_summary(
             return result(completion.text, None)
         failure = "empty"
         detail = "the reply had no summary"
-    if failure == "overflow":
-        detail = detail or "context-exhausted: out of calls"
     return result(None, failure)

@@ -1,0 +1,143 @@
+"""Exact continuation records and the host-side ledger rebuild (C8)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.compactor.ledger import (
+    HEADINGS,
+    MAX_RECORDS,
+    NO_EVIDENCE_LINE,
+    ExactRecord,
+    extract_records,
+    parse_record,
+    rebuild_ledger,
+)
+from actors.provider.scripted import Reply, context_limit
+from tests.compactor.builders import Log, compactor, request, text
+
+
+def _sections(ledger: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in ledger.splitlines():
+        if line.startswith("## ") and line[3:] in HEADINGS:
+            assert line[3:] not in sections, "a heading appears twice"
+            current = line[3:]
+            sections[current] = []
+        elif current is not None and line:
+            sections[current].append(line)
+    assert list(sections) == list(HEADINGS)
+    return sections
+
+
+def test_C8_record_syntax_heading_case_and_space_insensitive() -> None:
+    assert parse_record("EXACT CONTINUATION RECORD [exact   NEXT action] :: run make") == ExactRecord(
+        "Exact next action", "run make"
+    )
+    assert parse_record("EXACT CONTINUATION RECORD [Nonsense] :: x") is None
+    assert parse_record("EXACT CONTINUATION RECORD [Exact next action] :: " + "p" * 2049) is None
+    assert parse_record("EXACT CONTINUATION RECORD [Exact next action] ::  ") is None
+    assert parse_record("  EXACT CONTINUATION RECORD [Workspace mutations] :: wrote a.py") is not None
+
+
+def test_C8_limits_duplicates_once_newest_win() -> None:
+    lines = [f"EXACT CONTINUATION RECORD [Decisions and rationale] :: decision {n}" for n in range(40)]
+    got = extract_records(["\n".join(lines), lines[39]])
+    assert len(got.records) == MAX_RECORDS and got.omitted == 40 - MAX_RECORDS
+    assert got.records[-1].payload == "decision 39" and got.records[0].payload == "decision 8"
+    big = [f"EXACT CONTINUATION RECORD [Exact next action] :: {n:04d}" + "b" * 2000 for n in range(10)]
+    got = extract_records(big)
+    assert sum(len(r.payload) for r in got.records) <= 16_384
+    assert len(got.records) == 8 and got.records[-1].payload.startswith("0009")
+
+
+def test_C8_a_record_moved_by_the_model_under_the_wrong_heading_is_corrected() -> None:
+    record = ExactRecord("Verification evidence", "pytest -q: 41 passed")
+    model = (
+        "## Objective and constraints\n- ship it\n"
+        "## Exact next action\n- pytest -q: 41 passed (as recorded)\n- run the linter\n"
+    )
+    sections = _sections(rebuild_ledger(model, [record]))
+    assert sections["Verification evidence"] == ["- pytest -q: 41 passed"]
+    assert sections["Exact next action"] == ["- run the linter"]
+    assert sections["Objective and constraints"] == ["- ship it"]
+    assert sections["Open risks or blockers"] == [NO_EVIDENCE_LINE]
+
+
+def test_C8_duplicate_model_headings_merge_and_no_evidence_yields_to_records() -> None:
+    model = (
+        "## 1. Objective and constraints:\n- a\n**Objective and constraints**\n- b\n"
+        "## Workspace mutations\nno evidence observed"
+    )
+    record = ExactRecord("Workspace mutations", "edited src/x.py line 3")
+    sections = _sections(rebuild_ledger(model, [record]))
+    assert sections["Objective and constraints"] == ["- a", "- b"]
+    assert sections["Workspace mutations"] == ["- edited src/x.py line 3"]
+
+
+def test_C8_record_dropped_from_the_shrunk_prompt_still_appears_verbatim() -> None:
+    payload = "python -m pytest tests/test_app.py::test_login -x --no-header"
+    log = Log()
+    log.turn("Fix login. EXACT CONTINUATION RECORD is below.\n"
+             f"EXACT CONTINUATION RECORD [exact next action] :: {payload}")
+    for n in range(12):
+        log.tool(f"out {n} " + "r" * 2000)
+        log.say(f"step {n}")
+    bad_model = Reply(text="<summary>\n## Exact next action\n- something else entirely\n</summary>")
+    service, provider = compactor(context_limit(), bad_model)
+    outcome = service.compact(request(log.state()))
+    assert outcome.strategy == "llm"
+    assert payload not in "\n".join(m.content for m in provider.requests[1].messages)  # type: ignore[misc]
+    summary = text(outcome.replacement[0])
+    assert f"- {payload}" in _sections(summary.split("\n\n", 1)[1])["Exact next action"]
+    assert outcome.checkpoint.diagnostics.records == 1
+
+
+def test_C8_records_survive_a_second_compaction() -> None:
+    payload = "deploy with `make release VERSION=1.2.3`"
+    log = Log()
+    log.turn(f"Release.\nEXACT CONTINUATION RECORD [Exact next action] :: {payload}")
+    for n in range(12):
+        log.tool(f"out {n} " + "r" * 2000)
+    service, _ = compactor()
+    first = service.compact(request(log.state()))
+    for event in first.events:
+        log.add(event)
+    for n in range(12):
+        log.tool(f"later {n} " + "s" * 2000)
+    second = service.compact(request(log.state()))
+    assert f"- {payload}" in text(second.replacement[0])
+
+
+_payload = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters="\x85"),
+    min_size=1,
+    max_size=60,
+).filter(lambda s: s.strip() != "")
+
+
+@given(
+    records=st.lists(st.tuples(st.sampled_from(HEADINGS), _payload), max_size=12),
+    model_lines=st.lists(st.tuples(st.sampled_from(HEADINGS), st.text(max_size=40)), max_size=12),
+    stray=st.lists(st.integers(min_value=0, max_value=11), max_size=6),
+)
+def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
+    records, model_lines, stray
+) -> None:
+    texts = [f"EXACT CONTINUATION RECORD [{h.upper()}] :: {p}" for h, p in records]
+    kept = extract_records(texts).records
+    # a model that restates some payloads, anywhere
+    lines = [(h, line) for h, line in model_lines]
+    for index in stray:
+        if index < len(kept):
+            lines.append((HEADINGS[index % len(HEADINGS)], f"- {kept[index].payload} (restated)"))
+    model = "\n".join(f"## {h}\n{line}" for h, line in lines)
+    sections = _sections(rebuild_ledger(model, kept))
+    everything = [line for body in sections.values() for line in body]
+    for record in kept:
+        line = f"- {record.payload}"
+        assert sections[record.heading].count(line) == 1
+        same_payload = sum(1 for other in kept if other.payload == record.payload)
+        assert everything.count(line) == same_payload  # nowhere else, model lines included

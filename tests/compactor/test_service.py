@@ -1,0 +1,192 @@
+"""The compaction service end to end on the scripted provider (C1-C5, C9-C11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.compactor import CompactionBlocked, HookVerdict, NothingToCompact, verify_checkpoint
+from actors.compactor.sampling import SUMMARY_MAX_OUTPUT_TOKENS
+from actors.provider.base import UsageReport
+from actors.provider.scripted import Reply, empty_reply, http_error, network_error
+from events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
+from events.model import Message, MessageMeta, text_of
+from tests.compactor.builders import COUNTER, Log, coding_session, compactor, fold, replace, request, text
+
+GOOD_SUMMARY = (
+    "<analysis>fine</analysis>\n<summary>\n## Objective and constraints\n- fix the test\n</summary>"
+)
+
+
+def _prompt(provider, call: int = 0) -> str:
+    return "\n".join(text_of(m) for m in provider.requests[call].messages)
+
+
+def test_C1_handoff_is_stripped_before_counting_and_prompting() -> None:
+    state = coding_session(6).state()
+    handoff = Message(
+        role="user",
+        content="HANDOFF-SECRET context rollover is near",
+        id="h1",
+        meta=MessageMeta(hidden=True, origin="handoff"),
+    )
+    with_handoff = (*state.context, handoff)
+    service, provider = compactor()
+    outcome = service.compact(request(state, source=with_handoff))
+    assert "HANDOFF-SECRET" not in _prompt(provider)
+    assert outcome.checkpoint.source_tokens == COUNTER.messages(state.context)
+    assert all(m.meta.origin != "handoff" for m in outcome.replacement)
+
+
+def test_C1_empty_source_is_refused() -> None:
+    state = Log().state()
+    service, _ = compactor()
+    with pytest.raises(NothingToCompact):
+        service.compact(request(state))
+
+
+def test_C2_hook_sees_session_workspace_trigger_count_and_tokens() -> None:
+    state = coding_session(4).state()
+    seen = []
+    service, _ = compactor(hook=lambda ctx: seen.append(ctx))
+    service.compact(request(state, workspace="/ws/./"))
+    (ctx,) = seen
+    assert (ctx.session, ctx.workspace, ctx.trigger) == ("s1", "/ws", "threshold")
+    assert ctx.message_count == len(state.context)
+    assert ctx.tokens == COUNTER.messages(state.context)
+
+
+def test_C3_a_blocking_hook_raises_and_is_not_a_breaker_failure() -> None:
+    log = coding_session(4)
+    service, provider = compactor(hook=lambda ctx: HookVerdict(block=True, reason="host busy"))
+    with pytest.raises(CompactionBlocked) as caught:
+        service.compact(request(log.state()))
+    assert provider.calls == 0
+    assert caught.value.event.reason == "blocked"
+    state = fold(log, [caught.value.event], ts=10**9)
+    assert state.carried.compaction_failures == 0
+
+
+def test_C5_blank_then_503_then_success_succeeds_on_the_third_call_with_usage_summed() -> None:
+    sleeps: list[float] = []
+    blank = Reply(text="  ", usage=UsageReport(prompt_tokens=900, completion_tokens=1, total_tokens=901))
+    good = Reply(text=GOOD_SUMMARY, usage=UsageReport(prompt_tokens=900, completion_tokens=50))
+    service, provider = compactor(blank, http_error(503), good, sleeps=sleeps)
+    outcome = service.compact(request(coding_session(12).state()))
+    assert outcome.strategy == "llm" and provider.calls == 3
+    assert sleeps == [0.375, 0.75]
+    assert outcome.checkpoint.diagnostics.retry_delays_ms == (375, 750)
+    assert outcome.checkpoint.diagnostics.attempts == 3
+    assert outcome.events == (outcome.checkpoint,)
+    assert outcome.usage == UsageReport(prompt_tokens=1800, completion_tokens=51, total_tokens=1851)
+    assert outcome.checkpoint.diagnostics.model_usage_tokens == 1851
+    assert outcome.checkpoint.raw_summary == GOOD_SUMMARY
+    first, third = provider.requests[0], provider.requests[2]
+    assert first.messages == third.messages  # retries resend the same prompt
+    for sent in provider.requests:
+        assert sent.purpose == "summary" and sent.temperature == 0.0
+        assert sent.max_output_tokens == SUMMARY_MAX_OUTPUT_TOKENS
+
+
+def test_C5_three_503s_fail_after_three_calls_and_fall_back() -> None:
+    sleeps: list[float] = []
+    service, provider = compactor(http_error(503), http_error(503), http_error(503), sleeps=sleeps)
+    outcome = service.compact(request(coding_session(12).state()))
+    assert provider.calls == 3 and sleeps == [0.375, 0.75]
+    assert outcome.strategy == "fallback"
+    failure = outcome.failure
+    assert failure is not None and failure.reason == "error" and failure.attempt == 3
+    assert failure.consecutive_failures == 1
+
+
+def test_C5_a_non_retryable_400_fails_after_one_call() -> None:
+    sleeps: list[float] = []
+    service, provider = compactor(http_error(400, "bad field"), sleeps=sleeps)
+    outcome = service.compact(request(coding_session(12).state()))
+    assert provider.calls == 1 and sleeps == []
+    assert outcome.failure is not None and outcome.failure.reason == "error"
+    assert outcome.strategy == "fallback"
+
+
+def test_C5_network_resets_and_empty_replies_are_retried() -> None:
+    service, provider = compactor(network_error(), empty_reply(), empty_reply())
+    outcome = service.compact(request(coding_session(12).state()))
+    assert provider.calls == 3
+    assert outcome.failure is not None and outcome.failure.reason == "empty"
+
+
+def test_C9_replacement_is_summary_tail_files_task(tmp_path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "app.py").write_text("print('hi')\n")
+    log = Log(workspace=str(workspace))
+    log.turn("Make app.py greet the user.")
+    for n in range(9):
+        log.tool(f"output {n} " + "y" * 3000, files=(FileAccess(str(workspace / "app.py")),))
+        log.say(f"looked at part {n}")
+    state = log.state()
+    service, _ = compactor()
+    outcome = service.compact(request(state, workspace=str(workspace)))
+    replacement = outcome.replacement
+    assert outcome.strategy == "llm"
+    assert replacement[0].meta.origin == "summary"
+    assert replacement[-2].meta.origin == "recent-files" and replacement[-2].meta.hidden
+    assert replacement[-1].meta.origin == "active-task" and replacement[-1].meta.hidden
+    n = len(state.context)
+    tail_count = -(-n * 20 // 100)
+    expected_tail = [m for m in state.context[n - tail_count :]]
+    calls = {c.id for m in expected_tail for c in m.tool_calls}
+    expected_tail = [m for m in expected_tail if m.role != "tool" or m.tool_call_id in calls]
+    assert list(replacement[1:-2]) == expected_tail
+    assert outcome.checkpoint.files_restored == ("app.py",)
+    verify_checkpoint(state.context, outcome.checkpoint, COUNTER)
+
+
+def test_C9_llm_success_resets_the_breaker_and_bumps_the_revision() -> None:
+    log = coding_session(12)
+    state = log.state()
+    carried = replace(state.carried, compaction_failures=2, last_compaction_failure_ts=5)
+    state = replace(state, carried=carried)
+    service, _ = compactor()
+    outcome = service.compact(request(state))
+    assert outcome.strategy == "llm"
+    assert outcome.checkpoint.carried.compaction_failures == 0
+    assert outcome.checkpoint.carried.last_compaction_failure_ts is None
+    assert outcome.checkpoint.carried.revision == state.carried.revision + 1
+    assert outcome.checkpoint.epoch == state.epoch + 1
+    assert outcome.checkpoint.through_seq == state.last_seq
+
+
+def test_C10_insufficient_reduction_is_recorded_and_the_fallback_used() -> None:
+    # a model that answers with a summary bigger than the whole source
+    bloated = "<summary>\n## Objective and constraints\n" + "- padding line\n" * 4000 + "</summary>"
+    service, provider = compactor(Reply(text=bloated))
+    log = coding_session(12)
+    outcome = service.compact(request(log.state()))
+    assert provider.calls == 1
+    assert outcome.strategy == "fallback"
+    assert outcome.failure is not None and outcome.failure.reason == "insufficient-reduction"
+    assert outcome.checkpoint.replacement_tokens <= outcome.checkpoint.diagnostics.target_tokens
+    assert [type(e) for e in outcome.events] == [CompactionFailed, CheckpointCommitted]
+
+
+def test_C10_minimum_progress_rule_fails_a_replacement_saving_under_ten_percent() -> None:
+    log = Log()
+    log.turn("tiny task")
+    log.say("ok")
+    service, _ = compactor()
+    outcome = service.compact(request(log.state()))
+    assert outcome.failure is not None and outcome.failure.reason == "insufficient-reduction"
+    assert "under 10 %" in outcome.failure.detail
+
+
+def test_C11_active_task_includes_steering_messages_verbatim() -> None:
+    log = coding_session(12)
+    log.user("Also: answer with exactly the word DONE at the end.")
+    state = log.state()
+    service, _ = compactor()
+    outcome = service.compact(request(state))
+    task = text(outcome.replacement[-1])
+    assert "Fix the failing test in tests/test_app.py" in task
+    assert "answer with exactly the word DONE at the end." in task
+    assert "not a report of how far it got" in task and "exact next action" in task
+    assert "follow it literally" in task
