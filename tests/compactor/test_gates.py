@@ -1,0 +1,32 @@
+"""The C10 target and effect gate, and when manual compaction is due (K4)."""
+
+from __future__ import annotations
+
+from actors.compactor.gates import effect_gate, effect_target, manual_compaction_due
+
+
+def test_C10_target_is_capped_floored_and_bounded_by_half_the_window() -> None:
+    assert effect_target(10_000_000, 1_000_000) == 50_000
+    assert effect_target(100_000, 1_000_000) == 50_000
+    assert effect_target(40_000, 1_000_000) == 32_000
+    assert effect_target(1_000, 1_000_000) == 5_000
+    assert effect_target(100_000, 6_000) == 3_000
+    assert effect_target(100_000, None) == 50_000
+
+
+def test_C10_gate_refuses_over_target_and_under_ten_percent_saving() -> None:
+    assert effect_gate(10_000, 8_000, 8_000).passed
+    over = effect_gate(10_000, 8_001, 8_000)
+    assert not over.passed and "over target" in over.detail
+    assert effect_gate(10_000, 9_000, 9_500).passed
+    small = effect_gate(10_000, 9_001, 9_500)
+    assert not small.passed and "under 10 %" in small.detail
+
+
+def test_K4_manual_compaction_does_nothing_below_half_the_window() -> None:
+    assert not manual_compaction_due(49_999, 100_000)
+    assert manual_compaction_due(50_000, 100_000)
+    assert manual_compaction_due(90_000, 100_000)
+    assert not manual_compaction_due(None, 100_000)
+    assert not manual_compaction_due(60_000, None)
+    assert not manual_compaction_due(60_000, 0)
