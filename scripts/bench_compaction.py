@@ -1,0 +1,277 @@
+"""Compaction quality harness: a seeded corpus of sessions through the LLM and fallback paths.
+
+Usage: python scripts/bench_compaction.py [--quick] [--json]
+
+The corpus (seeded, so every run sees the same sessions) mixes tool-heavy
+coding sessions carrying exact continuation records, long user requests,
+images, huge single tool outputs and tiny histories. Each session is
+compacted twice: through the LLM path (the scripted summary provider) and
+through the fallback (a provider that refuses with HTTP 400). Figures:
+records kept verbatim under their own heading (target 100 %), active task
+kept (100 %), the largest replacement/target ratio (never over 1.0), the
+mean reduction, audit re-derivation, and the time to plan a fallback for a
+4,096-message source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgspec
+
+from actors.compactor import CompactionRequest, Compactor, verify_checkpoint
+from actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
+from actors.compactor.fallback import plan_fallback
+from actors.compactor.ledger import HEADINGS
+from actors.compactor.replacement import fallback_summary_message
+from actors.provider.scripted import ScriptedProvider, http_error
+from actors.session.tokens import TokenCounter
+from events.codec import GENESIS, Record
+from events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    EventBase,
+    FileAccess,
+    SessionStarted,
+    ToolResult,
+    TurnStarted,
+    UserMessage,
+)
+from events.model import ImagePart, Message, Part, TextPart, ToolCall
+from events.state import SessionState, replay
+
+SEED = 20_261_202
+KINDS = ("coding", "long-request", "images", "huge-output", "tiny")
+WINDOWS = (32_000, 128_000, 200_000, 1_000_000)
+_WORDS = (
+    "parser", "module", "config", "retry", "cache", "index", "token", "buffer", "handler", "schema",
+    "request", "session", "journal", "segment", "offset", "commit", "replay", "checkpoint", "summary",
+    "budget", "window", "fixture", "assert",
+)
+
+
+class Sample(msgspec.Struct, frozen=True):
+    name: str
+    kind: str
+    state: SessionState
+    records: tuple[tuple[str, str], ...]
+    task: str
+
+
+class _Log:
+    def __init__(self, sid: str, window: int) -> None:
+        self.sid = sid
+        self.records: list[Record] = []
+        self.n = 0
+        self.add(SessionStarted(workspace="/bench/ws", model="bench", context_window=window))
+
+    def add(self, event: EventBase) -> None:
+        seq = len(self.records) + 1
+        self.records.append(Record(seq - 1, self.sid, seq, 1000 * seq, GENESIS, event))  # type: ignore[arg-type]
+
+    def ident(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+
+def _prose(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+def _record(rng: random.Random, heading: str) -> str:
+    flag = rng.choice(["-x", "--maxfail=1", "-k slow", "--no-cov"])
+    return f"pytest tests/test_{rng.choice(_WORDS)}.py {flag} # id {rng.randrange(10**6)}"
+
+
+def build_sample(index: int, rng: random.Random) -> Sample:
+    kind = KINDS[index % len(KINDS)]
+    window = WINDOWS[rng.randrange(len(WINDOWS))]
+    log = _Log(f"bench-{index}", window)
+    records: list[tuple[str, str]] = []
+    task_lines = [f"Task {index}: {_prose(rng, 20)}."]
+    if kind == "long-request":
+        task_lines.append(_prose(rng, rng.randrange(1_500, 4_000)))
+    task = "\n".join(task_lines)
+    mid = log.ident("u")
+    log.add(UserMessage(message_id=mid, content=(TextPart(task),)))
+    log.add(TurnStarted(turn_id=log.ident("t"), message_id=mid))
+    rounds = {"tiny": 1, "huge-output": 4}.get(kind, rng.randrange(15, 60))
+    for r in range(rounds):
+        output = _prose(rng, rng.randrange(50, 600))
+        if kind == "huge-output" and r == rounds - 1:
+            output = _prose(rng, 60_000)
+        if kind != "tiny" and rng.random() < 0.25 and len(records) < 8:
+            heading = rng.choice(HEADINGS)
+            payload = _record(rng, heading)
+            records.append((heading, payload))
+            output += f"\nEXACT CONTINUATION RECORD [{heading.lower()}] :: {payload}\n"
+        call = ToolCall(log.ident("c"), rng.choice(["read", "bash", "edit"]), '{"path": "src/app.py"}')
+        log.add(AssistantMessage(message_id=log.ident("a"), request_id=log.ident("r"),
+                                 text=_prose(rng, 12), tool_calls=(call,)))
+        log.add(ToolResult(call_id=call.id, tool_name=call.name, status="ok", effect="read",
+                           content=(TextPart(output),), files=(FileAccess("src/app.py"),)))
+        if kind == "images" and r % 5 == 0:
+            parts: tuple[Part, ...] = (TextPart("screenshot of the failure"), ImagePart(data="QUJD" * 500))
+            log.add(UserMessage(message_id=log.ident("u"), content=parts))
+        log.add(AssistantMessage(message_id=log.ident("a"), request_id=log.ident("r"), text=_prose(rng, 25)))
+    return Sample(f"{kind}-{index}", kind, replay(log.records), tuple(records), task)
+
+
+def corpus(count: int, seed: int = SEED) -> list[Sample]:
+    rng = random.Random(seed)
+    return [build_sample(i, rng) for i in range(count)]
+
+
+def _records_kept(checkpoint: CheckpointCommitted, records: tuple[tuple[str, str], ...]) -> int:
+    summary = checkpoint.replacement_messages[0].content
+    assert isinstance(summary, str)
+    kept = 0
+    for heading, payload in records:
+        section = summary.split(f"## {heading}\n", 1)[-1].split("\n\n## ", 1)[0]
+        if f"- {payload}" in section.splitlines():
+            kept += 1
+    return kept
+
+
+def _task_kept(checkpoint: CheckpointCommitted, task: str) -> bool:
+    last = checkpoint.replacement_messages[-1]
+    if last.meta.origin != "active-task" or not isinstance(last.content, str):
+        return False
+    if len(task) <= TASK_VERBATIM_CHARS:
+        return task in last.content
+    return task[:TASK_HEAD_CHARS] in last.content and task[-TASK_TAIL_CHARS:] in last.content
+
+
+def _mandatory(checkpoint: CheckpointCommitted, counter: TokenCounter) -> int:
+    messages = checkpoint.replacement_messages
+    return counter.messages([messages[0], messages[-1]] if len(messages) > 1 else messages[:1])
+
+
+def _figure(
+    name: str, value: Any, unit: str, target: str | None, met: bool | None, detail: str
+) -> dict[str, Any]:
+    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
+
+
+def _fallback_plan_ms(counter_factory: Any, repeats: int) -> tuple[float, int]:
+    rng = random.Random(SEED + 1)
+    source: list[Message] = [Message(role="user", content="Refactor the journal.", id="u0")]
+    while len(source) < 4096:
+        n = len(source)
+        call = ToolCall(f"c{n}", "read", '{"path": "a.py"}')
+        source.append(Message(role="assistant", content=_prose(rng, 2), tool_calls=(call,), id=f"a{n}"))
+        source.append(Message(role="tool", content=_prose(rng, rng.randrange(1, 4)), tool_call_id=call.id,
+                              id=f"t{n}"))
+    source = source[:4096]
+    timings = []
+    tokens = 0
+    for _ in range(repeats):
+        counter = counter_factory()
+        started = time.perf_counter()
+        plan = plan_fallback(source, summary=fallback_summary_message((), "s"), task_message=None,
+                             task="", target=50_000, counter=counter)
+        timings.append((time.perf_counter() - started) * 1000)
+        tokens = plan.tokens
+    return statistics.median(timings), tokens
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    samples = corpus(50 if quick else 150)
+    counter = TokenCounter()
+    stats: dict[str, dict[str, Any]] = {}
+    audits = audits_ok = 0
+    reasons: dict[str, int] = {}
+    for path in ("llm", "fallback"):
+        kept = total = tasks = tasks_ok = llm_used = 0
+        ratios: list[float] = []
+        reductions: list[float] = []
+        worst = ""
+        for sample in samples:
+            provider = ScriptedProvider() if path == "llm" else ScriptedProvider(default=http_error(400))
+            service = Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter)
+            request = CompactionRequest(state=sample.state, workspace="/bench/ws", trigger="threshold",
+                                        now_ms=10**12)
+            outcome = service.compact(request)
+            checkpoint = outcome.checkpoint
+            llm_used += checkpoint.strategy == "llm"
+            if path == "llm" and outcome.failure is not None:
+                reasons[outcome.failure.reason] = reasons.get(outcome.failure.reason, 0) + 1
+            total += len(sample.records)
+            kept += _records_kept(checkpoint, sample.records)
+            tasks += 1
+            tasks_ok += _task_kept(checkpoint, sample.task)
+            target = checkpoint.diagnostics.target_tokens
+            if checkpoint.strategy == "fallback":
+                target = max(target, _mandatory(checkpoint, counter))
+            ratio = checkpoint.replacement_tokens / target
+            if not ratios or ratio > max(ratios):
+                worst = sample.name
+            ratios.append(ratio)
+            reductions.append(1 - checkpoint.replacement_tokens / checkpoint.source_tokens)
+            audits += 1
+            try:
+                verify_checkpoint(sample.state.context, checkpoint, counter)
+                audits_ok += 1
+            except Exception:  # an audit failure is a figure here, not a crash
+                pass
+        stats[path] = {
+            "kept": kept, "total": total, "tasks": tasks, "tasks_ok": tasks_ok, "ratios": ratios,
+            "reductions": reductions, "llm_used": llm_used, "worst": worst,
+        }
+    figures: list[dict[str, Any]] = []
+    n = len(samples)
+    for path, s in stats.items():
+        name = f"compaction.{path}"
+        pct = 100.0 * s["kept"] / s["total"] if s["total"] else 100.0
+        detail = f"{s['kept']}/{s['total']} exact records under their own heading, {n} sessions"
+        figures.append(_figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail))
+        task_pct = 100.0 * s["tasks_ok"] / s["tasks"]
+        detail = f"{s['tasks_ok']}/{s['tasks']} sessions"
+        met = task_pct == 100.0
+        figures.append(_figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
+        worst = max(s["ratios"])
+        figures.append(_figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
+                               worst <= 1.0, f"worst: {s['worst']}"))
+        mean = round(statistics.mean(s["reductions"]), 3)
+        detail = f"1 - replacement/source; median {statistics.median(s['reductions']):.3f}"
+        figures.append(_figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
+    llm = stats["llm"]
+    figures.append(_figure("compaction.llm.summary_accepted", llm["llm_used"], "sessions", None, None,
+                           f"of {n}; fell back: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}"))
+    figures.append(_figure("compaction.audit_rederived", audits_ok, "checkpoints", f"{audits}",
+                           audits_ok == audits, "re-derived from source + raw summary, no model"))
+    ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
+    figures.append(_figure("compaction.fallback_plan_4096_messages", round(ms, 1), "ms", None, None,
+                           f"worst case: every unit fits, walk ends at the 4,096-message limit; "
+                           f"cold token cache; replacement {tokens} tokens"))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    figures = run(args.quick)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        for f in figures:
+            met = {True: "ok", False: "NO", None: ""}[f["met"]]
+            head = f"{f['name']:48} {f['value']!s:>10} {f['unit']:11} {f['target'] or '':8}"
+            print(f"{head} {met:3} {f['detail']}")
+    return 0 if all(f["met"] is not False for f in figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
