@@ -10,7 +10,8 @@ target), and `carried` is the derived state replay resumes from.
 `rederive_replacement(source, checkpoint)` rebuilds the replacement from the
 source and the event alone, with no model: the summary from `raw_summary`
 and the records of the source (LLM), or the fallback plan at the recorded
-target (fallback). The restored files are an observation of the disk at
+target (fallback), counted with the same token counter settings (T1-T3).
+The restored files are an observation of the disk at
 compaction time, so they are taken from the event itself, not re-read.
 K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
 the event's own `__post_init__`, on write and on replay alike.

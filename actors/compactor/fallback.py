@@ -6,7 +6,8 @@
    left out of the tail: the checkpoint already carries it (F3).
 4. Units are walked newest first (F4): orphan results and calls without a
    result are dropped, content is flattened (images become the placeholder),
-   reasoning is dropped. A unit that fits is kept whole; the first that does
+   reasoning is dropped, and an earlier checkpoint's file and task reminders
+   are left out (the new checkpoint carries fresh ones). A unit that fits is kept whole; the first that does
    not is cut to fit (the largest per-message char cap found by binary
    search, head 3/4, marker, tail) when it can be, and the walk stops there.
 5. Replacement = [summary, kept tail in order, task]; because counting is
@@ -22,6 +23,7 @@ import msgspec
 
 from actors.compactor.active_task import TASK_VERBATIM_CHARS
 from actors.compactor.errors import FallbackOverTarget
+from actors.compactor.replacement import SUPERSEDED_ORIGINS
 from actors.session.tokens import TokenCounter
 from events.kinds import MAX_REPLACEMENT_MESSAGES
 from events.model import Message, text_of, units
@@ -78,6 +80,8 @@ def _cut(unit: Sequence[Message], cap: int) -> list[Message]:
 def _clean_unit(unit: Sequence[Message], skip_id: int | None) -> list[Message]:
     """F4: one unit with orphans and unanswered calls removed, flattened."""
     head = unit[0]
+    if head.meta.origin in SUPERSEDED_ORIGINS:
+        return []  # an earlier checkpoint's reminder: the new one carries a fresh copy
     if head.role == "tool":
         return []  # an orphan result: its call is gone
     if len(unit) == 1 and id(head) == skip_id:

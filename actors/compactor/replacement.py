@@ -2,7 +2,9 @@
 
 C9: [summary, the newest 20 % of the source messages (rounded up) minus the
 tool results whose call is not among them, recent-file restoration (W),
-active-task checkpoint (C11)]. Every piece is a pure function of the source,
+active-task checkpoint (C11)]. The tail leaves out the file and task
+reminders of an earlier checkpoint: the new checkpoint carries fresh ones.
+Every piece is a pure function of the source,
 the model's raw text, the records, the restored files and the task, so the
 same inputs always give the same messages (an auditor re-derives them).
 """
@@ -16,6 +18,8 @@ from events.model import Message, MessageMeta
 
 TAIL_PERCENT = 20
 SUMMARY_ORIGIN = "summary"
+#: reminders of an earlier checkpoint that the new one supersedes: never kept in a tail
+SUPERSEDED_ORIGINS = frozenset({"active-task", "recent-files"})
 FALLBACK_ORIGIN = "fallback-summary"
 
 _SUMMARY_HEAD = (
@@ -59,7 +63,11 @@ def retained_tail(source: Sequence[Message]) -> tuple[Message, ...]:
     count = -(-len(source) * TAIL_PERCENT // 100)
     tail = source[len(source) - count :] if count else ()
     calls = {call.id for message in tail for call in message.tool_calls}
-    return tuple(m for m in tail if m.role != "tool" or m.tool_call_id in calls)
+    return tuple(
+        m
+        for m in tail
+        if (m.role != "tool" or m.tool_call_id in calls) and m.meta.origin not in SUPERSEDED_ORIGINS
+    )
 
 
 def assemble(
