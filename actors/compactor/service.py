@@ -12,7 +12,8 @@ events the session must persist (any `compaction-failed`, then the
 4. C10 target; C11 active task; C8 records (from the full source).
 5. LLM path: restore recent files (W), sample the summary (C5-C7, C12),
    rebuild the ledger (C8), assemble (C9), pass the effect gate (C10 plus
-   minimum progress). Any failure is one `compaction-failed` event and the
+   minimum progress, and K1's message and byte limits, so a checkpoint is
+   never refused on write). Any failure is one `compaction-failed` event and the
    breaker's count goes up.
 6. Otherwise the deterministic fallback (F1-F5).
 
@@ -49,6 +50,7 @@ from actors.session.tokens import TokenCounter
 from events.kinds import (
     CHECKPOINT_VERSION,
     MAX_REPLACEMENT_BYTES,
+    MAX_REPLACEMENT_MESSAGES,
     Carried,
     CheckpointCommitted,
     CheckpointDiagnostics,
@@ -308,6 +310,9 @@ class Compactor:
         replacement = assemble(summary, retained_tail(source), files, task_message)  # C9
         tokens = self.counter.messages(replacement)
         verdict = effect_gate(source_tokens, tokens, target)  # C10 + minimum progress
+        if verdict.passed and len(replacement) > MAX_REPLACEMENT_MESSAGES:  # K1, beyond C10
+            detail = f"replacement of {len(replacement)} messages, over {MAX_REPLACEMENT_MESSAGES}"
+            verdict = msgspec.structs.replace(verdict, passed=False, detail=detail)
         if verdict.passed and len(msgspec.json.encode(replacement)) > MAX_REPLACEMENT_BYTES:
             verdict = msgspec.structs.replace(verdict, passed=False, detail="replacement over 16 MiB")
         if not verdict.passed:

@@ -190,3 +190,16 @@ def test_C11_active_task_includes_steering_messages_verbatim() -> None:
     assert "answer with exactly the word DONE at the end." in task
     assert "not a report of how far it got" in task and "exact next action" in task
     assert "follow it literally" in task
+
+
+def test_C10_an_llm_replacement_over_the_k1_message_limit_falls_back() -> None:
+    log = Log(window=1_000_000)
+    log.turn("Sort the inbox.")
+    for n in range(10_500):
+        log.say(f"m{n}")
+        log.user("ok")
+    service, _ = compactor()
+    outcome = service.compact(request(log.state()))
+    assert outcome.failure is not None and "over 4096" in outcome.failure.detail
+    assert outcome.strategy == "fallback"
+    assert len(outcome.replacement) <= 4096
