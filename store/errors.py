@@ -1,0 +1,74 @@
+"""The store's typed errors, under the one cairn base (STYLE 16).
+
+`StorageError` is the root for "the machine or the log is at fault"; bad
+calls stay `InputError`s (also `ValueError`s). Every message names the
+segment, byte offset or session involved.
+"""
+
+from __future__ import annotations
+
+from events.errors import CairnError, InputError
+
+
+class StorageError(CairnError):
+    """The disk, the log or the index failed; not the caller's fault."""
+
+
+class StorageFailed(StorageError):
+    """An I/O error (a failed write or fsync) stopped the writer (fsyncgate).
+
+    The outcome of every append pending at that moment is unknown: the store
+    refuses further appends until it is reopened, and reopening recovers from
+    the log, which then says what was written.
+    """
+
+
+class StoreClosed(StorageError):
+    """The journal was closed before (or while) the call ran."""
+
+
+class StoreLocked(StorageError):
+    """Another process holds the store's writer lock."""
+
+
+class ReadOnlyStore(InputError):
+    """A write was asked of a journal opened with readonly=True."""
+
+
+class AppendTimeout(StorageError):
+    """No acknowledgement within the timeout; the append may still become durable."""
+
+
+class CorruptionError(StorageError):
+    """A line of the log is not what it must be: the session fails closed past it.
+
+    `segment` is the segment file name, `offset` the byte offset of the line
+    in it, `sid`/`seq` the session and seq it belongs to ("" / 0 if unknown).
+    """
+
+    def __init__(self, message: str, *, segment: str, offset: int, sid: str = "", seq: int = 0) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.sid = sid
+        self.seq = seq
+        who = f" of session {sid}" if sid else ""
+        at = f" seq {seq}" if seq else ""
+        super().__init__(f"{segment}@{offset}{who}{at}: {message}")
+
+
+class BlobError(StorageError):
+    """A blob named by an event is missing or does not match its SHA-256."""
+
+
+class SeqConflict(InputError):
+    """Optimistic concurrency: `expected_seq` is not the session's last seq.
+
+    Also what a duplicate (session, seq) gets: a seq that is already taken is
+    never written twice.
+    """
+
+    def __init__(self, sid: str, expected: int, actual: int) -> None:
+        self.sid = sid
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"session {sid}: expected last seq {expected}, but it is {actual}")

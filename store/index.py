@@ -1,0 +1,598 @@
+"""The LMDB index: derived data that makes the log seekable (DESIGN §2.4).
+
+Disk contract: `<root>/index/` is an LMDB environment (`data.mdb`,
+`lock.mdb`) with five named databases. Keys are binary and order-preserving
+(UTF-8 session id, a NUL, then a big-endian integer), so a session's events
+and checkpoints are contiguous and sorted by seq / epoch:
+
+| db            | key                          | value                                         |
+|---------------|------------------------------|-----------------------------------------------|
+| `events`      | sid NUL seq (>Q)             | segment first pos, offset, length, pos (>QQIQ) |
+| `sessions`    | sid                          | `SessionSummary` (msgpack)                    |
+| `checkpoints` | sid NUL epoch (>Q)           | seq, pos (>QQ)                                 |
+| `corrupt`     | segment (>Q), offset (>Q)    | `CorruptEntry` (msgpack)                      |
+| `meta`        | b"format", b"through"        | format version; `IndexMeta` (msgpack)         |
+
+Everything here is rebuilt from the segments: the log is authoritative. The
+index is committed after the log's fsync, in one transaction per batch
+together with `meta/through` (the position indexed through), with LMDB's own
+syncs off (`sync=False`, no writemap: a crash may lose the last commits but
+not the database's integrity, and start-up re-indexes past `through`).
+
+Thread-safety: `Index` reads are safe from any thread (short read
+transactions); `commit` must only be called from one thread (the journal's
+writer). Growing the map (`MapFullError`) waits until no read transaction of
+this process is active (PITFALLS 12).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgspec
+
+from events.codec import GENESIS
+from events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
+
+FORMAT = b"cairn-index-1"
+DEFAULT_MAP_SIZE = 1 << 36  # 64 GiB of address space; the file grows as needed
+_PAGE = 256  # keys per read transaction when paging
+
+_LOC = struct.Struct(">QQIQ")
+_U64 = struct.Struct(">Q")
+_CKPT = struct.Struct(">QQ")
+_SEG_OFF = struct.Struct(">QQ")
+
+_BODY_KINDS = frozenset({"usage", "checkpoint-committed", "session-started"})
+_DBS = (b"events", b"sessions", b"checkpoints", b"corrupt", b"meta")
+
+
+class Loc(msgspec.Struct, frozen=True, array_like=True):
+    """Where a line is: segment (its first pos), byte offset, length; and its pos."""
+
+    segment: int
+    offset: int
+    length: int
+    pos: int
+
+
+class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What the index knows of a session without replaying it.
+
+    `head` is the chain digest of its last line (the next line's `prev`).
+    `info_seq` is the seq of its latest `session-started`; `checkpoint_*`
+    describe its latest `checkpoint-committed` (0 when none). `broken_seq` is
+    the first seq past which the session cannot be read (a corrupt line, a
+    gap or a broken chain), 0 when it is sound. `usage_tokens` is the total
+    of its latest usage event, for listings.
+    """
+
+    sid: str
+    last_seq: int = 0
+    head: str = ""
+    last_pos: int = 0
+    workspace: str = ""
+    model: str = ""
+    created_ts: int = 0
+    updated_ts: int = 0
+    events: int = 0
+    counts: dict[str, int] = {}
+    info_seq: int = 0
+    checkpoint_seq: int = 0
+    checkpoint_pos: int = 0
+    checkpoint_epoch: int = 0
+    usage_tokens: int | None = None
+    broken_seq: int = 0
+
+
+class CheckpointRef(msgspec.Struct, frozen=True):
+    """A `checkpoint-committed` of a session: its epoch, seq and global position."""
+
+    epoch: int
+    seq: int
+    pos: int
+
+
+class CorruptEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """An invalid line found with valid lines after it (never a torn tail)."""
+
+    segment: int
+    offset: int
+    length: int
+    sid: str = ""
+    seq: int = 0
+    reason: str = ""
+
+
+class IndexMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """The log position indexed through: segment, byte offset just past the
+    last indexed byte, the next global position, and the last line's place."""
+
+    segment: int = 0
+    offset: int = 0
+    next_pos: int = 0
+    last_segment: int = 0
+    last_offset: int = -1
+    last_length: int = 0
+
+
+_encoder = msgspec.msgpack.Encoder(order="deterministic")
+_summary_decoder = msgspec.msgpack.Decoder(SessionSummary)
+_corrupt_decoder = msgspec.msgpack.Decoder(CorruptEntry)
+_meta_decoder = msgspec.msgpack.Decoder(IndexMeta)
+
+
+def event_key(sid: str, seq: int) -> bytes:
+    return sid.encode() + b"\x00" + _U64.pack(seq)
+
+
+def _prefix(sid: str) -> bytes:
+    return sid.encode() + b"\x00"
+
+
+class _Head:
+    """The mutable summary of one session while a batch is being indexed."""
+
+    __slots__ = (
+        "broken_seq",
+        "checkpoint_epoch",
+        "checkpoint_pos",
+        "checkpoint_seq",
+        "counts",
+        "created_ts",
+        "events",
+        "head",
+        "info_seq",
+        "key",
+        "last_pos",
+        "last_seq",
+        "model",
+        "sid",
+        "updated_ts",
+        "usage_tokens",
+        "workspace",
+    )
+
+    def __init__(self, summary: SessionSummary) -> None:
+        self.sid = summary.sid
+        self.key = _prefix(summary.sid)
+        self.last_seq = summary.last_seq
+        self.head = summary.head
+        self.last_pos = summary.last_pos
+        self.workspace = summary.workspace
+        self.model = summary.model
+        self.created_ts = summary.created_ts
+        self.updated_ts = summary.updated_ts
+        self.events = summary.events
+        self.counts = dict(summary.counts)
+        self.info_seq = summary.info_seq
+        self.checkpoint_seq = summary.checkpoint_seq
+        self.checkpoint_pos = summary.checkpoint_pos
+        self.checkpoint_epoch = summary.checkpoint_epoch
+        self.usage_tokens = summary.usage_tokens
+        self.broken_seq = summary.broken_seq
+
+    def freeze(self) -> SessionSummary:
+        return SessionSummary(
+            sid=self.sid,
+            last_seq=self.last_seq,
+            head=self.head,
+            last_pos=self.last_pos,
+            workspace=self.workspace,
+            model=self.model,
+            created_ts=self.created_ts,
+            updated_ts=self.updated_ts,
+            events=self.events,
+            counts=self.counts.copy(),  # the encoder sorts keys
+            info_seq=self.info_seq,
+            checkpoint_seq=self.checkpoint_seq,
+            checkpoint_pos=self.checkpoint_pos,
+            checkpoint_epoch=self.checkpoint_epoch,
+            usage_tokens=self.usage_tokens,
+            broken_seq=self.broken_seq,
+        )
+
+
+class IndexBatch(msgspec.Struct):
+    """The puts of one commit, per database, plus the new `through` position."""
+
+    puts: dict[bytes, list[tuple[bytes, bytes]]]
+    meta: IndexMeta
+
+
+class IndexBuilder:
+    """Turns log lines, in log order, into index puts: the one indexing path.
+
+    Used by the writer for its batches and by recovery/reindex for scans, so a
+    live index and a rebuilt one are equal by construction. It caches the
+    sessions it touched (`head`), loading unknown ones with `load`. Not
+    thread-safe: owned by one thread (the writer, or a recovery pass).
+    """
+
+    def __init__(self, load: Callable[[str], SessionSummary | None], meta: IndexMeta) -> None:
+        self._load = load
+        self._heads: dict[str, _Head] = {}
+        self._touched: dict[str, _Head] = {}
+        self._events: list[tuple[bytes, bytes]] = []
+        self._checkpoints: list[tuple[bytes, bytes]] = []
+        self._corrupt: list[tuple[bytes, bytes]] = []
+        self.meta = meta
+
+    def head(self, sid: str) -> _Head:
+        """The session's running summary (a new empty one for an unknown sid)."""
+        head = self._heads.get(sid)
+        if head is None:
+            summary = self._load(sid)
+            head = _Head(summary if summary is not None else SessionSummary(sid=sid))
+            self._heads[sid] = head
+        return head
+
+    def add(
+        self,
+        head: _Head,
+        seq: int,
+        pos: int,
+        ts: int,
+        prev: str,
+        digest: str,
+        kind: str,
+        event: EventBase | None,
+        segment: int,
+        offset: int,
+        length: int,
+    ) -> None:
+        """Index one valid line of `head`'s session (event None: an unknown kind).
+
+        Positional arguments only: this runs once per appended event.
+        """
+        self._touched[head.sid] = head
+        if seq != head.last_seq + 1 or prev != (head.head or GENESIS):
+            if not head.broken_seq:
+                head.broken_seq = min(seq, head.last_seq + 1)
+            if seq <= head.last_seq:  # a duplicate seq: the first line keeps it
+                return
+        self._events.append((head.key + _U64.pack(seq), _LOC.pack(segment, offset, length, pos)))
+        head.last_seq = seq
+        head.head = digest
+        head.last_pos = pos
+        head.events += 1
+        counts = head.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        if not head.created_ts:
+            head.created_ts = ts
+        head.updated_ts = ts
+        if kind in _BODY_KINDS:
+            if isinstance(event, Usage):
+                head.usage_tokens = event.total_tokens
+            elif isinstance(event, CheckpointCommitted):
+                head.checkpoint_seq = seq
+                head.checkpoint_pos = pos
+                head.checkpoint_epoch = event.epoch
+                self._checkpoints.append((head.key + _U64.pack(event.epoch), _CKPT.pack(seq, pos)))
+            elif isinstance(event, SessionStarted):
+                head.info_seq = seq
+                head.workspace = event.workspace
+                head.model = event.model
+
+    def add_corrupt(self, entry: CorruptEntry) -> None:
+        """Record an invalid line; its session (when known) fails closed from its seq."""
+        key = _SEG_OFF.pack(entry.segment, entry.offset)
+        self._corrupt.append((key, _encoder.encode(entry)))
+        if entry.sid:
+            head = self.head(entry.sid)
+            self._touched[entry.sid] = head
+            broken = entry.seq if entry.seq else head.last_seq + 1
+            if not head.broken_seq or broken < head.broken_seq:
+                head.broken_seq = broken
+
+    def take(self) -> IndexBatch:
+        """The puts gathered since the last take, ready for `Index.commit`."""
+        puts: dict[bytes, list[tuple[bytes, bytes]]] = {
+            b"events": self._events,
+            b"sessions": [(sid.encode(), _encoder.encode(h.freeze())) for sid, h in self._touched.items()],
+            b"checkpoints": self._checkpoints,
+            b"corrupt": self._corrupt,
+        }
+        self._events, self._checkpoints, self._corrupt = [], [], []
+        self._touched = {}
+        return IndexBatch(puts, self.meta)
+
+    @property
+    def pending(self) -> int:
+        return len(self._events) + len(self._corrupt)
+
+
+class _Gate:
+    """Many readers or one resizer: set_mapsize needs no active transaction."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class IndexUnusable(Exception):
+    """The index cannot be opened or trusted; the caller rebuilds it."""
+
+
+class _Env:
+    """One LMDB environment shared by every Index of this process on one path."""
+
+    def __init__(self, env: lmdb.Environment, dbs: dict[bytes, Any], readonly: bool) -> None:
+        self.env = env
+        self.dbs = dbs
+        self.readonly = readonly
+        self.gate = _Gate()
+        self.refs = 1
+
+
+_ENVS: dict[str, _Env] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def _acquire_env(path: Path, readonly: bool, map_size: int) -> _Env:
+    key = str(path.resolve())
+    with _ENVS_LOCK:
+        shared = _ENVS.get(key)
+        if shared is not None:
+            if shared.readonly and not readonly:
+                raise IndexUnusable(f"index at {path} is open read-only in this process; close its readers")
+            shared.refs += 1
+            return shared
+        try:
+            if not readonly:
+                path.mkdir(parents=True, exist_ok=True)
+            env = lmdb.open(
+                str(path),
+                subdir=True,
+                readonly=readonly,
+                map_size=map_size,
+                max_dbs=len(_DBS) + 1,
+                max_readers=1024,
+                sync=False,
+                metasync=False,
+                writemap=False,
+                readahead=False,
+                create=not readonly,
+            )
+        except lmdb.Error as exc:
+            raise IndexUnusable(f"cannot open index at {path}: {exc}") from exc
+        try:
+            dbs = {name: env.open_db(name, create=not readonly) for name in _DBS}
+            if not readonly:
+                with env.begin(write=True) as txn:
+                    stored = txn.get(b"format", db=dbs[b"meta"])
+                    if stored is None:
+                        txn.put(b"format", FORMAT, db=dbs[b"meta"])
+                        stored = FORMAT
+            else:
+                with env.begin() as txn:
+                    stored = txn.get(b"format", db=dbs[b"meta"])
+            if stored != FORMAT:
+                raise IndexUnusable(f"index at {path} has format {stored!r}, not {FORMAT!r}")
+        except lmdb.Error as exc:
+            env.close()
+            raise IndexUnusable(f"index at {path} is unreadable: {exc}") from exc
+        except IndexUnusable:
+            env.close()
+            raise
+        shared = _Env(env, dbs, readonly)
+        _ENVS[key] = shared
+        return shared
+
+
+def _release_env(path: Path, shared: _Env) -> None:
+    with _ENVS_LOCK:
+        shared.refs -= 1
+        if shared.refs:
+            return
+        _ENVS.pop(str(path.resolve()), None)
+        if not shared.readonly:
+            shared.env.sync(True)
+        shared.env.close()
+
+
+class Index:
+    """The store's index (see the module doc). Environments are shared per
+    process and path (PITFALLS 14): a read-only Index opened while a writer's
+    Index is open in the same process reads through the writer's environment."""
+
+    def __init__(self, path: Path, *, readonly: bool = False, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.grown = 0
+        self._shared = _acquire_env(path, readonly, map_size)
+        self.env = self._shared.env
+        self._dbs = self._shared.dbs
+        self._gate = self._shared.gate
+        self._closed = False
+
+    # -- reads (any thread) ---------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        for attempt in (0, 1):
+            with self._gate.reading():
+                try:
+                    txn = self.env.begin()
+                except lmdb.MapResizedError:
+                    if attempt:
+                        raise
+                    txn = None
+                if txn is not None:
+                    try:
+                        yield txn
+                    finally:
+                        txn.abort()
+                    return
+            with self._gate.exclusive():  # another process grew the map: adopt its size
+                self.env.set_mapsize(0)
+
+    def meta(self) -> IndexMeta | None:
+        with self._read() as txn:
+            raw = txn.get(b"through", db=self._dbs[b"meta"])
+        return None if raw is None else _meta_decoder.decode(raw)
+
+    def summary(self, sid: str) -> SessionSummary | None:
+        with self._read() as txn:
+            raw = txn.get(sid.encode(), db=self._dbs[b"sessions"])
+        return None if raw is None else _summary_decoder.decode(raw)
+
+    def summaries(self) -> Iterator[SessionSummary]:
+        """Every session in id order, paging with short transactions."""
+        after: bytes | None = None
+        while True:
+            page: list[tuple[bytes, bytes]] = []
+            with self._read() as txn:
+                cursor = txn.cursor(db=self._dbs[b"sessions"])
+                found = cursor.set_range(after) if after is not None else cursor.first()
+                while found and len(page) < _PAGE:
+                    if cursor.key() != after:
+                        page.append((bytes(cursor.key()), bytes(cursor.value())))
+                    found = cursor.next()
+            if not page:
+                return
+            after = page[-1][0]
+            for _, raw in page:
+                yield _summary_decoder.decode(raw)
+
+    def location(self, sid: str, seq: int) -> Loc | None:
+        with self._read() as txn:
+            raw = txn.get(event_key(sid, seq), db=self._dbs[b"events"])
+        return None if raw is None else Loc(*_LOC.unpack(raw))
+
+    def locations(self, sid: str, from_seq: int, to_seq: int, limit: int = _PAGE) -> list[tuple[int, Loc]]:
+        """Up to `limit` (seq, Loc) of a session with from_seq <= seq <= to_seq, in order."""
+        prefix = _prefix(sid)
+        result: list[tuple[int, Loc]] = []
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs[b"events"])
+            found = cursor.set_range(prefix + _U64.pack(max(from_seq, 0)))
+            while found and len(result) < limit:
+                key = bytes(cursor.key())
+                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                    break
+                seq = _U64.unpack_from(key, len(prefix))[0]
+                if seq > to_seq:
+                    break
+                result.append((seq, Loc(*_LOC.unpack(cursor.value()))))
+                found = cursor.next()
+        return result
+
+    def checkpoints(self, sid: str) -> list[CheckpointRef]:
+        prefix = _prefix(sid)
+        refs: list[CheckpointRef] = []
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs[b"checkpoints"])
+            found = cursor.set_range(prefix)
+            while found:
+                key = bytes(cursor.key())
+                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                    break
+                epoch = _U64.unpack_from(key, len(prefix))[0]
+                seq, pos = _CKPT.unpack(cursor.value())
+                refs.append(CheckpointRef(epoch, seq, pos))
+                found = cursor.next()
+        return refs
+
+    def corruptions(self) -> list[CorruptEntry]:
+        with self._read() as txn:
+            return [_corrupt_decoder.decode(value) for _, value in txn.cursor(db=self._dbs[b"corrupt"])]
+
+    def find_location(self, segment: int, offset: int) -> tuple[str, int] | None:
+        """The (sid, seq) indexed at a line's place: a full scan, for audits only."""
+        with self._read() as txn:
+            for key, value in txn.cursor(db=self._dbs[b"events"]):
+                loc = _LOC.unpack(value)
+                if loc[0] == segment and loc[1] == offset:
+                    sid, _, seq = bytes(key).rpartition(b"\x00")
+                    return sid.decode(), _U64.unpack(seq)[0] if len(seq) == 8 else 0
+        return None
+
+    def dump(self) -> list[tuple[str, bytes, bytes]]:
+        """Every (db, key, value), in order: two indexes are equal iff their dumps are."""
+        rows: list[tuple[str, bytes, bytes]] = []
+        with self._read() as txn:
+            for name in _DBS:
+                for key, value in txn.cursor(db=self._dbs[name]):
+                    rows.append((name.decode(), bytes(key), bytes(value)))
+        return rows
+
+    # -- writes (the writer thread only) ----------------------------------------
+
+    def commit(self, batch: IndexBatch) -> None:
+        """Apply a batch and its `through` position in one transaction.
+
+        MapFullError aborts the transaction; the map is doubled once no read
+        transaction is active, and the whole batch is applied again.
+        """
+        meta_value = _encoder.encode(batch.meta)
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    for name, items in batch.puts.items():
+                        if items:
+                            txn.cursor(db=self._dbs[name]).putmulti(items)
+                    txn.put(b"through", meta_value, db=self._dbs[b"meta"])
+                return
+            except lmdb.MapFullError:
+                self._grow()
+
+    def _grow(self) -> None:
+        with self._gate.exclusive():
+            size = self.env.info()["map_size"]
+            self.env.set_mapsize(size * 2)
+            self.grown += 1
+
+    def reset(self) -> None:
+        """Drop every entry (a rebuild from nothing starts here)."""
+        with self.env.begin(write=True) as txn:
+            for name in _DBS:
+                txn.drop(self._dbs[name], delete=False)
+            txn.put(b"format", FORMAT, db=self._dbs[b"meta"])
+
+    def info(self) -> dict[str, Any]:
+        return dict(self.env.info())
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            _release_env(self.path, self._shared)

@@ -1,0 +1,738 @@
+"""The journal: the one API of the durable event log (DESIGN §2).
+
+Disk contract (under the store root):
+
+- `log/<20-digit first pos>.jsonl` -- the segments (see `store.segments`),
+  the only source of truth; one line per event (see `events.codec`).
+- `blobs/ab/cdef...` -- large parts, content-addressed (see `store.blobs`).
+- `index/` -- the LMDB index, derived and rebuildable (see `store.index`).
+- `LOCK` -- held with `flock` by the one process that writes the store.
+
+Write path (group commit): `append` validates the session id, moves large
+parts to blobs (fsynced first), and queues the call. One writer thread
+drains everything queued, checks each call's `expected_seq`, assigns pos,
+seq, ts and the hash chain, writes the batch with one `os.write` per segment
+and one `fsync`, commits the index in one LMDB transaction, and only then
+resolves the callers. A call's events are all written or none. An I/O error
+is fatal (fsyncgate): pending and later appends fail with `StorageFailed`
+until the store is reopened, and reopening recovers from the log.
+
+Read path: `read`, `load` and the listings go through the index to the exact
+lines; every line read is checked (checksum, envelope, hash chain) and a bad
+one raises `CorruptionError` for its session only.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import msgspec
+
+from events.codec import (
+    GENESIS,
+    SCHEMA_VERSION,
+    Record,
+    chain_digest,
+    decode_line,
+    encode_line,
+    validate_session_id,
+)
+from events.errors import DecodeError, InputError, MalformedEvent
+from events.kinds import EVENT_TYPES, KINDS, EventBase
+from events.state import SessionState, replay
+from store.blobs import BLOB_THRESHOLD, BlobStore, externalize
+from store.errors import (
+    AppendTimeout,
+    CorruptionError,
+    ReadOnlyStore,
+    SeqConflict,
+    StorageError,
+    StorageFailed,
+    StoreClosed,
+    StoreLocked,
+)
+from store.index import (
+    DEFAULT_MAP_SIZE,
+    CheckpointRef,
+    Index,
+    IndexBuilder,
+    IndexMeta,
+    IndexUnusable,
+    Loc,
+    SessionSummary,
+)
+from store.reader import Progress
+from store.recovery import Recovery, recover
+from store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
+
+log = logging.getLogger("cairn.store")
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_READ_PAGE = 256
+_MAX_SEQ = (1 << 63) - 1
+_TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Pending:
+    """One queued append call; resolved by the writer thread exactly once."""
+
+    __slots__ = ("done", "error", "events", "expected", "future", "lock", "result", "sid", "ts")
+
+    def __init__(
+        self,
+        sid: str,
+        events: list[EventBase],
+        expected: int,
+        ts: int | None,
+        future: concurrent.futures.Future[list[Record]] | None,
+    ) -> None:
+        self.sid = sid
+        self.events = events
+        self.expected = expected
+        self.ts = ts
+        self.future = future
+        self.result: list[Record] = []
+        self.error: BaseException | None = None
+        self.done = False
+        if future is None:
+            self.lock: Any = threading.Lock()
+            self.lock.acquire()
+
+
+class Journal:
+    """The durable, append-only event log of every session of one store.
+
+    Thread-safety: every public method may be called from any thread. Appends
+    are serialized by the single writer thread; reads run on the caller's
+    thread with short index transactions and never block appends. Done
+    callbacks of `append_async` futures run on the writer thread: they must
+    not block on the journal (a synchronous `append` from there is refused).
+
+    Open for writing takes the store's lock file (a second writer gets
+    `StoreLocked`), runs recovery (`self.recovery`) and starts the writer.
+    `readonly=True` takes no lock and changes nothing on disk; it reads the
+    index as the writer last committed it (if the store has no usable index,
+    it builds a private one in a temporary directory).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        index: Index,
+        recovery: Recovery,
+        readonly: bool,
+        segment_bytes: int,
+        fsync: FsyncFn,
+        clock_ms: Callable[[], int],
+        blob_threshold: int,
+        lock_fd: int | None,
+        private_index: Path | None,
+    ) -> None:
+        self.root = root
+        self.readonly = readonly
+        self.recovery = recovery
+        self.segment_bytes = segment_bytes
+        self._index = index
+        self._fsync = fsync
+        self._clock_ms = clock_ms
+        self._blob_threshold = blob_threshold
+        self._lock_fd = lock_fd
+        self._private_index = private_index
+        self._blobs = BlobStore(root, fsync=fsync)
+        self._reader = SegmentReader(root / "log")
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._work = threading.Event()
+        self._closing = False
+        self._closed = False
+        self._drained = False
+        self._failed: StorageFailed | None = None
+        self._close_lock = threading.Lock()
+        self._writer_ident = -1
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # batches written (for benchmarks and tests)
+        if not readonly:
+            meta = index.meta()
+            assert meta is not None
+            self._segment = SegmentWriter(
+                root / "log",
+                recovery.active_segment if recovery.segments else recovery.next_pos,
+                fsync=fsync,
+            )
+            self._next_pos = recovery.next_pos
+            self._builder = IndexBuilder(index.summary, meta)
+            self._thread = threading.Thread(target=self._run, name="cairn-journal-writer", daemon=True)
+            self._thread.start()
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        fsync: FsyncFn = os.fsync,
+        clock_ms: Callable[[], int] | None = None,
+        map_size: int = DEFAULT_MAP_SIZE,
+        blob_threshold: int = BLOB_THRESHOLD,
+        progress: Progress | None = None,
+    ) -> Journal:
+        """Open (creating when writable) the store at `root`; see the class doc."""
+        path = Path(root)
+        if segment_bytes < 1:
+            raise InputError(f"segment_bytes must be positive, got {segment_bytes}")
+        clock = clock_ms if clock_ms is not None else _wall_clock_ms
+        if readonly:
+            return cls._open_readonly(path, segment_bytes, fsync, clock, map_size, blob_threshold, progress)
+        (path / "log").mkdir(parents=True, exist_ok=True)
+        lock_fd = _take_lock(path)
+        try:
+            index_dir = path / "index"
+            rebuilt = ""
+            try:
+                index = Index(index_dir, map_size=map_size)
+            except IndexUnusable as exc:
+                rebuilt = str(exc)
+                log.warning("cairn: the index of %s is unusable, rebuilding it: %s", path, exc)
+                shutil.rmtree(index_dir, ignore_errors=True)
+                index = Index(index_dir, map_size=map_size)
+            try:
+                recovery = recover(path, index, fsync=fsync, progress=progress, rebuild=bool(rebuilt))
+                if rebuilt:
+                    recovery = _with_reason(recovery, rebuilt)
+                return cls(
+                    path,
+                    index=index,
+                    recovery=recovery,
+                    readonly=False,
+                    segment_bytes=segment_bytes,
+                    fsync=fsync,
+                    clock_ms=clock,
+                    blob_threshold=blob_threshold,
+                    lock_fd=lock_fd,
+                    private_index=None,
+                )
+            except BaseException:
+                index.close()
+                raise
+        except OSError as exc:
+            os.close(lock_fd)
+            raise StorageFailed(f"cannot open the store at {path}: {exc}") from exc
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def _open_readonly(
+        cls,
+        path: Path,
+        segment_bytes: int,
+        fsync: FsyncFn,
+        clock: Callable[[], int],
+        map_size: int,
+        blob_threshold: int,
+        progress: Progress | None,
+    ) -> Journal:
+        if not (path / "log").is_dir():
+            raise StorageError(f"no cairn store at {path} (no log directory)")
+        private: Path | None = None
+        index: Index | None = None
+        if (path / "index" / "data.mdb").exists():
+            try:
+                index = Index(path / "index", readonly=True, map_size=map_size)
+            except IndexUnusable as exc:
+                log.warning("cairn: cannot read the index of %s (%s); building a private one", path, exc)
+        if index is None:
+            private = Path(tempfile.mkdtemp(prefix="cairn-index-"))
+            index = Index(private, map_size=map_size)
+            recovery = recover(path, index, readonly=True, progress=progress)
+        else:
+            meta = index.meta()
+            recovery = Recovery(
+                segments=0,
+                scanned_from=("", 0),
+                lines_indexed=0,
+                next_pos=meta.next_pos if meta else 0,
+                active_segment=meta.segment if meta else 0,
+                active_size=meta.offset if meta else 0,
+            )
+        return cls(
+            path,
+            index=index,
+            recovery=recovery,
+            readonly=True,
+            segment_bytes=segment_bytes,
+            fsync=fsync,
+            clock_ms=clock,
+            blob_threshold=blob_threshold,
+            lock_fd=None,
+            private_index=private,
+        )
+
+    # -- appending ------------------------------------------------------------------
+
+    def append(
+        self,
+        sid: str,
+        events: Sequence[EventBase],
+        *,
+        expected_seq: int,
+        ts_ms: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> list[Record]:
+        """Append `events` to session `sid` atomically; return them as stored.
+
+        Returns once the lines are fsynced and indexed. Raises `SeqConflict`
+        when `expected_seq` is not the session's last seq, `LineTooLarge` /
+        `MalformedEvent` / `InvalidSessionId` for bad input (nothing written),
+        `StorageFailed` after an I/O error, `AppendTimeout` when no answer came
+        within `timeout` seconds (the append may still become durable).
+        """
+        if threading.get_ident() == self._writer_ident:
+            raise InputError("append from the journal's writer thread would deadlock; use append_async")
+        pending = self._submit(sid, events, expected_seq, ts_ms, None)
+        if not pending.lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise AppendTimeout(f"session {sid}: no acknowledgement within {timeout} s")
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def append_async(
+        self,
+        sid: str,
+        events: Sequence[EventBase],
+        *,
+        expected_seq: int,
+        ts_ms: int | None = None,
+    ) -> concurrent.futures.Future[list[Record]]:
+        """Queue an append; the future resolves as `append` would return or raise.
+
+        Bad input raises here, before anything is queued. Calls queued in
+        order are applied in order, so a caller may pipeline appends of one
+        session with increasing `expected_seq`.
+        """
+        future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()  # the writer owns it now: it cannot be cancelled
+        self._submit(sid, events, expected_seq, ts_ms, future)
+        return future
+
+    def _submit(
+        self,
+        sid: str,
+        events: Sequence[EventBase],
+        expected_seq: int,
+        ts_ms: int | None,
+        future: concurrent.futures.Future[list[Record]] | None,
+    ) -> _Pending:
+        if self.readonly:
+            raise ReadOnlyStore(f"the store at {self.root} is open read-only")
+        if self._failed is not None:
+            raise self._failed
+        if self._closing:
+            raise StoreClosed(f"the journal of {self.root} is closed")
+        validate_session_id(sid)
+        if not isinstance(expected_seq, int) or expected_seq < 0:
+            raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
+        prepared: list[EventBase] = []
+        for event in events:
+            if not isinstance(event, EVENT_TYPES):
+                raise MalformedEvent(f"not an event: {type(event).__name__}")
+            prepared.append(externalize(event, self._put_blob, self._blob_threshold))
+        pending = _Pending(sid, prepared, expected_seq, ts_ms, future)
+        queue = self._queue
+        queue.append(pending)
+        if not self._work.is_set():
+            self._work.set()
+        if self._drained:
+            # close() may have swept the queue before our item landed in it:
+            # take it back ourselves unless someone else resolved it.
+            with contextlib.suppress(ValueError):
+                queue.remove(pending)
+                _resolve(pending, None, StoreClosed(f"the journal of {self.root} is closed"))
+        return pending
+
+    def _put_blob(self, data: bytes) -> str:
+        try:
+            return self._blobs.put(data)
+        except OSError as exc:
+            failure = self._fail(exc, "writing a blob")
+            raise failure from exc
+
+    # -- the writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._writer_ident = threading.get_ident()
+        queue = self._queue
+        work = self._work
+        while True:
+            if not queue:
+                work.clear()
+                if not queue:
+                    if self._closing:
+                        break
+                    work.wait()
+                    continue
+            batch: list[_Pending] = []
+            take = queue.popleft
+            while queue:
+                batch.append(take())
+            try:
+                self._write_batch(batch)
+            except BaseException as exc:  # never leave a caller hanging
+                failure = self._fail(exc, "writing a batch")
+                for pending in batch:
+                    _resolve(pending, None, failure)
+
+    def _fail(self, exc: BaseException, doing: str) -> StorageFailed:
+        """The one path for I/O errors: the store refuses appends from now on."""
+        if self._failed is None:
+            self._failed = StorageFailed(
+                f"the store at {self.root} failed while {doing} ({type(exc).__name__}: {exc}); "
+                "the outcome of pending appends is unknown: reopen the store to recover"
+            )
+            self._failed.__cause__ = exc
+            log.error("cairn: %s", self._failed)
+        return self._failed
+
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        """Runs on the writer thread: encode, write, fsync, index, then resolve.
+
+        This loop runs once per appended event under heavy concurrency, so it
+        is written for speed: locals, positional calls, no per-event objects
+        beyond the line and the Record.
+        """
+        failed = self._failed
+        if failed is not None:
+            for pending in batch:
+                _resolve(pending, None, failed)
+            return
+        builder = self._builder
+        head_of = builder.head
+        add = builder.add
+        segment = self._segment
+        limit = self.segment_bytes
+        now = self._clock_ms()
+        pos = self._next_pos
+        seg_first = segment.first_pos
+        chunks: list[tuple[int, list[bytes]]] = [(seg_first, [])]
+        chunk_lines = chunks[0][1]
+        chunk_size = segment.size
+        done: list[tuple[_Pending, list[Record]]] = []
+        rejected: list[tuple[_Pending, BaseException]] = []
+        meta = builder.meta
+        last = (meta.last_segment, meta.last_offset, meta.last_length)
+        tag_of = _TAG_OF
+        version = SCHEMA_VERSION
+
+        for pending in batch:
+            sid = pending.sid
+            head = head_of(sid)
+            if head.broken_seq:
+                rejected.append((pending, self._broken(sid, head.broken_seq)))
+                continue
+            if pending.expected != head.last_seq:
+                rejected.append((pending, SeqConflict(sid, pending.expected, head.last_seq)))
+                continue
+            ts = pending.ts if pending.ts is not None else now
+            seq = head.last_seq
+            prev = head.head or GENESIS
+            encoded: list[tuple[bytes, str, Record]] = []
+            call_pos = pos
+            size = 0
+            try:
+                for event in pending.events:
+                    seq += 1
+                    line, digest = encode_line(pos=call_pos, sid=sid, seq=seq, ts=ts, prev=prev, event=event)
+                    encoded.append((line, digest, Record(call_pos, sid, seq, ts, prev, event, version,  # type: ignore[arg-type]
+                                                         tag_of[type(event)])))
+                    size += len(line)
+                    prev = digest
+                    call_pos += 1
+            except (InputError, msgspec.EncodeError, TypeError, ValueError, OverflowError, KeyError) as exc:
+                rejected.append((pending, exc))
+                continue
+            if chunk_size and chunk_size + size > limit:
+                seg_first = pos  # roll before this call: calls never straddle segments
+                chunks.append((seg_first, []))
+                chunk_lines = chunks[-1][1]
+                chunk_size = 0
+            records: list[Record] = []
+            for line, digest, record in encoded:
+                length = len(line)
+                add(head, record.seq, record.pos, ts, record.prev, digest, record.line_kind, record.event,
+                    seg_first, chunk_size, length)
+                chunk_lines.append(line)
+                last = (seg_first, chunk_size, length)
+                chunk_size += length
+                records.append(record)
+            pos = call_pos
+            done.append((pending, records))
+
+        if done:
+            try:
+                for number, (first_pos, lines_of_chunk) in enumerate(chunks):
+                    if number:
+                        segment.roll(first_pos)
+                    if lines_of_chunk:
+                        segment.write(b"".join(lines_of_chunk))
+                        segment.sync()
+                self._next_pos = pos
+                builder.meta = IndexMeta(
+                    segment=segment.first_pos,
+                    offset=segment.size,
+                    next_pos=pos,
+                    last_segment=last[0],
+                    last_offset=last[1],
+                    last_length=last[2],
+                )
+                self._index.commit(builder.take())
+            except BaseException as exc:
+                failure = self._fail(exc, "writing and syncing the log")
+                for pending, _ in done:
+                    _resolve(pending, None, failure)
+                for pending, error in rejected:
+                    _resolve(pending, None, error)
+                return
+            self.batches += 1
+        for pending, records in done:
+            pending.done = True
+            if pending.future is None:
+                pending.result = records
+                pending.lock.release()
+            else:
+                pending.future.set_result(records)
+        for pending, error in rejected:
+            _resolve(pending, None, error)
+
+    def _broken(self, sid: str, seq: int) -> CorruptionError:
+        for entry in self._index.corruptions():
+            if entry.sid == sid:
+                return CorruptionError(
+                    f"the session is unreadable from seq {seq}: {entry.reason}",
+                    segment=segment_name(entry.segment), offset=entry.offset, sid=sid, seq=entry.seq or seq,
+                )
+        loc = self._index.location(sid, seq) or self._index.location(sid, seq - 1)
+        return CorruptionError(
+            f"the session's seq or hash chain breaks at seq {seq}",
+            segment=segment_name(loc.segment) if loc else "?", offset=loc.offset if loc else -1,
+            sid=sid, seq=seq,
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    def last_seq(self, sid: str) -> int:
+        """The session's highest seq from the index (0 when unknown); no replay."""
+        summary = self._index.summary(validate_session_id(sid))
+        return summary.last_seq if summary is not None else 0
+
+    def session(self, sid: str) -> SessionSummary | None:
+        return self._index.summary(validate_session_id(sid))
+
+    def sessions(self) -> Iterator[SessionSummary]:
+        """Every session's summary, in id order."""
+        return self._index.summaries()
+
+    def checkpoints(self, sid: str) -> list[CheckpointRef]:
+        """The session's `checkpoint-committed` events, by epoch."""
+        return self._index.checkpoints(validate_session_id(sid))
+
+    def read(self, sid: str, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Record]:
+        """The session's records with from_seq <= seq <= to_seq, in seq order.
+
+        Each line is verified (checksum, envelope, hash chain within the
+        range); a bad line, or reading past the point where the session is
+        known to be broken, raises `CorruptionError` naming segment, offset
+        and session. Other sessions are unaffected.
+        """
+        validate_session_id(sid)
+        last = _MAX_SEQ if to_seq is None else to_seq
+        return self._read(sid, max(from_seq, 1), last)
+
+    def _read(self, sid: str, from_seq: int, to_seq: int) -> Iterator[Record]:
+        if from_seq > to_seq:
+            return
+        summary = self._index.summary(sid)
+        if summary is None:
+            return
+        broken = summary.broken_seq
+        to_seq = min(to_seq, summary.last_seq)
+        cursor = from_seq
+        prev_digest: str | None = None
+        while cursor <= to_seq:
+            page = self._index.locations(sid, cursor, to_seq, _READ_PAGE)
+            for seq, loc in page:
+                if broken and seq >= broken:
+                    raise self._broken(sid, broken)
+                record, digest = self._read_line(sid, seq, loc)
+                if prev_digest is not None and record.prev != prev_digest:
+                    raise CorruptionError(
+                        "hash chain broken: prev does not name the previous line",
+                        segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+                    )
+                prev_digest = digest
+                cursor = seq + 1
+                yield record
+            if len(page) < _READ_PAGE:
+                break
+        if broken and from_seq <= broken <= to_seq and cursor <= broken:
+            raise self._broken(sid, broken)
+
+    def _read_line(self, sid: str, seq: int, loc: Loc) -> tuple[Record, str]:
+        where = f"{segment_name(loc.segment)}@{loc.offset}"
+        try:
+            raw = self._reader.read(loc.segment, loc.offset, loc.length)
+            record = decode_line(raw, where=where)
+            digest = chain_digest(raw)
+        except (DecodeError, OSError) as exc:
+            raise CorruptionError(
+                f"unreadable line: {exc}",
+                segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+            ) from exc
+        if record.sid != sid or record.seq != seq or record.pos != loc.pos:
+            raise CorruptionError(
+                f"the line holds {record.sid} seq {record.seq} pos {record.pos}, "
+                f"the index expects seq {seq} pos {loc.pos}",
+                segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+            )
+        return record, digest
+
+    def load(self, sid: str) -> SessionState:
+        """The session's state, replayed from its latest checkpoint (DESIGN §2.6).
+
+        Reads the latest `session-started` and then every event from the latest
+        `checkpoint-committed` on: O(events since the checkpoint). Equal to
+        `replay_full`. An unknown session gives an empty state for `sid`; a
+        broken one raises `CorruptionError` (fail closed).
+        """
+        validate_session_id(sid)
+        summary = self._index.summary(sid)
+        if summary is None:
+            return SessionState(sid=sid)
+        if summary.broken_seq:
+            raise self._broken(sid, summary.broken_seq)
+        start = summary.checkpoint_seq
+        if start <= 1:
+            return replay(self._read(sid, 1, _MAX_SEQ))
+        head: list[Record] = []
+        if 0 < summary.info_seq < start:
+            head = list(self._read(sid, summary.info_seq, summary.info_seq))
+        state = replay(head)
+        return replay(self._read(sid, start, _MAX_SEQ), state)
+
+    def replay_full(self, sid: str) -> SessionState:
+        """The session's state folded from seq 1 (the reference for `load`)."""
+        validate_session_id(sid)
+        if self._index.summary(sid) is None:
+            return SessionState(sid=sid)
+        return replay(self.read(sid))
+
+    def read_blob(self, sha256: str) -> bytes:
+        """A blob's bytes, verified against its SHA-256 (`BlobError` if missing or altered)."""
+        return self._blobs.get(sha256)
+
+    def index_dump(self) -> list[tuple[str, bytes, bytes]]:
+        """Every entry of the index, for equality checks against a rebuild."""
+        return self._index.dump()
+
+    @property
+    def index(self) -> Index:
+        return self._index
+
+    @property
+    def failed(self) -> StorageFailed | None:
+        """The fatal storage error, once one happened (appends are refused)."""
+        return self._failed
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finish queued appends, stop the writer, release the lock. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closing = True
+            self._work.set()
+            if self._thread is not None:
+                self._thread.join()
+            self._drained = True
+            closed = StoreClosed(f"the journal of {self.root} is closed")
+            while self._queue:
+                _resolve(self._queue.popleft(), None, closed)
+            self._closed = True
+            if not self.readonly:
+                self._segment.close()
+            self._reader.close()
+            self._index.close()
+            if self._private_index is not None:
+                shutil.rmtree(self._private_index, ignore_errors=True)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _resolve(pending: _Pending, records: list[Record] | None, error: BaseException | None) -> None:
+    if pending.done:
+        return
+    pending.done = True
+    if pending.future is None:
+        pending.result = records or []
+        pending.error = error
+        pending.lock.release()
+    elif error is not None:
+        pending.future.set_exception(error)
+    else:
+        pending.future.set_result(records or [])
+
+
+def _take_lock(root: Path) -> int:
+    """The exclusive writer lock (flock on `<root>/LOCK`); StoreLocked if held."""
+    fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        raise StoreLocked(
+            f"the store at {root} is open for writing by another process or journal"
+            + (f" (pid {holder})" if holder else "")
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _with_reason(recovery: Recovery, reason: str) -> Recovery:
+    return dataclasses.replace(recovery, index_rebuilt=reason)

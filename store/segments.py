@@ -1,0 +1,191 @@
+"""Segment files: the append-only JSONL files that hold the log (DESIGN §2.3).
+
+Disk contract:
+
+- The log is `<root>/log/<first pos, 20 digits>.jsonl`: one file per segment,
+  named by the global position of its first line, in position order. A
+  segment is rolled (a new file started) before a write would take it past
+  the size limit; one append call is never split across two segments, so a
+  segment exceeds the limit only when a single call is larger than it.
+- Only the last segment (the *active* one) is ever written, always at its end
+  (`O_APPEND`), by one thread of one process (the journal's writer; the
+  store's lock file keeps other processes out).
+- A new segment's directory entry is fsynced when the file is created, and
+  its bytes are fsynced before any line in them is acknowledged. Bytes after
+  the last fsync may be lost or torn by a crash; recovery cuts them.
+
+The files are the source of truth; everything else (the index) is rebuilt
+from them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+SEGMENT_SUFFIX = ".jsonl"
+_NAME_RE = re.compile(r"^(\d{20})\.jsonl$")
+
+FsyncFn = Callable[[int], None]
+
+
+def segment_name(first_pos: int) -> str:
+    """The file name of the segment whose first line has position `first_pos`."""
+    return f"{first_pos:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The first position encoded in a segment file name, or None if it is not one."""
+    match = _NAME_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def list_segments(log_dir: Path) -> list[int]:
+    """First positions of every segment in `log_dir`, ascending (missing dir: none)."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return []
+    found = (parse_segment_name(name) for name in names)
+    return sorted(pos for pos in found if pos is not None)
+
+
+def fsync_dir(path: Path, fsync: FsyncFn = os.fsync) -> None:
+    """fsync a directory so that entries created or renamed in it are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (short writes loop, PITFALLS 7)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def iter_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, line) for the lines of a segment from byte `start`.
+
+    Each line keeps its newline; a final piece without one (a torn tail, or a
+    line still being written by another process) is yielded as it is. `end`
+    bounds the bytes considered (default: the size when the scan starts).
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size if end is None else end
+        if size <= start:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            offset = start
+            size = min(size, len(view))
+            while offset < size:
+                newline = view.find(b"\n", offset, size)
+                stop = size if newline < 0 else newline + 1
+                yield offset, view[offset:stop]
+                offset = stop
+
+
+class SegmentReader:
+    """Reads lines at known (segment, offset, length) locations with pread.
+
+    Thread-safe: file descriptors are opened once per segment (under a lock)
+    and shared; `pread` needs no seek, so concurrent reads do not interfere.
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self._log_dir = log_dir
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _fd(self, segment: int) -> int:
+        fd = self._fds.get(segment)
+        if fd is not None:
+            return fd
+        with self._lock:
+            if self._closed:
+                raise ValueError("segment reader is closed")
+            fd = self._fds.get(segment)
+            if fd is None:
+                fd = os.open(self._log_dir / segment_name(segment), os.O_RDONLY)
+                self._fds[segment] = fd
+            return fd
+
+    def read(self, segment: int, offset: int, length: int) -> bytes:
+        """The `length` bytes at `offset` of a segment (fewer if the file is shorter)."""
+        fd = self._fd(segment)
+        data = os.pread(fd, length, offset)
+        while len(data) < length:
+            more = os.pread(fd, length - len(data), offset + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+class SegmentWriter:
+    """The active segment, open for appending (O_APPEND) by the writer thread.
+
+    Not thread-safe: only the journal's writer thread calls it. `fsync` is the
+    injected function used for every fsync (file and directory), the
+    fault-injection seam; an exception from it or from a write propagates and
+    the journal treats it as fatal.
+    """
+
+    def __init__(self, log_dir: Path, first_pos: int, *, fsync: FsyncFn) -> None:
+        self.log_dir = log_dir
+        self._fsync = fsync
+        self.first_pos = first_pos
+        self.fd = -1
+        self.size = 0
+        self._open(first_pos)
+
+    def _open(self, first_pos: int) -> None:
+        path = self.log_dir / segment_name(first_pos)
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = fd
+        self.first_pos = first_pos
+        self.size = os.fstat(fd).st_size
+        if created:
+            self._fsync(fd)
+            fsync_dir(self.log_dir, self._fsync)
+
+    @property
+    def name(self) -> str:
+        return segment_name(self.first_pos)
+
+    def write(self, data: bytes) -> int:
+        """Append `data`; return the offset it starts at. Not durable until `sync`."""
+        offset = self.size
+        write_all(self.fd, data)
+        self.size += len(data)
+        return offset
+
+    def sync(self) -> None:
+        self._fsync(self.fd)
+
+    def roll(self, first_pos: int) -> None:
+        """Close the active segment (already synced) and start `first_pos`'s."""
+        os.close(self.fd)
+        self.fd = -1
+        self._open(first_pos)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
