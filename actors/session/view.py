@@ -1,0 +1,149 @@
+"""A session's history as the model sees it, kept in step with its state at O(new messages) a sync.
+
+`HistoryView` is a memo of three pure functions of `SessionState.context`:
+the rendering of every message (tool_budget.render_context), the token count
+of each rendering (T1, with prefix sums so any range costs O(1)), and the
+tool turns (M3, events.model.tool_turns) with how often each call id occurs.
+
+Sync rule: the context changes only by appends, except at a slimming (the
+revision increases, P5) or a checkpoint (a new checkpoint seq). So while
+(sid, epoch, checkpoint seq, revision) stay the same and the messages already
+seen are still in place, a sync only walks the new messages; anything else
+rebuilds the memo from scratch, which gives the same result. Tests check the
+memo against the pure functions.
+
+Not thread-safe: a view belongs to one session (its actor), like its counter.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from actors.session.tokens import TokenCounter
+from actors.session.tool_budget import TurnBudgets
+from events.model import Message, ToolTurn
+from events.state import SessionState
+
+
+class TurnEntry:
+    """One tool turn (M3): the call's index, its call ids and the indexes of its results.
+
+    `rank` memoizes the S2 class of the turn for one set of read-only tool
+    names (the planner fills it in once the turn can no longer grow).
+    """
+
+    __slots__ = ("call_ids", "call_index", "id_set", "rank", "rank_for", "result_indexes")
+
+    def __init__(self, call_index: int, call_ids: tuple[str, ...]) -> None:
+        self.call_index = call_index
+        self.call_ids = call_ids
+        self.id_set = frozenset(call_ids)
+        self.result_indexes: list[int] = []
+        self.rank: int | None = None
+        self.rank_for: frozenset[str] | None = None
+
+    @property
+    def indexes(self) -> tuple[int, ...]:
+        return (self.call_index, *self.result_indexes)
+
+    def as_tool_turn(self) -> ToolTurn:
+        return ToolTurn(self.call_index, tuple(self.result_indexes), self.call_ids)
+
+
+_Key = tuple[str, int, int, int]
+
+
+class HistoryView:
+    """The rendered history of one session with per-message token counts and tool turns."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._key: _Key | None = None
+        self._context: tuple[Message, ...] = ()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._context = ()
+        self._rendered: list[Message] = []
+        self._prefix: list[int] = [0]
+        self._walk = TurnBudgets()
+        self._turns: list[TurnEntry] = []
+        self._open: TurnEntry | None = None
+        self._refs: Counter[str] = Counter()
+
+    def sync(self, state: SessionState) -> None:
+        """Bring the view up to `state.context`: O(new messages) while history only grew."""
+        key = (state.sid, state.epoch, state.checkpoint_seq, state.revision)
+        context = state.context
+        seen = len(self._context)
+        if seen and (
+            key != self._key
+            or len(context) < seen
+            or not _same(context[seen - 1], self._context[seen - 1])
+            or not _same(context[0], self._context[0])
+        ):
+            self._reset()
+            seen = 0
+        self._key = key
+        if len(context) == seen:
+            self._context = context
+            return
+        for index in range(seen, len(context)):
+            self._append(index, context[index])
+        self._context = context
+
+    def _append(self, index: int, message: Message) -> None:
+        rendered = self._walk.render(message)
+        self._rendered.append(rendered)
+        self._prefix.append(self._prefix[-1] + self.counter.message(rendered))
+        role = message.role
+        if role == "tool":
+            call_id = message.tool_call_id or ""
+            self._refs[call_id] += 1
+            if self._open is not None and call_id in self._open.id_set:
+                self._open.result_indexes.append(index)
+        elif role == "assistant" and message.tool_calls:
+            entry = TurnEntry(index, tuple(call.id for call in message.tool_calls))
+            self._refs.update(entry.call_ids)
+            self._turns.append(entry)
+            self._open = entry
+        elif role != "system":
+            self._open = None
+
+    # --- reading ---------------------------------------------------------
+
+    @property
+    def context(self) -> tuple[Message, ...]:
+        """The state's context as of the last sync (what the model is sent, before rendering)."""
+        return self._context
+
+    @property
+    def rendered(self) -> list[Message]:
+        """The model-visible form of each context message (read-only)."""
+        return self._rendered
+
+    @property
+    def total(self) -> int:
+        """Tokens of the whole rendered history."""
+        return self._prefix[-1]
+
+    def tokens(self, start: int = 0, end: int | None = None) -> int:
+        """Tokens of rendered messages [start, end), in O(1)."""
+        stop = len(self._rendered) if end is None else end
+        return self._prefix[stop] - self._prefix[start]
+
+    def message_tokens(self, index: int) -> int:
+        return self._prefix[index + 1] - self._prefix[index]
+
+    @property
+    def turns(self) -> list[TurnEntry]:
+        """Tool turns oldest first (read-only)."""
+        return self._turns
+
+    def references(self, call_id: str) -> int:
+        """How many context messages name `call_id` (as a call or as a result)."""
+        return self._refs[call_id]
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a is b or a == b
