@@ -1,0 +1,109 @@
+"""Request assembly: from the session's state to the exact messages a provider receives.
+
+One function serves the live turn loop and `cairn context`, so what an
+auditor is shown is what the model was sent:
+
+    messages = system messages (P2) + history rendered by the tool-result
+               budget (X1-X3) + the current hand-off (H3/H4), last
+
+with the projection of that request (P4), its budget snapshot (B4) and the
+local token counts of each part. `request_event` turns it into the `request`
+event that must be persisted before the request is sent; that event is the
+baseline the next projection starts from (P3, P6).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from actors.session.budget import BudgetSnapshot
+from actors.session.tracker import Occupancy, Projection, occupancy
+from actors.session.view import HistoryView
+from events.kinds import Request
+from events.model import Message
+from events.state import SessionState
+
+
+class PartTokens(msgspec.Struct, frozen=True, kw_only=True):
+    """Local token counts of each part of a request (T1)."""
+
+    system: int
+    tools: int
+    history: int
+    handoff: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.tools + self.history + self.handoff
+
+
+class AssembledRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the provider receives for one request, and what cairn knows about it."""
+
+    model: str
+    messages: tuple[Message, ...]
+    #: tool schemas as canonical JSON strings, in the order sent
+    tools: tuple[str, ...]
+    #: history messages sent (the index the reply will take in the context)
+    history_length: int
+    history_revision: int
+    handoff_included: bool
+    fingerprint: str
+    fixed_tokens: int
+    projection: Projection
+    snapshot: BudgetSnapshot
+    parts: PartTokens
+
+
+def assemble(
+    state: SessionState,
+    view: HistoryView,
+    *,
+    occ: Occupancy | None = None,
+    model: str | None = None,
+) -> AssembledRequest:
+    """The next request of `state` (pass `occ` when it was just computed for this state)."""
+    if occ is None:
+        occ = occupancy(state, view, model=model)
+    view.sync(state)
+    profile = occ.profile
+    handoff = occ.handoff
+    tail = (handoff,) if handoff is not None else ()
+    messages = (*profile.system, *view.rendered, *tail)
+    return AssembledRequest(
+        model=profile.model,
+        messages=messages,
+        tools=profile.tools,
+        history_length=len(state.context),
+        history_revision=state.revision,
+        handoff_included=handoff is not None,
+        fingerprint=profile.fingerprint,
+        fixed_tokens=profile.fixed_tokens,
+        projection=occ.projection,
+        snapshot=occ.snapshot,
+        parts=PartTokens(
+            system=profile.system_tokens,
+            tools=profile.tools_tokens,
+            history=view.total,
+            handoff=view.counter.message(handoff) if handoff is not None else 0,
+        ),
+    )
+
+
+def request_event(assembled: AssembledRequest, *, request_id: str, turn_id: str, attempt: int = 1) -> Request:
+    """The `request` event of an assembled request (persist it before sending, P6)."""
+    return Request(
+        request_id=request_id,
+        turn_id=turn_id,
+        attempt=attempt,
+        fingerprint=assembled.fingerprint,
+        history_revision=assembled.history_revision,
+        projected_tokens=assembled.projection.tokens,
+        phase=assembled.snapshot.phase,
+        message_count=len(assembled.messages),
+        history_length=assembled.history_length,
+        model=assembled.model,
+        fixed_tokens=assembled.fixed_tokens,
+        projection_source=assembled.projection.source,
+        handoff_included=assembled.handoff_included,
+    )
