@@ -128,10 +128,10 @@ def render_result(message: Message, remaining: int = TURN_LIMIT) -> tuple[Messag
         size = content_chars(content)
         has_blob = any(isinstance(part, BlobPart) for part in content)
     limit, why = (PREVIEW_CHARS, _WHY_X1) if size > RESULT_LIMIT else (size, _WHY_PREVIEW)
-    if limit > remaining:
+    if limit > remaining:  # X2, but never below the preview
         cut = max(remaining, min(limit, PREVIEW_CHARS))
         if cut < limit:
-            limit, why = cut, (why if why == _WHY_X1 else _WHY_X2)
+            limit, why = cut, _WHY_X2
     if limit >= size and not has_blob:
         return message, size
     return _cut(message, limit, why)

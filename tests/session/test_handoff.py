@@ -277,6 +277,18 @@ def test_H5_rendering_and_detection_round_trip_and_reject_any_one_char_change(
         assert not is_handoff(spoof, record)
 
 
+def test_H5_every_one_char_change_of_a_rendering_is_rejected() -> None:
+    record = _record()
+    message = handoff_message(record, 0)
+    text = render_text(record)
+    for index, char in enumerate(text):
+        other = "b" if char == "a" else "a"
+        for changed in (text[:index] + other + text[index + 1 :], text[:index] + text[index + 1 :]):
+            assert not is_handoff(msgspec.structs.replace(message, content=changed), record)
+    assert not is_handoff(msgspec.structs.replace(message, content=text + " "), record)
+    assert not is_handoff(msgspec.structs.replace(message, id=record.message_id + "x"), record)
+
+
 def test_H5_a_copy_from_the_user_is_ordinary_text() -> None:
     record = _record()
     text = render_text(record)
