@@ -288,17 +288,17 @@ def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]
     except ImportError:
         return [figure("eventsourcing.compare", 0, "", detail="skipped: pip install 'cairn[bench]'")]
 
-    class Note(Aggregate):  # type: ignore[misc]
-        @event("Started")  # type: ignore[misc]
+    class Note(Aggregate):
+        @event("Started")
         def __init__(self, name: str) -> None:
             self.lines: list[str] = []
 
-        @event("Added")  # type: ignore[misc]
+        @event("Added")
         def add(self, text: str) -> None:
             self.lines.append(text)
 
     texts = [f"line {i} " + "x" * 80 for i in range(n)]
-    app = Application(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+    app: Any = Application(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
                            "SQLITE_DBNAME": str(workdir / "es.sqlite")})
     note = Note("bench")
     app.save(note)

@@ -1,0 +1,116 @@
+"""The `cairn` CLI on a real store: listings, --json, exit codes, verify and reindex."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    SessionStarted,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from events.model import Message, TextPart
+from scripts.cairn import main
+from store import Journal
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    with Journal.open(root) as journal:
+        for sid in ("alpha", "beta"):
+            journal.append(sid, [SessionStarted(workspace="/w", model="m", context_window=8000)],
+                           expected_seq=0)
+            journal.append(sid, [UserMessage(message_id="u1", content=(TextPart("hello there"),)),
+                                 TurnStarted(turn_id="t1", message_id="u1"),
+                                 AssistantMessage(message_id="a1", request_id="r1", text="hi"),
+                                 Usage(request_id="r1", prompt_tokens=10, completion_tokens=2,
+                                       total_tokens=12)], expected_seq=1)
+        journal.append("alpha", [CheckpointCommitted(
+            version=1, epoch=1, through_seq=5, trigger="manual", strategy="fallback", source_tokens=40,
+            replacement_tokens=8, replacement_messages=(Message(role="user", content="summary"),))],
+            expected_seq=5)
+    return root
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sessions_lists_every_session_as_json(store, capsys):
+    code, out, _ = run(capsys, "sessions", "--store", str(store), "--json")
+    assert code == 0
+    assert sorted(s["sid"] for s in json.loads(out)) == ["alpha", "beta"]
+
+
+def test_log_filters_by_kind_and_range_and_emits_json_lines(store, capsys):
+    code, out, _ = run(capsys, "log", "alpha", "--store", str(store), "--json", "--kind", "usage")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["seq"], x["kind"]) for x in lines] == [(5, "usage")]
+    code, out, _ = run(capsys, "log", "alpha", "--store", str(store), "--json", "--from", "2", "--to", "3")
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [2, 3]
+
+
+def test_log_table_mentions_kinds(store, capsys):
+    code, out, _ = run(capsys, "log", "beta", "--store", str(store))
+    assert code == 0 and "user-message" in out and "hello there" in out
+
+
+def test_checkpoints_and_replay(store, capsys):
+    code, out, _ = run(capsys, "checkpoints", "alpha", "--store", str(store), "--json")
+    assert code == 0 and json.loads(out)[0]["strategy"] == "fallback"
+    code, out, _ = run(capsys, "replay", "alpha", "--store", str(store), "--json", "--until", "3")
+    state = json.loads(out)
+    assert code == 0 and state["last_seq"] == 3 and state["open_turn"] == "t1"
+
+
+def test_unknown_session_and_missing_store_exit_2(store, tmp_path, capsys):
+    assert run(capsys, "log", "nobody", "--store", str(store))[0] == 2
+    assert run(capsys, "sessions", "--store", str(tmp_path / "nowhere"))[0] == 2
+    code, _, err = run(capsys, "log", "../etc", "--store", str(store))
+    assert code == 2 and "invalid session id" in err
+
+
+def test_usage_error_exits_2(capsys):
+    assert run(capsys, "no-such-command")[0] == 2
+
+
+def test_verify_is_clean_then_finds_a_flipped_byte(store, capsys):
+    code, out, _ = run(capsys, "verify", "--store", str(store), "--json")
+    assert code == 0, out
+    segment = sorted((store / "log").glob("*.jsonl"))[0]
+    data = bytearray(segment.read_bytes())
+    middle = data.index(b"hello there")
+    data[middle] ^= 0x01
+    segment.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "verify", "--store", str(store))
+    assert code == 1
+    assert segment.name in out and "alpha" in out
+
+
+def test_reindex_then_verify_is_clean(store, capsys):
+    for path in (store / "index").glob("*"):
+        path.unlink()
+    code, _, _ = run(capsys, "reindex", "--store", str(store), "--json")
+    assert code == 0
+    assert run(capsys, "verify", "--store", str(store))[0] == 0
+
+
+def test_console_script_runs_as_a_module(store):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "cairn.py"), "sessions", "--store",
+                             str(store), "--json"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == 2
