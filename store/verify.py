@@ -96,6 +96,9 @@ def verify_store(root: str | os.PathLike[str], progress: Progress | None = None)
         return owners.get((bad.segment, bad.offset), ("", 0))
 
     def flush(as_problem: bool) -> None:
+        nonlocal expected_pos
+        if pending:
+            expected_pos = None  # the bad pieces account for the positions they held
         for bad in pending:
             sid, seq = owner(bad)
             finding = Problem(

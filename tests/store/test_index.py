@@ -1,0 +1,64 @@
+"""The LMDB index: map growth, rebuild equality, summaries and checkpoints."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from store import Journal, index_dump, reindex
+from tests.store.helpers import checkpoint, fill, msg, started, usage
+
+
+def test_map_full_grows_the_map_instead_of_failing_appends(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with Journal.open(root, map_size=64 * 1024) as journal:
+        stop = threading.Event()
+        reads: list[int] = []
+
+        def reader() -> None:  # read transactions run while the writer grows the map
+            while not stop.is_set():
+                reads.append(journal.last_seq("s0"))
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            for n in range(40):
+                journal.append(f"s{n}", [started()] + [msg(i) for i in range(2, 40)], expected_seq=0)
+        finally:
+            stop.set()
+            thread.join()
+        assert journal.index.grown > 0
+        assert all(journal.last_seq(f"s{n}") == 39 for n in range(40))
+        assert reads
+    with Journal.open(root, map_size=64 * 1024) as journal:
+        assert journal.last_seq("s39") == 39
+
+
+def test_reindex_produces_an_identical_index(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with Journal.open(root, segment_bytes=3_000) as journal:
+        for n in range(5):
+            fill(journal, f"s{n}", 20)
+        journal.append("s0", [usage(22), checkpoint(1, 22)], expected_seq=21)
+    before = index_dump(root)
+    progress: list[tuple[int, int]] = []
+    result = reindex(root, progress=lambda done, total: progress.append((done, total)))
+    assert result.lines_indexed == 5 * 21 + 2
+    assert index_dump(root) == before
+    assert progress and progress[-1][0] == progress[-1][1]
+
+
+def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "store", clock_ms=lambda: 42) as journal:
+        journal.append("s", [started(workspace="/w", model="gpt")], expected_seq=0, ts_ms=10)
+        journal.append("s", [msg(2), usage(3)], expected_seq=1, ts_ms=20)
+        journal.append("s", [checkpoint(1, 3)], expected_seq=3)
+        summary = journal.session("s")
+        assert summary is not None
+        assert (summary.created_ts, summary.updated_ts, summary.usage_tokens) == (10, 42, 108)
+        assert summary.counts == {
+            "checkpoint-committed": 1, "session-started": 1, "usage": 1, "user-message": 1,
+        }
+        assert (summary.checkpoint_seq, summary.checkpoint_epoch, summary.checkpoint_pos) == (4, 1, 3)
+        assert [(c.epoch, c.seq, c.pos) for c in journal.checkpoints("s")] == [(1, 4, 3)]
+        assert journal.checkpoints("other") == []
