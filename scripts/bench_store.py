@@ -165,6 +165,9 @@ def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int)
                     replacement_messages=summary))
             journal.append(sid, batch, expected_seq=seq)
             seq += len(batch)
+        # a typical tail: half a checkpoint interval of events after the last checkpoint
+        tail = [_mixed_event(rng, seq + i, (60, 240)) for i in range(checkpoint_every // 2)]
+        journal.append(sid, tail, expected_seq=seq)
     finally:
         journal.close()
 
@@ -206,7 +209,7 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
     growth = mem_long / max(mem_short, 1)
     return [
         figure("restore.load_ms", round(load_s * 1000, 3), "ms", "< 20 ms", load_s < 0.020,
-               f"session of {long_events:,} events, checkpoint every 200"),
+               f"session of {long_events + 100:,} events, checkpoint every 200, 100 after the last"),
         figure("restore.full_replay_ms", round(full_s * 1000, 1), "ms"),
         figure("restore.speedup", round(ratio, 1), "x", ">= 500x full replay", ratio >= 500),
         figure("restore.memory_long_vs_short", round(growth, 2), "x", "<= 1.5 (flat in history)",
