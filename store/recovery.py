@@ -88,7 +88,7 @@ def recover(
     # Pass 2: the recovery point.
     reason = "reindex requested" if rebuild else _doubt(log_dir, segments, index)
     if reason:
-        if reason != "empty index":
+        if not rebuild and reason != "empty index":
             log.warning("cairn: rebuilding the index of %s: %s", root, reason)
         index.reset()
         meta = IndexMeta(segment=segments[0] if segments else 0, next_pos=segments[0] if segments else 0)
