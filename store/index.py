@@ -595,4 +595,6 @@ class Index:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if not self.readonly and not self._shared.readonly:
+                self.env.sync(True)  # our commits skip LMDB's syncs; flush them at close
             _release_env(self.path, self._shared)
