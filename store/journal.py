@@ -568,7 +568,14 @@ class Journal:
         last = _MAX_SEQ if to_seq is None else to_seq
         return self._read(sid, max(from_seq, 1), last)
 
-    def _read(self, sid: str, from_seq: int, to_seq: int) -> Iterator[Record]:
+    def _read(self, sid: str, from_seq: int, to_seq: int, *, chain: bool = True) -> Iterator[Record]:
+        """Records of one session; `chain=False` skips the hash-chain check.
+
+        Replay (`load`, `replay_full`) skips it: every line's CRC, envelope,
+        seq and position are still checked, so a damaged line still fails
+        closed, while the chain (tamper evidence, costly SHA-256 per line) is
+        `read` and `verify`'s business.
+        """
         if from_seq > to_seq:
             return
         summary = self._index.summary(sid)
@@ -580,11 +587,12 @@ class Journal:
         prev_digest: str | None = None
         while cursor <= to_seq:
             page = self._index.locations(sid, cursor, to_seq, _READ_PAGE)
-            for seq, loc in page:
+            lines = self._read_page(page)
+            for (seq, loc), raw in zip(page, lines, strict=True):
                 if broken and seq >= broken:
                     raise self._broken(sid, broken)
-                record, digest = self._read_line(sid, seq, loc)
-                if prev_digest is not None and record.prev != prev_digest:
+                record, digest = self._read_line(sid, seq, loc, chain, raw)
+                if chain and prev_digest is not None and record.prev != prev_digest:
                     raise CorruptionError(
                         "hash chain broken: prev does not name the previous line",
                         segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
@@ -597,12 +605,44 @@ class Journal:
         if broken and from_seq <= broken <= to_seq and cursor <= broken:
             raise self._broken(sid, broken)
 
-    def _read_line(self, sid: str, seq: int, loc: Loc) -> tuple[Record, str]:
+    def _read_page(self, page: list[tuple[int, Loc]]) -> list[bytes | None]:
+        """The raw lines of a page of locations, one pread per run of adjacent lines.
+
+        A line that cannot be read here comes back as None and is read (and
+        its error reported) one by one in `_read_line`.
+        """
+        lines: list[bytes | None] = []
+        i = 0
+        while i < len(page):
+            first = page[i][1]
+            end = i + 1
+            stop = first.offset + first.length
+            while end < len(page) and page[end][1].segment == first.segment and page[end][1].offset == stop:
+                stop += page[end][1].length
+                end += 1
+            try:
+                blob = self._reader.read(first.segment, first.offset, stop - first.offset)
+            except OSError:
+                blob = b""
+            if len(blob) != stop - first.offset:
+                lines.extend([None] * (end - i))
+            else:
+                start = 0
+                for _, loc in page[i:end]:
+                    lines.append(blob[start : start + loc.length])
+                    start += loc.length
+            i = end
+        return lines
+
+    def _read_line(
+        self, sid: str, seq: int, loc: Loc, chain: bool = True, raw: bytes | None = None
+    ) -> tuple[Record, str]:
         where = f"{segment_name(loc.segment)}@{loc.offset}"
         try:
-            raw = self._reader.read(loc.segment, loc.offset, loc.length)
+            if raw is None:
+                raw = self._reader.read(loc.segment, loc.offset, loc.length)
             record = decode_line(raw, where=where)
-            digest = chain_digest(raw)
+            digest = chain_digest(raw) if chain else ""
         except (DecodeError, OSError) as exc:
             raise CorruptionError(
                 f"unreadable line: {exc}",
@@ -632,19 +672,19 @@ class Journal:
             raise self._broken(sid, summary.broken_seq)
         start = summary.checkpoint_seq
         if start <= 1:
-            return replay(self._read(sid, 1, _MAX_SEQ))
+            return replay(self._read(sid, 1, _MAX_SEQ, chain=False))
         head: list[Record] = []
         if 0 < summary.info_seq < start:
-            head = list(self._read(sid, summary.info_seq, summary.info_seq))
+            head = list(self._read(sid, summary.info_seq, summary.info_seq, chain=False))
         state = replay(head)
-        return replay(self._read(sid, start, _MAX_SEQ), state)
+        return replay(self._read(sid, start, _MAX_SEQ, chain=False), state)
 
     def replay_full(self, sid: str) -> SessionState:
         """The session's state folded from seq 1 (the reference for `load`)."""
         validate_session_id(sid)
         if self._index.summary(sid) is None:
             return SessionState(sid=sid)
-        return replay(self.read(sid))
+        return replay(self._read(sid, 1, _MAX_SEQ, chain=False))
 
     def read_blob(self, sha256: str) -> bytes:
         """A blob's bytes, verified against its SHA-256 (`BlobError` if missing or altered)."""
