@@ -291,12 +291,12 @@ def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]
     except ImportError:
         return [figure("eventsourcing.compare", 0, "", detail="skipped: pip install 'cairn[bench]'")]
 
-    class Note(Aggregate):
-        @event("Started")
+    class Note(Aggregate):  # type: ignore[misc, unused-ignore]
+        @event("Started")  # type: ignore[untyped-decorator, unused-ignore]
         def __init__(self, name: str) -> None:
             self.lines: list[str] = []
 
-        @event("Added")
+        @event("Added")  # type: ignore[untyped-decorator, unused-ignore]
         def add(self, text: str) -> None:
             self.lines.append(text)
 
