@@ -18,6 +18,16 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+Figure = dict[str, Any]
+
+
+def figure(
+    name: str, value: Any, unit: str, target: str | None = None, met: bool | None = None, detail: str = ""
+) -> Figure:
+    """One reported number: what, how much, against which target, and whether it was met."""
+    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
+
+
 #: suite name -> module with `run(quick: bool) -> list[dict]`
 SUITES = {
     "store": "scripts.bench_store",

@@ -15,8 +15,6 @@ mean reduction, audit re-derivation, and the time to plan a fallback for a
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 import sys
@@ -49,6 +47,7 @@ from events.kinds import (
 )
 from events.model import ImagePart, Message, Part, TextPart, ToolCall
 from events.state import SessionState, replay
+from scripts.bench import figure
 
 SEED = 20_261_202
 KINDS = ("coding", "long-request", "images", "huge-output", "tiny")
@@ -157,12 +156,6 @@ def _mandatory(checkpoint: CheckpointCommitted, counter: TokenCounter) -> int:
     return counter.messages([messages[0], messages[-1]] if len(messages) > 1 else messages[:1])
 
 
-def _figure(
-    name: str, value: Any, unit: str, target: str | None, met: bool | None, detail: str
-) -> dict[str, Any]:
-    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
-
-
 def _fallback_plan_ms(counter_factory: Any, repeats: int) -> tuple[float, int]:
     rng = random.Random(SEED + 1)
     source: list[Message] = [Message(role="user", content="Refactor the journal.", id="u0")]
@@ -234,43 +227,34 @@ def run(quick: bool) -> list[dict[str, Any]]:
         name = f"compaction.{path}"
         pct = 100.0 * s["kept"] / s["total"] if s["total"] else 100.0
         detail = f"{s['kept']}/{s['total']} exact records under their own heading, {n} sessions"
-        figures.append(_figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail))
+        figures.append(figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail))
         task_pct = 100.0 * s["tasks_ok"] / s["tasks"]
         detail = f"{s['tasks_ok']}/{s['tasks']} sessions"
         met = task_pct == 100.0
-        figures.append(_figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
+        figures.append(figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
         worst = max(s["ratios"])
-        figures.append(_figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
+        figures.append(figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
                                worst <= 1.0, f"worst: {s['worst']}"))
         mean = round(statistics.mean(s["reductions"]), 3)
         detail = f"1 - replacement/source; median {statistics.median(s['reductions']):.3f}"
-        figures.append(_figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
+        figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
     llm = stats["llm"]
-    figures.append(_figure("compaction.llm.summary_accepted", llm["llm_used"], "sessions", None, None,
+    figures.append(figure("compaction.llm.summary_accepted", llm["llm_used"], "sessions", None, None,
                            f"of {n}; fell back: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}"))
-    figures.append(_figure("compaction.audit_rederived", audits_ok, "checkpoints", f"{audits}",
+    figures.append(figure("compaction.audit_rederived", audits_ok, "checkpoints", f"{audits}",
                            audits_ok == audits, "re-derived from source + raw summary, no model"))
     ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
-    figures.append(_figure("compaction.fallback_plan_4096_messages", round(ms, 1), "ms", None, None,
+    figures.append(figure("compaction.fallback_plan_4096_messages", round(ms, 1), "ms", None, None,
                            f"worst case: every unit fits, walk ends at the 4,096-message limit; "
                            f"cold token cache; replacement {tokens} tokens"))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        for f in figures:
-            met = {True: "ok", False: "NO", None: ""}[f["met"]]
-            head = f"{f['name']:48} {f['value']!s:>10} {f['unit']:11} {f['target'] or '':8}"
-            print(f"{head} {met:3} {f['detail']}")
-    return 0 if all(f["met"] is not False for f in figures) else 1
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from scripts import bench
+
+    return bench.main(["--only", "compaction", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":

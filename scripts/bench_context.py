@@ -18,7 +18,6 @@ out every turn.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -41,6 +40,7 @@ from events.codec import GENESIS, Record
 from events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage
 from events.model import TextPart, ToolCall, ToolStatus
 from events.state import SessionState, evolve, replay
+from scripts.bench import figure
 
 SEED = 20_261_203
 TARGET_TOKENS = 200_000
@@ -52,12 +52,6 @@ _WORDS = (
     "=", "(", ")", ":", "if", "else", "for", "in", "None", "True", "0", "1", "42", "path", "src/app.py",
 )  # fmt: skip
 _TOOLS = ("read", "read", "grep", "edit", "bash", "list")
-
-
-def _figure(
-    name: str, value: float, unit: str, target: str | None, met: bool | None, detail: str
-) -> dict[str, Any]:
-    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
 
 
 def _text(rng: random.Random, words: int) -> str:
@@ -203,7 +197,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
     where = f"{messages:,} messages, {history_tokens:,} history tokens, {turns} turns"
     return [
-        _figure(
+        figure(
             "context.check_ms",
             round(ours_ms, 3),
             "ms/turn",
@@ -211,7 +205,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
             None,
             f"projection + phase + micro/snip plan + hand-off + assembly, median; {where}",
         ),
-        _figure(
+        figure(
             "context.recount_ms",
             round(base_ms, 3),
             "ms/turn",
@@ -219,7 +213,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
             None,
             "baseline: render and recount the whole history with a cold counter, median",
         ),
-        _figure(
+        figure(
             "context.speedup",
             round(speedup, 1),
             "x",
@@ -228,7 +222,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "recount / incremental check"
             + ("" if consistent else "; INCREMENTAL PROJECTION DIFFERS FROM A FRESH ONE"),
         ),
-        _figure(
+        figure(
             "context.check_band_ms",
             round(band_ms, 3),
             "ms/turn",
@@ -237,7 +231,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
             f"same check in the hand-off band, the snip plan removing {removed} turns each time; "
             f"{round(base_ms / band_ms, 1) if band_ms else 0}x the recount",
         ),
-        _figure(
+        figure(
             "context.first_check_ms",
             round(cold * 1_000, 1),
             "ms",
@@ -250,19 +244,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        for f in figures:
-            target = f["target"] or ""
-            met = {True: "met", False: "NOT MET", None: ""}[f["met"]]
-            print(f"{f['name']:24} {f['value']:>12,} {f['unit']:8} {target:10} {met:8} {f['detail']}")
-    return 0 if all(f["met"] is not False for f in figures) else 1
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from scripts import bench
+
+    return bench.main(["--only", "context", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":

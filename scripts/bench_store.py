@@ -30,15 +30,8 @@ from events.kinds import (
     UserMessage,
 )
 from events.model import Message, TextPart, ToolCall
+from scripts.bench import Figure, figure
 from store import Journal
-
-Figure = dict[str, Any]
-
-
-def figure(
-    name: str, value: float, unit: str, target: str | None = None, met: bool | None = None, detail: str = ""
-) -> Figure:
-    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
 
 
 def _payload(rng: random.Random, low: int, high: int) -> str:
