@@ -500,18 +500,21 @@ class Index:
         """Up to `limit` (seq, Loc) of a session with from_seq <= seq <= to_seq, in order."""
         prefix = _prefix(sid)
         result: list[tuple[int, Loc]] = []
+        width = len(prefix) + 8
+        unpack_seq, unpack_loc = _U64.unpack_from, _LOC.unpack
         with self._read() as txn:
             cursor = txn.cursor(db=self._dbs[b"events"])
-            found = cursor.set_range(prefix + _U64.pack(max(from_seq, 0)))
-            while found and len(result) < limit:
-                key = bytes(cursor.key())
-                if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+            if not cursor.set_range(prefix + _U64.pack(max(from_seq, 0))):
+                return result
+            for key, value in cursor.iternext(keys=True, values=True):
+                if len(key) != width or not key.startswith(prefix):
                     break
-                seq = _U64.unpack_from(key, len(prefix))[0]
+                seq = unpack_seq(key, len(prefix))[0]
                 if seq > to_seq:
                     break
-                result.append((seq, Loc(*_LOC.unpack(cursor.value()))))
-                found = cursor.next()
+                result.append((seq, Loc(*unpack_loc(value))))
+                if len(result) >= limit:
+                    break
         return result
 
     def checkpoints(self, sid: str) -> list[CheckpointRef]:
