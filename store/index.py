@@ -507,7 +507,7 @@ class Index:
             if not cursor.set_range(prefix + _U64.pack(max(from_seq, 0))):
                 return result
             for key, value in cursor.iternext(keys=True, values=True):
-                if len(key) != width or not key.startswith(prefix):
+                if len(key) != width or key[: len(prefix)] != prefix:
                     break
                 seq = unpack_seq(key, len(prefix))[0]
                 if seq > to_seq:
