@@ -517,6 +517,30 @@ class Index:
                     break
         return result
 
+    def raw_locations(
+        self, sid: str, from_seq: int, to_seq: int, limit: int = _PAGE
+    ) -> list[tuple[int, int, int, int, int]]:
+        """Like `locations`, as plain (seq, segment, offset, length, pos) tuples: the replay hot path."""
+        prefix = _prefix(sid)
+        width = len(prefix) + 8
+        plen = len(prefix)
+        unpack_seq, unpack_loc = _U64.unpack_from, _LOC.unpack
+        result: list[tuple[int, int, int, int, int]] = []
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs[b"events"])
+            if not cursor.set_range(prefix + _U64.pack(max(from_seq, 0))):
+                return result
+            for key, value in cursor.iternext(keys=True, values=True):
+                if len(key) != width or key[:plen] != prefix:
+                    break
+                seq = unpack_seq(key, plen)[0]
+                if seq > to_seq:
+                    break
+                result.append((seq, *unpack_loc(value)))
+                if len(result) >= limit:
+                    break
+        return result
+
     def checkpoints(self, sid: str) -> list[CheckpointRef]:
         prefix = _prefix(sid)
         refs: list[CheckpointRef] = []

@@ -605,6 +605,57 @@ class Journal:
         if broken and from_seq <= broken <= to_seq and cursor <= broken:
             raise self._broken(sid, broken)
 
+    def _replay_records(self, sid: str, from_seq: int, to_seq: int = _MAX_SEQ) -> Iterator[Record]:
+        """The replay hot path of `_read(..., chain=False)`: the same checks, fewer calls.
+
+        Each run of adjacent lines is read with one pread; every line's frame,
+        CRC, envelope, seq, position and session are checked, and any problem
+        raises `CorruptionError` naming segment, offset and session.
+        """
+        summary = self._index.summary(sid)
+        if summary is None or from_seq > to_seq:
+            return
+        broken = summary.broken_seq
+        to_seq = min(to_seq, summary.last_seq)
+        cursor = from_seq
+        read = self._reader.read
+        raw_locations = self._index.raw_locations
+        page_size = _READ_PAGE * 4
+        while cursor <= to_seq:
+            page = raw_locations(sid, cursor, to_seq, page_size)
+            if not page:
+                break
+            i, count = 0, len(page)
+            while i < count:
+                _, segment, offset, _, _ = page[i]
+                end, stop = i, offset
+                while end < count and page[end][1] == segment and page[end][2] == stop:
+                    stop += page[end][3]
+                    end += 1
+                try:
+                    blob = read(segment, offset, stop - offset)
+                except OSError:
+                    blob = b""
+                start = 0
+                for seq, _, line_offset, length, pos in page[i:end]:
+                    if broken and seq >= broken:
+                        raise self._broken(sid, broken)
+                    raw = blob[start : start + length]
+                    start += length
+                    try:
+                        record = decode_line(raw)
+                    except DecodeError:
+                        record, _ = self._read_line(sid, seq, Loc(segment, line_offset, length, pos), False)
+                    if record.seq != seq or record.pos != pos or record.sid != sid:
+                        self._read_line(sid, seq, Loc(segment, line_offset, length, pos), False)
+                    yield record
+                    cursor = seq + 1
+                i = end
+            if count < page_size:
+                break
+        if broken and from_seq <= broken <= to_seq and cursor <= broken:
+            raise self._broken(sid, broken)
+
     def _read_page(self, page: list[tuple[int, Loc]]) -> list[bytes | None]:
         """The raw lines of a page of locations, one pread per run of adjacent lines.
 
@@ -672,19 +723,19 @@ class Journal:
             raise self._broken(sid, summary.broken_seq)
         start = summary.checkpoint_seq
         if start <= 1:
-            return replay(self._read(sid, 1, _MAX_SEQ, chain=False))
+            return replay(self._replay_records(sid, 1))
         head: list[Record] = []
         if 0 < summary.info_seq < start:
-            head = list(self._read(sid, summary.info_seq, summary.info_seq, chain=False))
+            head = list(self._replay_records(sid, summary.info_seq, summary.info_seq))
         state = replay(head)
-        return replay(self._read(sid, start, _MAX_SEQ, chain=False), state)
+        return replay(self._replay_records(sid, start), state)
 
     def replay_full(self, sid: str) -> SessionState:
         """The session's state folded from seq 1 (the reference for `load`)."""
         validate_session_id(sid)
         if self._index.summary(sid) is None:
             return SessionState(sid=sid)
-        return replay(self._read(sid, 1, _MAX_SEQ, chain=False))
+        return replay(self._replay_records(sid, 1))
 
     def read_blob(self, sha256: str) -> bytes:
         """A blob's bytes, verified against its SHA-256 (`BlobError` if missing or altered)."""
