@@ -6,6 +6,7 @@ these machines are shared and noisy; absolute numbers are reported beside.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import shutil
@@ -102,6 +103,51 @@ def _journal_rate(root: Path, sessions: int, per_session: int, events: Sequence[
         journal.close()
 
 
+def _wake_floor_rate(sessions: int, per_session: int) -> float:
+    """The same threads and acks with a writer that does no work at all.
+
+    Every ack wakes one waiting thread, and in CPython each wake also hands
+    over the GIL; this measures what that alone allows on this machine, the
+    ceiling any journal with one thread per session can reach here.
+    """
+    queue: collections.deque[threading.Lock] = collections.deque()
+    work = threading.Event()
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            if not queue:
+                work.clear()
+                if not queue:
+                    work.wait(0.05)
+                    continue
+            batch = [queue.popleft() for _ in range(len(queue))]
+            for lock in batch:
+                lock.release()
+
+    def producer() -> None:
+        for _ in range(per_session):
+            lock = threading.Lock()
+            lock.acquire()
+            queue.append(lock)
+            if not work.is_set():
+                work.set()
+            lock.acquire()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    producers = [threading.Thread(target=producer) for _ in range(sessions)]
+    start = time.perf_counter()
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join()
+    elapsed = time.perf_counter() - start
+    stop.set()
+    thread.join()
+    return sessions * per_session / elapsed
+
+
 def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     rng = random.Random(7)
     events = [_mixed_event(rng, i, (200, 2000)) for i in range(600)]
@@ -123,6 +169,10 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
         figures.append(figure(f"append.sessions_{sessions}", round(rate), "events/s",
                               detail=f"{ratio:.1f}x the naive baseline"))
         figures.append(figure(f"append.sessions_{sessions}.ratio", round(ratio, 2), "x", target, met))
+    floor = _wake_floor_rate(256, plan[256] * 2)
+    figures.append(figure("append.wake_floor_256", round(floor), "events/s",
+                          detail=f"{floor / baseline:.1f}x the baseline: 256 threads acked by a writer that "
+                          "does nothing (the thread-wake ceiling of this machine)"))
     return figures
 
 
