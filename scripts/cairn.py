@@ -245,6 +245,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_context(args: argparse.Namespace) -> int:
+    """What the session's next request would send, with local token counts per message and part."""
+    from actors.session.request import assemble
+    from actors.session.tokens import TokenCounter
+    from actors.session.view import HistoryView
+
+    with _open(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
+        state = journal.load(args.session)
+    counter = TokenCounter()
+    request = assemble(state, HistoryView(counter))
+    snap = request.snapshot
+    rows = [
+        {"index": i, "role": m.role, "id": m.id or m.tool_call_id or "", "hidden": m.meta.hidden,
+         "origin": m.meta.origin, "tokens": counter.message(m), "text": text_of(m)}
+        for i, m in enumerate(request.messages)
+    ]
+    summary = {
+        "session": args.session, "model": request.model, "messages": len(request.messages),
+        "tools": len(request.tools), "history_revision": request.history_revision,
+        "handoff_included": request.handoff_included, "fingerprint": request.fingerprint,
+        "parts": {"system": request.parts.system, "tools": request.parts.tools,
+                  "history": request.parts.history, "handoff": request.parts.handoff,
+                  "total": request.parts.total},
+        "projected_tokens": request.projection.tokens, "projection_source": request.projection.source,
+        "input_budget": snap.input_budget, "handoff_threshold": snap.handoff_threshold,
+        "compaction_threshold": snap.compaction_threshold, "phase": snap.phase,
+    }
+    if args.json:
+        _print_json({**summary, "messages_sent": rows})
+        return EXIT_OK
+    _table(f"next request of {args.session}", ["field", "value"],
+           [[k, json.dumps(v) if isinstance(v, dict) else v] for k, v in summary.items()])
+    _table("messages", ["#", "role", "id", "tokens", "note", "text"],
+           [[r["index"], r["role"], r["id"], r["tokens"],
+             "hidden " + r["origin"] if r["hidden"] else r["origin"], _clip(r["text"], 60)] for r in rows])
+    return EXIT_OK
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
@@ -318,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session")
     p.add_argument("--until", type=int, default=None, metavar="SEQ")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("context", parents=[common], help="what the next request would send, with tokens")
+    p.add_argument("session")
+    p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("verify", parents=[common], help="check checksums, seqs, chains, blobs, index")
     p.set_defaults(func=cmd_verify)

@@ -114,3 +114,18 @@ def test_console_script_runs_as_a_module(store):
                              str(store), "--json"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)) == 2
+
+
+def test_context_shows_the_next_request_with_token_counts(store, capsys):
+    code, out, _ = run(capsys, "context", "beta", "--store", str(store), "--json")
+    assert code == 0
+    data = json.loads(out)
+    # window 8,000 leaves no input budget once the 8,192-token reserve is taken (B1, B2)
+    assert data["input_budget"] is None and data["phase"] == "unknown"
+    sent = data["messages_sent"]
+    assert [m["role"] for m in sent][-2:] == ["user", "assistant"]
+    assert all(m["tokens"] > 0 for m in sent)
+    assert data["parts"]["total"] == data["parts"]["system"] + data["parts"]["tools"] + \
+        data["parts"]["history"] + data["parts"]["handoff"]
+    code, out, _ = run(capsys, "context", "beta", "--store", str(store))
+    assert code == 0 and "hello there" in out
