@@ -258,7 +258,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     counter = TokenCounter()
     request = assemble(state, HistoryView(counter))
     snap = request.snapshot
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"index": i, "role": m.role, "id": m.id or m.tool_call_id or "", "hidden": m.meta.hidden,
          "origin": m.meta.origin, "tokens": counter.message(m), "text": text_of(m)}
         for i, m in enumerate(request.messages)
