@@ -1,16 +1,28 @@
 """The scripted provider: a deterministic, offline adapter for the demo and the tests.
 
 It answers each request with the next planned outcome, or, when the plan is
-used up, with its default (`Auto`): for a summary request (`purpose ==
-"summary"`) an `<analysis>` then a `<summary>` with the seven ledger
-headings built from the transcript in the prompt; for a turn, a short fixed
-text. Outcomes:
+used up, with its responder's answer (if one is set) or its default
+(`Auto`): for a summary request (`purpose == "summary"`) an `<analysis>`
+then a `<summary>` with the seven ledger headings built from the transcript
+in the prompt; for a turn, a short fixed text. Outcomes:
 
-| outcome      | what the request gets                                           |
-|--------------|-----------------------------------------------------------------|
-| `Reply(...)` | that text (and reasoning, tool calls, usage) streamed          |
-| `Fail(...)`  | a `ProviderFailure` (status, class, retryable) before any output |
-| `Auto()`     | the default answer for the request's purpose                    |
+| outcome          | what the request gets                                          |
+|------------------|----------------------------------------------------------------|
+| `Reply(...)`     | text, reasoning, tool calls and usage, streamed in that order  |
+| `Fail(...)`      | a `ProviderFailure` (status, class, retryable) before any output |
+| `FailAfter(...)` | some text streamed, then the failure (output already delivered) |
+| `Auto()`         | the default answer for the request's purpose                   |
+
+Beyond the plan:
+
+- `context_window`: a request whose prompt tokens (the same estimate the
+  usage reports) exceed it fails with a context-limit error before any
+  output, as a real endpoint would; planned failures still come first.
+- `responder(request)`: consulted when the plan is empty; returns an outcome,
+  or None for the default. The demo's agent is one.
+- `chunk_chars`: text is streamed in deltas of that many chars (0: one delta).
+- `prompt_tokens(request)`: how prompt tokens are estimated (default: about
+  four chars a token, `estimate_usage`).
 
 Every request is kept in `requests`, so tests see what was sent. Thread-safe:
 the plan and the request list are guarded by a lock.
@@ -21,7 +33,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
@@ -65,11 +77,20 @@ class Fail(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class FailAfter(msgspec.Struct, frozen=True, kw_only=True):
+    """Stream `text` (and `reasoning`), then raise `failure`: an error after output (R2)."""
+
+    failure: Fail
+    text: str = "Partial answer"
+    reasoning: str = ""
+
+
 class Auto(msgspec.Struct, frozen=True):
     """The default answer for the request's purpose."""
 
 
-Outcome = Reply | Fail | Auto
+Outcome = Reply | Fail | FailAfter | Auto
+Responder = Callable[[ProviderRequest], Outcome | None]
 
 
 def empty_reply() -> Reply:
@@ -106,11 +127,27 @@ def network_error(message: str = "connection reset by peer") -> Fail:
 
 
 class ScriptedProvider:
-    """A `Provider` that follows a plan of outcomes, then answers by default."""
+    """A `Provider` that follows a plan of outcomes, then its responder, then its default."""
 
-    def __init__(self, plan: Iterable[Outcome] = (), *, default: Outcome | None = None) -> None:
+    def __init__(
+        self,
+        plan: Iterable[Outcome] = (),
+        *,
+        default: Outcome | None = None,
+        responder: Responder | None = None,
+        context_window: int | None = None,
+        chunk_chars: int = 0,
+        prompt_tokens: Callable[[ProviderRequest], int] | None = None,
+        keep_requests: bool = True,
+    ) -> None:
         self._plan: deque[Outcome] = deque(plan)
         self._default: Outcome = default if default is not None else Auto()
+        self._responder = responder
+        self.context_window = context_window
+        self.chunk_chars = chunk_chars
+        self._prompt_tokens = prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens
+        self._keep_requests = keep_requests
+        self._calls = 0
         self._lock = threading.Lock()
         self.requests: list[ProviderRequest] = []
 
@@ -128,41 +165,81 @@ class ScriptedProvider:
     @property
     def calls(self) -> int:
         with self._lock:
-            return len(self.requests)
+            return self._calls
 
     def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
         with self._lock:
-            self.requests.append(request)
-            outcome = self._plan.popleft() if self._plan else self._default
+            self._calls += 1
+            if self._keep_requests:
+                self.requests.append(request)
+            outcome: Outcome | None = self._plan.popleft() if self._plan else None
+        if outcome is None and self._responder is not None:
+            outcome = self._responder(request)
+        if outcome is None:
+            outcome = self._default
         if isinstance(outcome, Fail):
             raise outcome.failure()
+        prompt = self._prompt_tokens(request)
+        if self.context_window is not None and prompt > self.context_window:
+            raise context_limit(
+                f"prompt is too long: {prompt} tokens > {self.context_window} maximum context length"
+            ).failure()
+        if isinstance(outcome, FailAfter):
+            return self._emit_then_fail(outcome)
         reply = outcome if isinstance(outcome, Reply) else self._auto(request)
-        return self._emit(request, reply)
+        return self._emit(request, reply, prompt)
 
     def _auto(self, request: ProviderRequest) -> Reply:
         if request.purpose == "summary":
             return Reply(text=scripted_summary(request.messages))
         return Reply(text="Done.")
 
-    def _emit(self, request: ProviderRequest, reply: Reply) -> Iterator[ProviderOutput]:
+    def _chunks(self, text: str) -> Iterator[str]:
+        size = self.chunk_chars
+        if size <= 0 or len(text) <= size:
+            yield text
+            return
+        for start in range(0, len(text), size):
+            yield text[start : start + size]
+
+    def _emit(self, request: ProviderRequest, reply: Reply, prompt: int) -> Iterator[ProviderOutput]:
         if reply.reasoning:
-            yield ReasoningDelta(reply.reasoning)
+            for piece in self._chunks(reply.reasoning):
+                yield ReasoningDelta(piece)
         if reply.text:
-            yield TextDelta(reply.text)
+            for piece in self._chunks(reply.text):
+                yield TextDelta(piece)
         for call in reply.tool_calls:
             yield ToolCallReady(call)
-        usage = reply.usage if reply.usage is not None else estimate_usage(request, reply)
+        usage = reply.usage if reply.usage is not None else _usage(prompt, reply)
         yield usage
         yield Finished(reply.finish_reason)
+
+    def _emit_then_fail(self, outcome: FailAfter) -> Iterator[ProviderOutput]:
+        if outcome.reasoning:
+            yield ReasoningDelta(outcome.reasoning)
+        for piece in self._chunks(outcome.text):
+            yield TextDelta(piece)
+        failure = outcome.failure.failure()
+        failure.output_delivered = True
+        raise failure
+
+
+def estimate_prompt_tokens(request: ProviderRequest) -> int:
+    """The scripted model's prompt tokens: about four chars a token, plus 4 a message."""
+    prompt = sum(4 + len(text_of(m)) // 4 for m in request.messages)
+    return prompt + sum(len(schema) // 4 for schema in request.tools)
+
+
+def _usage(prompt: int, reply: Reply) -> UsageReport:
+    completion = (len(reply.text) + len(reply.reasoning)) // 4
+    completion += sum(len(c.arguments) // 4 + 4 for c in reply.tool_calls)
+    return UsageReport(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
 def estimate_usage(request: ProviderRequest, reply: Reply) -> UsageReport:
     """A deterministic stand-in for provider usage: about four chars a token."""
-    prompt = sum(4 + len(text_of(m)) // 4 for m in request.messages)
-    prompt += sum(len(schema) // 4 for schema in request.tools)
-    completion = (len(reply.text) + len(reply.reasoning)) // 4
-    completion += sum(len(c.arguments) // 4 + 4 for c in reply.tool_calls)
-    return UsageReport(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    return _usage(estimate_prompt_tokens(request), reply)
 
 
 # --- the deterministic summary -------------------------------------------

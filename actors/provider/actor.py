@@ -1,0 +1,158 @@
+"""The provider actor: a thin shell that runs one adapter's stream and tells it back, item by item.
+
+Protocol (all messages immutable; the session never blocks on this actor):
+
+| in / out | message                                   | when                                   |
+|----------|-------------------------------------------|----------------------------------------|
+| in       | `StreamJob(job, request, reply_to, cancel)` | the session sends a request           |
+| out      | `ProviderItem(job, item)`                 | each text, reasoning, tool call, usage |
+| out      | `ProviderDone(job, seconds)`              | the stream ended normally              |
+| out      | `ProviderFailed(job, ..., delivered)`     | the adapter raised                     |
+
+Every job ends with exactly one `ProviderDone` or `ProviderFailed`, told to
+`reply_to` (the session actor). `delivered` says whether any output of the
+job crossed the boundary before the error (R2): this actor forwarded an
+item, or the adapter says its own stream had delivered output. `seconds` is
+the time spent inside the adapter, so a host can tell the provider's time
+from its own. Setting `cancel` stops forwarding at the next item (the job
+then ends with a `ProviderFailed` of class `network`, message `cancelled`).
+
+The actor never raises out of a message: an adapter bug is reported as a
+failure of class `server` naming the exception type. A dead `reply_to`
+cancels the job. The thread is a daemon: nothing here must run at stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import pykka
+
+from actors.provider.base import Provider, ProviderFailure, ProviderOutput, ProviderRequest
+from events.kinds import ErrorClass
+
+
+class StreamJob:
+    """Run `request` and tell its output to `reply_to`, tagged with `job`."""
+
+    __slots__ = ("cancel", "job", "reply_to", "request")
+
+    def __init__(
+        self, job: int, request: ProviderRequest, reply_to: pykka.ActorRef[Any], cancel: threading.Event
+    ) -> None:
+        self.job = job
+        self.request = request
+        self.reply_to = reply_to
+        self.cancel = cancel
+
+
+class ProviderItem(msgspec.Struct, frozen=True):
+    job: int
+    item: ProviderOutput
+
+
+class ProviderDone(msgspec.Struct, frozen=True):
+    job: int
+    seconds: float = 0.0
+
+
+class ProviderFailed(msgspec.Struct, frozen=True, kw_only=True):
+    job: int
+    error_class: ErrorClass
+    message: str
+    status_code: int | None = None
+    retryable: bool = False
+    delivered: bool = False
+    seconds: float = 0.0
+
+
+class ProviderActor(pykka.ThreadingActor):
+    """Wraps one provider adapter for one session; started and stopped by that session."""
+
+    use_daemon_thread = True
+
+    def __init__(self, adapter: Provider, *, perf: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        self._adapter = adapter
+        self._perf = perf
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, StreamJob):
+            self._run(message)
+        return None
+
+    def _run(self, job: StreamJob) -> None:
+        perf = self._perf
+        delivered = False
+        spent = 0.0
+        iterator: Iterator[ProviderOutput] | None = None
+        try:
+            started = perf()
+            try:
+                iterator = iter(self._adapter.stream(job.request))
+            finally:
+                spent += perf() - started
+            while True:
+                started = perf()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                finally:
+                    spent += perf() - started
+                if job.cancel.is_set():
+                    self._tell(job, _cancelled(job.job, delivered, spent))
+                    return
+                delivered = True
+                if not self._tell(job, ProviderItem(job.job, item)):
+                    return
+            self._tell(job, ProviderDone(job.job, spent))
+        except ProviderFailure as failure:
+            self._tell(
+                job,
+                ProviderFailed(
+                    job=job.job,
+                    error_class=failure.error_class,
+                    message=failure.detail,
+                    status_code=failure.status_code,
+                    retryable=failure.retryable,
+                    delivered=delivered or failure.output_delivered,
+                    seconds=spent,
+                ),
+            )
+        except Exception as exc:  # an adapter bug must still end the job
+            self._tell(
+                job,
+                ProviderFailed(
+                    job=job.job,
+                    error_class="server",
+                    message=f"the provider adapter raised {type(exc).__name__}",
+                    delivered=delivered,
+                    seconds=spent,
+                ),
+            )
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # closing must not hide the outcome
+                    close()
+
+    @staticmethod
+    def _tell(job: StreamJob, message: Any) -> bool:
+        try:
+            job.reply_to.tell(message)
+        except pykka.ActorDeadError:
+            job.cancel.set()
+            return False
+        return True
+
+
+def _cancelled(job: int, delivered: bool, spent: float) -> ProviderFailed:
+    return ProviderFailed(
+        job=job, error_class="network", message="cancelled", delivered=delivered, seconds=spent
+    )
