@@ -1,0 +1,196 @@
+"""What went wrong with a chat-completions call, as a `ProviderFailure` (R1, C5).
+
+| what failed                                          | class           | retryable |
+|------------------------------------------------------|-----------------|-----------|
+| HTTP 413, or any error whose text has an R1 phrase   | `context-limit` | no        |
+| HTTP 429                                             | `rate-limit`    | yes       |
+| HTTP 401, 403                                        | `auth`          | no        |
+| HTTP 408, a timeout, a refused/reset/dropped connection, a stream cut short | `network` | yes |
+| HTTP 409 (a conflict the server resolves), HTTP 5xx  | `server`        | yes       |
+| an error event inside the stream (no HTTP status)    | `server`        | yes       |
+| a malformed stream (not JSON, wrong shapes)          | `server`        | no        |
+| any other HTTP status                                | `bad-request`   | no        |
+
+Retryable is exactly C5's list (429, 408, 409, 5xx, timeouts, resets); an
+error event inside a stream counts as a 5xx unless it carries its own status
+code. Every message goes through `scrub` first, so a key the server or the
+SDK echoes back never reaches a failure, and failures are raised without the
+SDK exception chained to them (its text is not scrubbed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import ssl
+from collections.abc import Callable
+
+import openai
+
+from actors.provider.base import ProviderFailure, is_context_limit, is_retryable_status
+from actors.provider.chat_stream import MalformedChunk, TruncatedStream
+from events.kinds import ErrorClass
+
+Scrub = Callable[[str], str]
+
+#: longest detail kept from a server's error text
+MAX_DETAIL_CHARS = 1000
+
+REDACTED = "[redacted]"
+_BEARER_RE = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
+
+
+def scrubber(*secrets: str | None) -> Scrub:
+    """A function that removes each secret (and any bearer token) from a text."""
+    known = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for secret in known:
+            text = text.replace(secret, REDACTED)
+        return _BEARER_RE.sub(f"Bearer {REDACTED}", text)
+
+    return scrub
+
+
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, other transport errors) of whichever HTTP stack the SDK runs on.
+
+    SDK 1.x lets httpx's own exceptions escape while a stream is read; later
+    versions wrap them, and run on httpx2.
+    """
+    timeouts: list[type[BaseException]] = [TimeoutError]
+    transport: list[type[BaseException]] = [ConnectionError, ssl.SSLError, EOFError]
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        timeouts.append(module.TimeoutException)
+        transport.append(module.TransportError)
+        transport.append(module.StreamError)
+    return tuple(timeouts), tuple(transport)
+
+
+_TIMEOUTS, _TRANSPORT = _transport_errors()
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+def status_class(status: int | None, text: str) -> ErrorClass:
+    """The class of an HTTP error (R1 first, then the status)."""
+    if is_context_limit(status, text):
+        return "context-limit"
+    if status == 429:
+        return "rate-limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 408:
+        return "network"
+    if status is None or status == 409 or status >= 500:
+        return "server"
+    return "bad-request"
+
+
+def _body_message(body: object, fallback: str) -> str:
+    if isinstance(body, dict):
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+        inner = body.get("error")
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+        if isinstance(inner, str) and inner:
+            return inner
+    elif isinstance(body, str) and body.strip():
+        return body
+    return fallback
+
+
+def _body_text(body: object) -> str:
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return body
+    try:
+        return json.dumps(body, default=str)
+    except (TypeError, ValueError):
+        return str(body)
+
+
+def _stream_status(body: object) -> int | None:
+    """An HTTP-like status an in-stream error event names for itself (vLLM sends `code: 400`)."""
+    if not isinstance(body, dict):
+        return None
+    for key in ("code", "status", "status_code"):
+        value = body.get(key)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return int(value)
+    return None
+
+
+def to_failure(
+    error: BaseException,
+    *,
+    scrub: Scrub,
+    endpoint: str,
+    timeout_s: float,
+    output_delivered: bool,
+) -> ProviderFailure | None:
+    """The failure an exception of a chat-completions call stands for; None if it is not one."""
+
+    def failure(
+        error_class: ErrorClass, detail: str, status: int | None = None, retryable: bool | None = None
+    ) -> ProviderFailure:
+        return ProviderFailure(
+            error_class,
+            scrub(_clip(detail)),
+            status_code=status,
+            retryable=is_retryable_status(status) if retryable is None else retryable,
+            output_delivered=output_delivered,
+        )
+
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        body = error.body
+        message = _body_message(body, str(error))
+        text = f"{message} {_body_text(body)}"
+        request_id = getattr(error, "request_id", None)
+        suffix = f" (request id {request_id})" if isinstance(request_id, str) and request_id else ""
+        detail = f"HTTP {status} from {endpoint}: {message}{suffix}"
+        return failure(status_class(status, text), detail, status)
+    if isinstance(error, (openai.APITimeoutError, *_TIMEOUTS)):
+        return failure("network", f"no response from {endpoint} within {timeout_s:g} s", retryable=True)
+    if isinstance(error, (openai.APIConnectionError, *_TRANSPORT)):
+        cause = error.__cause__ if isinstance(error, openai.APIConnectionError) else error
+        reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
+        return failure("network", f"connection to {endpoint} failed: {reason}", retryable=True)
+    if isinstance(error, openai.APIError):  # an error event inside the stream
+        body = error.body
+        message = _body_message(body, error.message)
+        code = _stream_status(body)
+        error_class = status_class(code, f"{message} {_body_text(body)}")
+        retryable = is_retryable_status(code) if code is not None else error_class == "server"
+        where = "in the stream" if code is None else f"in the stream (status {code})"
+        return failure(error_class, f"error {where} from {endpoint}: {message}", code, retryable)
+    if isinstance(error, TruncatedStream):
+        return failure("network", f"stream from {endpoint} cut short: {error}", retryable=True)
+    if isinstance(error, MalformedChunk):
+        return failure("server", f"malformed stream from {endpoint}: {error}", retryable=False)
+    if isinstance(error, json.JSONDecodeError):  # the SDK could not decode a `data:` line
+        line = error.doc if len(error.doc) <= 80 else error.doc[:79] + "…"
+        return failure(
+            "server",
+            f"malformed stream from {endpoint}: a data line is not valid JSON ({error.msg}): {line!r}",
+            retryable=False,
+        )
+    if isinstance(error, ValueError):  # a chunk the SDK could not turn into its types
+        return failure("server", f"malformed stream from {endpoint}: {error}", retryable=False)
+    if isinstance(error, openai.OpenAIError):
+        return failure("bad-request", f"{type(error).__name__}: {error}", retryable=False)
+    return None
