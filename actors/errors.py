@@ -1,0 +1,50 @@
+"""The runtime's typed errors: what a host developer can catch from `Host` and `Turn`.
+
+All derive from `CairnError`; the ones that are the caller's fault are also
+`InputError`s (and so `ValueError`s). Store errors (`StorageFailed`,
+`CorruptionError`, ...) come through unchanged from `store`.
+"""
+
+from __future__ import annotations
+
+from events.errors import CairnError, InputError
+
+
+class HostError(CairnError):
+    """Base of the runtime's own errors."""
+
+
+class HostClosed(HostError):
+    """The host was closed before (or while) the call ran."""
+
+
+class HostBusy(HostError):
+    """Every live-actor slot stayed busy with a running turn for the whole wait."""
+
+
+class HostTimeout(HostError, TimeoutError):
+    """No answer within the timeout; the work may still finish."""
+
+
+class TurnTimeout(HostTimeout):
+    """A turn gave no result (or no next event) within the timeout; it may still finish."""
+
+
+class SessionCrashed(HostError):
+    """The session's actor failed on a bug; it is rebuilt from its log on its next message."""
+
+
+class SessionStopped(HostError):
+    """The session's actor was stopped (passivation, close) before it could answer."""
+
+
+class UnknownSession(InputError):
+    """The session has no events in the store."""
+
+
+class SessionExists(InputError):
+    """A fork's target already has events."""
+
+
+class WorkspaceMismatch(InputError):
+    """A message named another workspace than the one the session was started with."""

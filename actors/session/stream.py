@@ -1,0 +1,130 @@
+"""The client stream of a turn: a handle that yields client-visible events live, then a result.
+
+`Turn` is what `host.send` returns. The session actor publishes into it from
+its own thread; any number of readers on other threads may iterate
+`events()` (each sees every item from the start) and wait for `result()`.
+
+What is published, in order:
+
+- every durable event of the turn that is not hidden (H6: never the
+  hand-off), as the stored `Record`, only after the journal acknowledged it;
+- text and reasoning deltas as they stream (`TextDelta`, `ReasoningDelta`),
+  which are not persisted themselves: the `assistant-message` record that
+  follows them holds the whole text.
+
+A handle is always resolved: by the turn's end, by its failure, by the
+session being stopped, or by the host being closed. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import msgspec
+
+from actors.errors import TurnTimeout
+from actors.provider.base import ReasoningDelta, TextDelta
+from events.codec import Record
+from events.kinds import FailedPhase
+
+StreamItem = Record | TextDelta | ReasoningDelta
+TurnStatus = Literal["completed", "failed", "rejected"]
+
+
+class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a turn ended.
+
+    `completed`: the model stopped calling tools. `failed`: the turn ended in
+    `phase` (provider, compaction, checkpoint, tool, interrupted), recorded
+    as `turn-failed` when the store allowed it. `rejected`: the message was
+    never recorded (bad workspace, store failure), so no turn began.
+    `provider_seconds` is the time spent inside the provider adapter.
+    """
+
+    session: str
+    status: TurnStatus
+    turn_id: str = ""
+    phase: FailedPhase | None = None
+    error_class: str = ""
+    error: str = ""
+    requests: int = 0
+    text: str = ""
+    last_seq: int = 0
+    provider_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+class Turn:
+    """A handle on one sent message's turn: `events()` live, then `result()`."""
+
+    def __init__(self, session: str, *, on_done: Callable[[Turn], None] | None = None) -> None:
+        self.session = session
+        self._cond = threading.Condition()
+        self._items: list[StreamItem] = []
+        self._result: TurnResult | None = None
+        self._on_done = on_done
+
+    # -- reading (any thread) ------------------------------------------------------
+
+    def events(self, timeout: float | None = None) -> Iterator[StreamItem]:
+        """Every client-visible item of the turn, live, from its first; ends with the turn.
+
+        `timeout` bounds the wait for each next item (TurnTimeout); None waits
+        as long as the turn runs.
+        """
+        index = 0
+        while True:
+            with self._cond:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while index >= len(self._items) and self._result is None:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TurnTimeout(f"session {self.session}: no event within {timeout} s")
+                    self._cond.wait(remaining)
+                batch = self._items[index:]
+                finished = self._result is not None
+            yield from batch
+            index += len(batch)
+            if finished and index >= len(self._items):
+                return
+
+    def result(self, timeout: float | None = None) -> TurnResult:
+        """Wait for the turn's end; TurnTimeout when it does not come within `timeout` seconds."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._result is not None, timeout):
+                raise TurnTimeout(f"session {self.session}: no result within {timeout} s")
+            assert self._result is not None
+            return self._result
+
+    def done(self) -> bool:
+        with self._cond:
+            return self._result is not None
+
+    # -- writing (the session actor's thread) -----------------------------------------
+
+    def _publish(self, item: StreamItem) -> None:
+        with self._cond:
+            if self._result is None:
+                self._items.append(item)
+                self._cond.notify_all()
+
+    def _finish(self, result: TurnResult) -> bool:
+        """Resolve the handle once; later calls are ignored. Returns whether this call resolved it."""
+        with self._cond:
+            if self._result is not None:
+                return False
+            self._result = result
+            self._cond.notify_all()
+        if self._on_done is not None:
+            self._on_done(self)
+        return True
+
+    def __repr__(self) -> str:
+        state = self._result.status if self._result is not None else "running"
+        return f"<Turn of {self.session}: {state}>"

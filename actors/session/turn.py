@@ -1,0 +1,322 @@
+"""Pure decisions of the turn loop: the events of each step, reactive recovery (R1-R3), interrupted turns.
+
+The session actor (actor.py) carries these out: it persists what they
+return, applies the acknowledged records with `evolve`, and only then runs
+effects. Nothing here reads a clock, a file or a thread.
+
+Ids are derived from the seq the event will take, so they are unique in the
+session and the same on replay: user message `u<seq>`, turn `t<seq>`,
+request `r<seq>`, assistant message `a<seq>`.
+
+How a turn ends (`turn-failed` phase, or `turn-completed`):
+
+| what happened                                                 | phase / end      |
+|---------------------------------------------------------------|------------------|
+| the model replied without tool calls (and no message waits)   | completed        |
+| slimming could not be recorded, compaction failed or blocked  | `compaction`     |
+| the checkpoint could not be written (K2)                      | `checkpoint`     |
+| provider error, not recoverable (R2), or the request/response could not be recorded | `provider` |
+| a tool result could not be recorded                           | `tool`           |
+| the host stopped, or the process died, mid-turn               | `interrupted`    |
+
+Reactive recovery (R1-R2), on a provider error:
+
+| context-limit (R1) | output delivered | reactive checkpoint since last response | verdict     |
+|--------------------|------------------|-----------------------------------------|-------------|
+| no                 | -                | -                                       | fail        |
+| yes                | yes              | -                                       | fail closed |
+| yes                | no               | yes                                     | fail (guard)|
+| yes                | no               | no                                      | recover     |
+
+The "since the last response" flag is `carried.reactive_since_response`: set
+by every reactive checkpoint, cleared by the fold at each assistant message,
+so the guard survives replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+from actors.compactor.checkpoint import source_hash
+from actors.provider.base import UsageReport, is_context_limit
+from actors.session.settings import SessionSettings, session_started
+from actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
+from actors.session.tokens import TokenCounter
+from actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
+from actors.session.tracker import Occupancy
+from actors.session.view import HistoryView
+from actors.tools import ToolOutcome
+from events.kinds import (
+    CHECKPOINT_VERSION,
+    AssistantMessage,
+    CheckpointCommitted,
+    CheckpointDiagnostics,
+    ErrorClass,
+    EventBase,
+    FailedPhase,
+    ToolResult,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from events.model import Message, Part, TextPart, ToolCall
+from events.state import SessionState, carried_for_checkpoint
+
+#: R3: the snip before a reactive compaction keeps 3 tool turns from 10 messages up
+REACTIVE_KEEP = MICRO_KEEP
+REACTIVE_MINIMUM = 10
+#: what the model is shown for a tool call whose outcome was lost with the process
+INTERRUPTED_RESULT = "[the tool call was interrupted before its result was recorded; its outcome is unknown]"
+MAX_ERROR_CHARS = 2_000
+
+Verdict = Literal["recover", "fail", "fail-closed", "fail-guard"]
+
+
+def _text(text: str) -> tuple[Part, ...]:
+    return (TextPart(text),)
+
+
+# --- starting a turn ------------------------------------------------------------------
+
+
+def start_events(
+    state: SessionState,
+    texts: Sequence[str],
+    *,
+    settings: SessionSettings | None = None,
+    workspace: str | None = None,
+) -> tuple[list[EventBase], str]:
+    """The events that open a turn with `texts` (the first opens it, the rest steer it), and its id.
+
+    A session without `session-started` gets one first, from `settings` and
+    `workspace`. The turn's task (C11) is the first text plus every later
+    one (the fold adds user messages to the open turn).
+    """
+    events: list[EventBase] = []
+    seq = state.last_seq
+    if state.info is None:
+        if settings is None or workspace is None:
+            raise ValueError("a new session needs settings and a workspace")
+        events.append(session_started(settings, workspace))
+        seq += 1
+    first = f"u{seq + 1}"
+    events.append(UserMessage(message_id=first, content=_text(texts[0])))
+    turn_id = f"t{seq + 2}"
+    events.append(TurnStarted(turn_id=turn_id, message_id=first))
+    seq += 2
+    for text in texts[1:]:
+        seq += 1
+        events.append(UserMessage(message_id=f"u{seq}", content=_text(text)))
+    return events, turn_id
+
+
+def steering_events(state: SessionState, texts: Sequence[str]) -> list[EventBase]:
+    """User messages sent while a turn runs: recorded before its next request (C11 task)."""
+    return [
+        UserMessage(message_id=f"u{state.last_seq + index + 1}", content=_text(text))
+        for index, text in enumerate(texts)
+    ]
+
+
+# --- a response and its tools -------------------------------------------------------------
+
+
+def unique_calls(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """Tool calls with the first of any repeated id kept (K1: ids are unique within a message)."""
+    seen: set[str] = set()
+    kept: list[ToolCall] = []
+    for call in calls:
+        if call.id not in seen:
+            seen.add(call.id)
+            kept.append(call)
+    return tuple(kept)
+
+
+def response_events(
+    state: SessionState,
+    *,
+    request_id: str,
+    text: str,
+    reasoning: str,
+    calls: Sequence[ToolCall],
+    usage: UsageReport | None,
+    finish_reason: str | None,
+) -> list[EventBase]:
+    """The assistant message of a response, then its usage when the provider reported one."""
+    events: list[EventBase] = [
+        AssistantMessage(
+            message_id=f"a{state.last_seq + 1}",
+            request_id=request_id,
+            text=text,
+            reasoning=reasoning or None,
+            tool_calls=unique_calls(calls),
+            finish_reason=finish_reason,
+        )
+    ]
+    if usage is not None:
+        events.append(
+            Usage(
+                request_id=request_id,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                total_tokens=usage.total_tokens,
+                cached_prompt_tokens=usage.cached_prompt_tokens,
+            )
+        )
+    return events
+
+
+def tool_result_event(
+    call: ToolCall, outcome: ToolOutcome, *, read_only: frozenset[str], used: int
+) -> tuple[ToolResult, int]:
+    """The `tool-result` of one call, and the chars of the turn's X2 budget used after it.
+
+    The content is recorded whole (X3); `truncated` says whether the model
+    sees less of it (X1/X2), `original_chars` how much there is.
+    """
+    content = _text(outcome.content) if isinstance(outcome.content, str) else outcome.content
+    effect = outcome.effect or ("read" if call.name in read_only else "write")
+    message = Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
+    rendered, shown = render_result(message, max(0, TURN_LIMIT - used))
+    event = ToolResult(
+        call_id=call.id,
+        tool_name=call.name,
+        status=outcome.status,
+        effect=effect,
+        content=content,
+        original_chars=content_chars(content),
+        truncated=rendered is not message,
+        files=outcome.files,
+    )
+    return event, used + shown
+
+
+def error_outcome(text: str) -> ToolOutcome:
+    return ToolOutcome(content=text[:MAX_ERROR_CHARS], status="error")
+
+
+# --- ending a turn ---------------------------------------------------------------------------
+
+
+def unanswered_calls(context: Sequence[Message]) -> tuple[ToolCall, ...]:
+    """The calls of the latest assistant message that no tool result answers yet.
+
+    Only the latest tool-calling message can be open: results are recorded
+    right after it, before anything else.
+    """
+    answered: set[str] = set()
+    for message in reversed(context):
+        if message.role == "tool":
+            answered.add(message.tool_call_id or "")
+            continue
+        if message.role == "assistant" and message.tool_calls:
+            return tuple(call for call in message.tool_calls if call.id not in answered)
+        if message.role in ("user", "assistant"):
+            return ()
+    return ()
+
+
+def closing_results(state: SessionState) -> list[EventBase]:
+    """Error results for calls left unanswered, so the history stays a valid conversation (M2)."""
+    return [
+        ToolResult(
+            call_id=call.id,
+            tool_name=call.name,
+            status="error",
+            effect="read",
+            content=_text(INTERRUPTED_RESULT),
+            original_chars=len(INTERRUPTED_RESULT),
+        )
+        for call in unanswered_calls(state.context)
+    ]
+
+
+def failure_events(
+    state: SessionState, turn_id: str, phase: FailedPhase, error_class: str = "", error: str = ""
+) -> list[EventBase]:
+    """Close a failed turn: results for unanswered calls, then `turn-failed`."""
+    return [
+        *closing_results(state),
+        TurnFailed(turn_id=turn_id, phase=phase, error_class=error_class, error=error[:MAX_ERROR_CHARS]),
+    ]
+
+
+def completion_event(turn_id: str, requests: int) -> TurnCompleted:
+    return TurnCompleted(turn_id=turn_id, requests=requests)
+
+
+def interrupted_events(state: SessionState, reason: str) -> list[EventBase]:
+    """What a session owes its log when loaded with a turn that never ended (or stopped mid-turn)."""
+    turn = state.open_turn
+    if turn is None:
+        return []
+    return failure_events(state, turn.turn_id, "interrupted", "interrupted", reason)
+
+
+# --- reactive recovery (R1-R4) ---------------------------------------------------------------
+
+
+def is_overflow(error_class: ErrorClass | str, status_code: int | None, message: str) -> bool:
+    """R1: the provider says the request exceeded its context."""
+    return error_class == "context-limit" or is_context_limit(status_code, message)
+
+
+def reactive_verdict(state: SessionState, *, overflow: bool, delivered: bool) -> Verdict:
+    """R2: whether a provider error may be recovered from (see the table above)."""
+    if not overflow:
+        return "fail"
+    if delivered:
+        return "fail-closed"
+    if state.carried.reactive_since_response:
+        return "fail-guard"
+    return "recover"
+
+
+VERDICT_NOTES = {
+    "fail-closed": "output had already reached the session, so the turn fails closed (R2)",
+    "fail-guard": "a second context-limit error before a successful response (R2)",
+}
+
+
+def reactive_snip(state: SessionState, view: HistoryView, occ: Occupancy) -> SlimPlan | None:
+    """R3: snip with keep 3 and minimum 10, every candidate (the provider said it does not fit)."""
+    everything = msgspec.structs.replace(
+        occ, snapshot=msgspec.structs.replace(occ.snapshot, phase="unknown")
+    )
+    return plan_snip(state, view, everything, keep=REACTIVE_KEEP, minimum=REACTIVE_MINIMUM)
+
+
+def snip_checkpoint(
+    state: SessionState, snipped: tuple[Message, ...], counter: TokenCounter, *, detail: str
+) -> CheckpointCommitted:
+    """R3's last resort: compaction gave nothing but the snip removed something.
+
+    The snip result becomes the replacement, committed as a reactive
+    checkpoint (strategy `fallback`, diagnostics say `snip-only`), so the
+    retried request is smaller and the R2 guard is set like any reactive
+    checkpoint's.
+    """
+    carried = carried_for_checkpoint(state, reset_breaker=False)
+    carried = msgspec.structs.replace(carried, reactive_since_response=True)
+    source = state.context
+    tokens = counter.messages(snipped)
+    return CheckpointCommitted(
+        version=CHECKPOINT_VERSION,
+        epoch=state.epoch + 1,
+        through_seq=state.last_seq,
+        trigger="reactive",
+        strategy="fallback",
+        source_tokens=counter.messages(source),
+        replacement_tokens=tokens,
+        replacement_messages=snipped,
+        source_hash=source_hash(source),
+        diagnostics=CheckpointDiagnostics(
+            failure_reason="snip-only", failure_detail=detail[:MAX_ERROR_CHARS], target_tokens=tokens
+        ),
+        carried=carried,
+    )
