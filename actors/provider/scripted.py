@@ -1,7 +1,8 @@
 """The scripted provider: a deterministic, offline adapter for the demo and the tests.
 
-It answers each request with the next planned outcome, or, when the plan is
-used up, with its responder's answer (if one is set) or its default
+It answers each request with the next planned outcome of its purpose
+(`turns`, `summaries`), else of the shared plan, or, when those are used
+up, with its responder's answer (if one is set) or its default
 (`Auto`): for a summary request (`purpose == "summary"`) an `<analysis>`
 then a `<summary>` with the seven ledger headings built from the transcript
 in the prompt; for a turn, a short fixed text. Outcomes:
@@ -43,6 +44,7 @@ from actors.provider.base import (
     ProviderFailure,
     ProviderOutput,
     ProviderRequest,
+    Purpose,
     ReasoningDelta,
     TextDelta,
     ToolCallReady,
@@ -133,6 +135,8 @@ class ScriptedProvider:
         self,
         plan: Iterable[Outcome] = (),
         *,
+        turns: Iterable[Outcome] = (),
+        summaries: Iterable[Outcome] = (),
         default: Outcome | None = None,
         responder: Responder | None = None,
         context_window: int | None = None,
@@ -141,6 +145,7 @@ class ScriptedProvider:
         keep_requests: bool = True,
     ) -> None:
         self._plan: deque[Outcome] = deque(plan)
+        self._plans: dict[str, deque[Outcome]] = {"turn": deque(turns), "summary": deque(summaries)}
         self._default: Outcome = default if default is not None else Auto()
         self._responder = responder
         self.context_window = context_window
@@ -151,16 +156,16 @@ class ScriptedProvider:
         self._lock = threading.Lock()
         self.requests: list[ProviderRequest] = []
 
-    def script(self, *outcomes: Outcome) -> ScriptedProvider:
-        """Append outcomes to the plan; returns self so plans read as one line."""
+    def script(self, *outcomes: Outcome, purpose: Purpose | None = None) -> ScriptedProvider:
+        """Append outcomes to the plan (of one purpose only, if given); returns self."""
         with self._lock:
-            self._plan.extend(outcomes)
+            (self._plan if purpose is None else self._plans[purpose]).extend(outcomes)
         return self
 
     @property
     def pending(self) -> int:
         with self._lock:
-            return len(self._plan)
+            return len(self._plan) + sum(len(plan) for plan in self._plans.values())
 
     @property
     def calls(self) -> int:
@@ -172,7 +177,10 @@ class ScriptedProvider:
             self._calls += 1
             if self._keep_requests:
                 self.requests.append(request)
-            outcome: Outcome | None = self._plan.popleft() if self._plan else None
+            own = self._plans[request.purpose]
+            outcome: Outcome | None = (
+                own.popleft() if own else self._plan.popleft() if self._plan else None
+            )
         if outcome is None and self._responder is not None:
             outcome = self._responder(request)
         if outcome is None:

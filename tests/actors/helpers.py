@@ -144,8 +144,12 @@ class Agent:
         return Reply(text=f"Reading part {made} of {tag}.", tool_calls=(call,))
 
 
-def scripted(*plan: Outcome, agent: Agent | None = None) -> ScriptedProvider:
-    return ScriptedProvider(plan, responder=agent if agent is not None else Agent())
+def scripted(
+    *turns: Outcome, agent: Agent | None = None, summaries: tuple[Outcome, ...] = ()
+) -> ScriptedProvider:
+    """The scripted model: `turns` answer turn requests in order, then the agent answers."""
+    responder = agent if agent is not None else Agent()
+    return ScriptedProvider(turns=turns, summaries=summaries, responder=responder)
 
 
 def open_host(root: Path, provider: Any, *, clock: Clock | None = None, disk: Disk | None = None,
