@@ -303,6 +303,9 @@ class SessionActor(pykka.ThreadingActor):
         except Exception as exc:
             log.error("cairn: session %s crashed on %s: %s", session_hash(self._sid),
                       type(message).__name__, type(exc).__name__)
+            # dead before anyone hears of it: a message sent after the failed turn's result
+            # finds this actor stopped, and the host rebuilds the session by replay
+            self.actor_stopped.set()
             self._abandon(f"the session crashed ({type(exc).__name__})", persist=False,
                           error_class=type(exc).__name__)
             raise

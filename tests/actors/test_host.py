@@ -1,0 +1,321 @@
+"""The host: routing, the client stream, steering, passivation, fork, manual compaction, recovery, close."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from actors import Host, ToolInvocation, ToolOutcome
+from actors.compactor.errors import CompactionBlocked
+from actors.compactor.hooks import HookContext, HookVerdict
+from actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
+from actors.provider.base import TextDelta
+from actors.provider.scripted import Reply, ScriptedProvider
+from actors.session import actor as session_actor
+from actors.session.stream import Turn
+from events.codec import Record
+from events.kinds import CheckpointCommitted, Handoff, SessionStarted, TurnFailed, TurnStarted, UserMessage
+from events.model import TextPart, ToolCall
+from tests.actors.helpers import (
+    SETTINGS,
+    WAIT,
+    Clock,
+    Seed,
+    SizedTools,
+    kinds,
+    open_host,
+    reopen_and_compare,
+    scripted,
+)
+
+
+class GatedTools(SizedTools):
+    """A tool executor whose first call waits for the test: a turn held mid-flight, no sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT)
+        return super().__call__(invocation)
+
+
+def test_send_starts_a_session_and_streams_its_turn_live(tmp_path: Path) -> None:
+    provider = ScriptedProvider(
+        turns=[Reply(text="looking", tool_calls=(ToolCall("c1", "read", '{"tokens": 3}'),)),
+               Reply(text="all good here")],
+        chunk_chars=4,
+    )
+    host = open_host(tmp_path / "store", provider)
+    turn = host.send("s-1", "check it", workspace=tmp_path / "ws" / ".." / "ws")
+
+    readers = [list(turn.events(timeout=WAIT)) for _ in range(2)]  # every reader sees everything
+    result = turn.result(WAIT)
+
+    assert result.ok and result.text == "all good here" and result.requests == 2
+    assert readers[0] == readers[1]
+    kinds_seen = [i.line_kind for i in readers[0] if isinstance(i, Record)]
+    assert kinds_seen == ["session-started", "user-message", "turn-started", "request", "assistant-message",
+                          "usage", "tool-result", "request", "assistant-message", "usage", "turn-completed"]
+    deltas = "".join(i.text for i in readers[0] if isinstance(i, TextDelta))
+    assert deltas == "lookingall good here"
+    started = next(i.event for i in readers[0] if isinstance(i, Record) and i.line_kind == "session-started")
+    assert isinstance(started, SessionStarted)
+    assert started.workspace == str(tmp_path / "ws") and started.context_window == SETTINGS.context_window
+    assert started.tool_schemas == SizedTools.schemas
+    reopen_and_compare(host, tmp_path / "store", ["s-1"]).close()
+
+
+def test_messages_a_session_cannot_take_are_rejected(tmp_path: Path) -> None:
+    host = open_host(tmp_path / "store", scripted())
+    new = host.send("s", "hello").result(WAIT)
+    assert new.status == "rejected" and new.error_class == "UnknownSession"
+    assert host.send("s", "hello", workspace=tmp_path).result(WAIT).ok
+    other = host.send("s", "hello", workspace=tmp_path / "elsewhere").result(WAIT)
+    assert other.status == "rejected" and other.error_class == "WorkspaceMismatch"
+    assert host.send("s", "hello").result(WAIT).ok  # the workspace may be left out later
+    with pytest.raises(ValueError):
+        host.send("bad id!", "x", workspace=tmp_path)
+    host.close()
+    with pytest.raises(HostClosed):
+        host.send("s", "late")
+
+
+def test_a_message_sent_mid_turn_steers_that_turn(tmp_path: Path) -> None:
+    tools = GatedTools()
+    host = open_host(tmp_path / "store", scripted(), tools=tools)
+    first = host.send("s", "start: tools 1 x 10 #steer", workspace=tmp_path)
+    assert tools.entered.wait(WAIT)
+    steer = host.send("s", "and mind the tests")
+    tools.release.set()
+
+    one, two = first.result(WAIT), steer.result(WAIT)
+
+    assert one.ok and two == one  # one turn, seen through both handles
+    log = list(host.journal.read("s"))
+    assert [r.line_kind for r in log].count("turn-started") == 1
+    users = [r for r in log if isinstance(r.event, UserMessage)]
+    completed = next(r for r in log if r.line_kind == "turn-completed")
+    assert len(users) == 2 and users[1].seq < completed.seq
+    # the steering message is part of the request that follows it
+    last = [r for r in host.journal.read("s") if r.line_kind == "request"][-1]
+    assert last.seq > users[1].seq
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+def test_passivation_by_lru_cap_and_replay_on_return(tmp_path: Path) -> None:
+    host = open_host(tmp_path / "store", scripted(), max_live_sessions=2)
+    states = {}
+    for sid in ("a", "b", "c"):
+        assert host.send(sid, f"hello {sid}: tools 1 x 20 #{sid}", workspace=tmp_path).result(WAIT).ok
+        states[sid] = host.state(sid)
+        assert len(host.live_sessions) <= 2
+    assert host.live_sessions == ["b", "c"] and host.stats.passivated_lru == 1
+    assert host.state("a") == states["a"]  # rebuilt by replay, identical
+    assert host.live_sessions == ["c", "a"]
+    assert host.send("a", "again").result(WAIT).ok
+    assert host.stats.peak_live == 2
+    reopen_and_compare(host, tmp_path / "store", ["a", "b", "c"]).close()
+
+
+def test_passivation_of_idle_sessions(tmp_path: Path) -> None:
+    clock = Clock()
+    host = open_host(tmp_path / "store", scripted(), clock=clock, idle_timeout_s=60)
+    for sid in ("a", "b"):
+        assert host.send(sid, "hi", workspace=tmp_path).result(WAIT).ok
+    before = host.state("a")
+    clock.advance(30_000)
+    assert host.send("b", "still here").result(WAIT).ok
+    clock.advance(31_000)
+    assert host.passivate_idle() == 1 and host.live_sessions == ["b"]
+    assert host.stats.passivated_idle == 1
+    assert host.state("a") == before
+    host.close()
+
+
+def test_a_full_registry_makes_a_new_session_wait_for_a_slot(tmp_path: Path) -> None:
+    tools = GatedTools()
+    host = open_host(tmp_path / "store", scripted(), tools=tools, max_live_sessions=1, slot_timeout_s=0.01)
+    busy = host.send("a", "work: tools 1 x 5 #a", workspace=tmp_path)
+    assert tools.entered.wait(WAIT)
+    with pytest.raises(HostBusy):
+        host.send("b", "me too", workspace=tmp_path)
+    tools.release.set()
+    assert busy.result(WAIT).ok
+    assert host.send("b", "me too", workspace=tmp_path).result(WAIT).ok
+    assert host.live_sessions == ["b"]
+    host.close()
+
+
+def test_a_waiting_sender_gets_the_slot_when_a_turn_ends(tmp_path: Path) -> None:
+    tools = GatedTools()
+    host = open_host(tmp_path / "store", scripted(), tools=tools, max_live_sessions=1)
+    busy = host.send("a", "work: tools 1 x 5 #a", workspace=tmp_path)
+    assert tools.entered.wait(WAIT)
+    got: list[Turn] = []
+    waiter = threading.Thread(target=lambda: got.append(host.send("b", "next", workspace=tmp_path)))
+    waiter.start()
+    tools.release.set()
+    waiter.join(WAIT)
+    assert busy.result(WAIT).ok and got and got[0].result(WAIT).ok
+    assert host.stats.peak_live == 1
+    host.close()
+
+
+def test_an_unfinished_turn_is_marked_interrupted_when_its_session_loads(tmp_path: Path) -> None:
+    host = open_host(tmp_path / "store", scripted())
+    seed = Seed(host.journal, "s", str(tmp_path))
+    seed.turn(tools=[30])
+    call = ToolCall("lost-1", "read", '{"tokens": 5}')
+    from events.kinds import AssistantMessage
+
+    host.journal.append("s", [
+        UserMessage(message_id="ux", content=(TextPart("half done"),)),
+        TurnStarted(turn_id="tx", message_id="ux"),
+        AssistantMessage(message_id="ax", request_id="rx", tool_calls=(call,)),
+    ], expected_seq=host.journal.last_seq("s"))
+
+    state = host.state("s")
+
+    assert state.open_turn is None
+    tail = list(host.journal.read("s"))[-2:]
+    assert tail[0].line_kind == "tool-result" and tail[0].event.call_id == "lost-1"  # type: ignore[union-attr]
+    assert tail[0].event.status == "error"  # type: ignore[union-attr]
+    failed = tail[1].event
+    assert isinstance(failed, TurnFailed) and failed.phase == "interrupted" and failed.turn_id == "tx"
+    assert host.send("s", "go on").result(WAIT).ok  # the host may simply send again
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+def test_a_crashed_session_is_rebuilt_by_replay_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = session_actor.assemble
+    calls = {"n": 0}
+
+    def crash_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a bug in cairn")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_actor, "assemble", crash_once)
+    host = open_host(tmp_path / "store", scripted())
+    assert host.send("s", "first", workspace=tmp_path).result(WAIT).ok
+    durable = list(host.journal.read("s"))
+
+    crashed = host.send("s", "second").result(WAIT)
+
+    assert crashed.status == "failed" and crashed.phase == "interrupted"
+    assert crashed.error_class == "RuntimeError"
+    after = host.send("s", "third")  # the dead actor is noticed and rebuilt by replay
+    assert after.result(WAIT).ok
+    assert host.stats.rebuilt_after_crash == 1
+    log = list(host.journal.read("s"))
+    assert log[: len(durable)] == durable  # nothing acknowledged was lost
+    failed = [r.event for r in log if isinstance(r.event, TurnFailed)]
+    assert [f.phase for f in failed] == ["interrupted"]  # the crashed turn, marked at the rebuild
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+def test_close_mid_turn_records_it_interrupted_and_resolves_every_handle(tmp_path: Path) -> None:
+    tools = GatedTools()
+    root = tmp_path / "store"
+    host = open_host(root, scripted(), tools=tools)
+    turn = host.send("s", "work: tools 2 x 5 #c", workspace=tmp_path)
+    assert tools.entered.wait(WAIT)
+    closer = threading.Thread(target=host.close)
+    closer.start()
+    tools.release.set()
+    closer.join(WAIT)
+    assert not closer.is_alive()
+
+    result = turn.result(WAIT)
+
+    assert result.status == "failed" and result.phase == "interrupted"
+    again = open_host(root, scripted())
+    assert kinds(again.journal, "s")[-1] == "turn-failed"
+    assert again.state("s").open_turn is None
+    again.close()
+
+
+def test_K4_manual_compaction_only_from_half_the_window(tmp_path: Path) -> None:
+    blocked = {"on": False}
+
+    def hook(context: HookContext) -> HookVerdict | None:
+        assert context.trigger == "manual"
+        return HookVerdict(block=True, reason="hold") if blocked["on"] else None
+
+    host = open_host(tmp_path / "store", scripted(), hook=hook)
+    small = Seed(host.journal, "small", str(tmp_path))
+    small.turn(tools=[100])
+    big = Seed(host.journal, "big", str(tmp_path))
+    for _ in range(10):
+        big.turn(tools=[1_000])  # about 10,500 tokens: over half of the 20,000 window
+
+    assert host.compact("small") is None
+    assert "checkpoint-committed" not in kinds(host.journal, "small")
+    blocked["on"] = True
+    with pytest.raises(CompactionBlocked):
+        host.compact("big")
+    blocked["on"] = False
+    record = host.compact("big")
+    assert record is not None and isinstance(record.event, CheckpointCommitted)
+    assert record.event.trigger == "manual" and record.event.strategy == "llm"
+    assert host.state("big").checkpoint_seq == record.seq
+    with pytest.raises(UnknownSession):
+        host.compact("nobody")
+    reopen_and_compare(host, tmp_path / "store", ["small", "big"]).close()
+
+
+def test_fork_copies_history_without_handoffs_and_renumbers_checkpoints(tmp_path: Path) -> None:
+    host = open_host(tmp_path / "store", scripted())
+    seed = Seed(host.journal, "s", str(tmp_path))
+    for _ in range(13):
+        seed.turn(user_tokens=900)
+    assert host.send("s", "in the band").result(WAIT).ok  # writes a hand-off
+    assert host.compact("s") is not None  # then a checkpoint after it
+    parent = list(host.journal.read("s"))
+    handoff_seq = next(r.seq for r in parent if isinstance(r.event, Handoff))
+
+    last = host.fork("s", "f")
+
+    child = list(host.journal.read("f"))
+    assert last == len(child) == len(parent) - 1
+    cp_parent = next(r.event for r in parent if isinstance(r.event, CheckpointCommitted))
+    cp_child = next(r.event for r in child if isinstance(r.event, CheckpointCommitted))
+    assert cp_parent.through_seq > handoff_seq and cp_child.through_seq == cp_parent.through_seq - 1
+    assert host.state("f").context == host.state("s").context  # after the checkpoint: same messages
+    with pytest.raises(SessionExists):
+        host.fork("s", "f")
+    with pytest.raises(UnknownSession):
+        host.fork("nobody", "g")
+    assert host.send("f", "carry on").result(WAIT).ok
+    reopen_and_compare(host, tmp_path / "store", ["s", "f"]).close()
+
+
+def test_one_adapter_per_session_from_a_factory(tmp_path: Path) -> None:
+    made: dict[str, ScriptedProvider] = {}
+
+    def factory(sid: str) -> ScriptedProvider:
+        return made.setdefault(sid, ScriptedProvider(turns=[Reply(text=f"I am {sid}")]))
+
+    host = Host.open(tmp_path / "store", provider_factory=factory, sweep=False)
+    assert host.send("x", "who?", workspace=tmp_path).result(WAIT).text == "I am x"
+    assert host.send("y", "who?", workspace=tmp_path).result(WAIT).text == "I am y"
+    assert sorted(made) == ["x", "y"] and made["x"].calls == 1
+    host.close()
+
+
+def test_turn_handle_times_out_instead_of_hanging(tmp_path: Path) -> None:
+    turn = Turn("s")
+    with pytest.raises(TurnTimeout):
+        turn.result(timeout=0)
+    with pytest.raises(TurnTimeout):
+        next(turn.events(timeout=0))
