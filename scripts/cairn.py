@@ -319,6 +319,13 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from scripts import demo
+
+    argv = ["--store", args.store, "--sessions", str(args.sessions), "--turns", str(args.turns)]
+    return demo.main(argv + (["--json"] if args.json else []))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from scripts import bench
 
@@ -339,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="cairn", description="cairn: event-sourced context engine")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
+    p.add_argument("--sessions", type=int, default=8, metavar="N", help="concurrent sessions (8)")
+    p.add_argument("--turns", type=int, default=12, metavar="M", help="turns per session this run (12)")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sessions", parents=[common], help="list sessions")
     p.set_defaults(func=cmd_sessions)
