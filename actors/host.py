@@ -71,6 +71,7 @@ from actors.session.handoff import is_hidden_event
 from actors.session.request import AssembledRequest
 from actors.session.settings import SessionSettings
 from actors.session.stream import Turn, TurnResult
+from actors.session.tokens import load_encoding
 from actors.tools import ToolExecutor
 from events.codec import Record, validate_session_id
 from events.errors import InputError
@@ -222,6 +223,7 @@ class Host:
             journal = Journal.open(root, fsync=fsync, clock_ms=clock)
         runtime = Runtime(
             journal=journal,
+            encoding=load_encoding(),  # once per process, before the first turn waits for it
             adapter_for=provider_factory,
             tools=tools,
             clock_ms=clock,

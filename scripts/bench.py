@@ -33,6 +33,7 @@ SUITES = {
     "store": "scripts.bench_store",
     "context": "scripts.bench_context",
     "compaction": "scripts.bench_compaction",
+    "turns": "scripts.bench_turns",
 }
 
 

@@ -1,0 +1,230 @@
+"""Runtime benchmark: cairn's own time per turn, and memory with many sessions, through a real host.
+
+Usage: python scripts/bench_turns.py [--quick] [--json]
+
+1. Turn overhead. 1,000 sessions x 5 turns through one host on a
+   zero-latency scripted provider (a one-line reply, no tools), driven by 16
+   client threads (16 turns in flight), every session live. Each turn's time
+   is measured from `send` to its result, minus the time spent inside the
+   provider adapter (`TurnResult.provider_seconds`): what is left is cairn's
+   own time (routing, the pre-request checks, three fsynced appends, the
+   actor hops, streaming). Reported at p50 and p99, plus throughput; also at
+   one turn in flight (the per-turn cost without queueing), and with a live
+   cap of 256 visited round-robin, where every turn respawns its session by
+   replay (the worst case of passivation).
+2. Memory. 10,000 sessions touched (one turn each) through a host with a
+   live-actor cap of 256. Anonymous resident memory (heap and stacks, not the
+   page cache of the mmapped index) is read at checkpoints; the target is that
+   it is bounded by the cap, not by the number of sessions: growing from
+   2,500 to 10,000 sessions touched adds less than 10 %. It runs in a fresh
+   process, so no earlier benchmark has grown the heap.
+
+`--quick` shrinks both (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actors import Host, SessionSettings
+from actors.provider.scripted import Reply, ScriptedProvider
+from scripts.bench import figure
+
+SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
+CLIENTS = 16
+MEMORY_CAP = 256
+MEMORY_TARGET = 0.10
+
+
+def _provider() -> ScriptedProvider:
+    return ScriptedProvider(default=Reply(text="ok"), keep_requests=False)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _drive(host: Host, workspace: Path, jobs: list[str], clients: int,
+           after: Callable[[int], None] | None = None) -> tuple[list[float], float]:
+    """Send one turn per job (a session id) from `clients` threads; cairn's time of each, and wall time."""
+    own: list[float] = []
+    lock = threading.Lock()
+    cursor = iter(range(len(jobs)))
+    errors: list[str] = []
+
+    def client() -> None:
+        while True:
+            with lock:
+                index = next(cursor, None)
+            if index is None:
+                return
+            started = time.perf_counter()
+            result = host.send(jobs[index], "hello", workspace=workspace).result(timeout=120)
+            spent = time.perf_counter() - started - result.provider_seconds
+            with lock:
+                if not result.ok:
+                    errors.append(f"{result.status} {result.phase} {result.error_class}")
+                own.append(spent)
+            if after is not None:
+                after(index)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} turns failed, first: {errors[0]}")
+    return own, time.perf_counter() - started
+
+
+def _overhead_run(sessions: int, turns: int, cap: int, serial: int) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-turns-"))
+    try:
+        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS, sweep=False,
+                         max_live_sessions=cap)
+        try:
+            workspace = root / "ws"
+            jobs = [f"s{n:05d}" for _ in range(turns) for n in range(sessions)]
+            own, wall = _drive(host, workspace, jobs, CLIENTS)
+            alone: list[float] = []
+            if serial:
+                alone, _ = _drive(host, workspace, [f"s{n:05d}" for n in range(serial)], 1)
+            spawned = host.stats.spawned
+        finally:
+            host.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"own": own, "wall": wall, "serial": alone, "spawned": spawned}
+
+
+def turn_overhead(quick: bool) -> list[dict[str, Any]]:
+    sessions, turns = (200, 3) if quick else (1_000, 5)
+    live = _overhead_run(sessions, turns, cap=sessions + 24, serial=200)
+    churn_cap = 64 if quick else 256
+    churn = _overhead_run(sessions, 2, cap=churn_cap, serial=0)
+    own, serial = live["own"], live["serial"]
+    label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
+    churned = (f"{sessions:,} sessions x 2 turns round-robin, {CLIENTS} in flight, live cap {churn_cap}: "
+               f"{churn['spawned']:,} spawns by replay")
+
+    mean = statistics.fmean(serial) * 1000
+
+    def ms(values: list[float], q: float) -> float:
+        return round(_percentile(values, q) * 1000, 2)
+
+    return [
+        figure("turns.overhead_p50_ms", ms(own, 0.50), "ms", detail=label),
+        figure("turns.overhead_p99_ms", ms(own, 0.99), "ms", detail=label),
+        figure("turns.throughput", round(len(own) / live["wall"]), "turns/s", detail=label),
+        figure("turns.serial_p50_ms", ms(serial, 0.50), "ms",
+               detail=f"one turn in flight, {len(serial)} turns (mean {mean:.2f} ms)"),
+        figure("turns.serial_p99_ms", ms(serial, 0.99), "ms", detail="one turn in flight"),
+        figure("turns.lru_churn_p50_ms", ms(churn["own"], 0.50), "ms", detail=churned),
+        figure("turns.lru_churn_p99_ms", ms(churn["own"], 0.99), "ms", detail=churned),
+        figure("turns.lru_churn_throughput", round(len(churn["own"]) / churn["wall"]), "turns/s",
+               detail=churned),
+    ]
+
+
+def _rss_kib() -> tuple[int, int]:
+    """(anonymous RSS, total RSS) of this process in KiB, from /proc."""
+    anon = total = 0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                anon = int(line.split()[1])
+            elif line.startswith("VmRSS:"):
+                total = int(line.split()[1])
+    return anon, total
+
+
+def _memory_child(touched: int) -> dict[str, Any]:
+    """Runs in a fresh process, so no earlier benchmark has grown the heap: touch, read /proc."""
+    marks = sorted({touched // 4, touched // 2, touched})
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-memory-"))
+    readings: dict[int, tuple[int, int]] = {}
+    try:
+        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS, sweep=False,
+                         max_live_sessions=MEMORY_CAP)
+        try:
+            done = 0
+            lock = threading.Lock()
+
+            def after(index: int) -> None:
+                nonlocal done
+                with lock:
+                    done += 1
+                    count = done
+                if count in marks:
+                    readings[count] = _rss_kib()
+
+            _drive(host, root / "ws", [f"m{n:06d}" for n in range(touched)], 32, after)
+            peak = host.stats.peak_live
+        finally:
+            host.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"marks": marks, "readings": {str(k): v for k, v in readings.items()}, "peak": peak}
+
+
+def memory(quick: bool) -> list[dict[str, Any]]:
+    touched = 2_000 if quick else 10_000
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.bench_turns", "--memory-child", str(touched)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=900, check=True,
+    )
+    data = json.loads(done.stdout)
+    marks: list[int] = data["marks"]
+    readings = {int(k): v for k, v in data["readings"].items()}
+    first, last = marks[0], marks[-1]
+    growth = (readings[last][0] - readings[first][0]) / max(1, readings[first][0])
+    per_session = (readings[last][0] - readings[first][0]) * 1024 / max(1, last - first)
+    detail = ", ".join(f"{n:,}: {readings[n][0] / 1024:.0f} MiB anon / {readings[n][1] / 1024:.0f} MiB total"
+                       for n in marks)
+    return [
+        figure("memory.anon_rss_mib", round(readings[last][0] / 1024, 1), "MiB",
+               detail=f"{touched:,} sessions touched, live cap {MEMORY_CAP} (peak {data['peak']})"),
+        figure("memory.growth", round(growth, 3), "ratio",
+               target=f"< {MEMORY_TARGET} from {first:,} to {last:,} sessions",
+               met=growth < MEMORY_TARGET, detail=f"{detail}; {per_session:.0f} bytes per extra session"),
+    ]
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    return [*turn_overhead(quick), *memory(quick)]
+
+
+def main() -> int:
+    if "--memory-child" in sys.argv:
+        print(json.dumps(_memory_child(int(sys.argv[sys.argv.index("--memory-child") + 1]))))
+        return 0
+    quick = "--quick" in sys.argv
+    figures = run(quick)
+    if "--json" in sys.argv:
+        print(json.dumps(figures, indent=2))
+    else:
+        for f in figures:
+            print(f"{f['name']:28} {f['value']!s:>10} {f['unit']:8} {f.get('target') or ''} {f['detail']}")
+    return 0 if all(f["met"] is not False for f in figures) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
