@@ -378,26 +378,37 @@ class SessionActor(pykka.ThreadingActor):
             return
         self._start([message])
 
-    def _accepts(self, message: Send) -> bool:
+    def _accept(self, sends: list[Send]) -> list[Send]:
+        """The sends this session can take; the others are rejected on their handles.
+
+        A new session takes the workspace of its first message that names one;
+        every later message must name the same one, or none.
+        """
         info = self._state.info
-        problem = ""
-        if info is None and message.workspace is None:
-            problem = f"session {self._sid} is new: its first message needs a workspace"
-        elif info is not None and message.workspace is not None and message.workspace != info.workspace:
-            problem = (f"session {self._sid} works in {info.workspace}, not {message.workspace}")
-        if problem:
-            kind = UnknownSession if info is None else WorkspaceMismatch
-            message.handle._finish(self._result("rejected", "", error_class=kind.__name__, error=problem))
-            return False
-        return True
+        workspace = info.workspace if info is not None else None
+        accepted: list[Send] = []
+        for send in sends:
+            problem = ""
+            if workspace is None and send.workspace is None:
+                problem = f"session {self._sid} is new: its first message needs a workspace"
+            elif workspace is not None and send.workspace not in (None, workspace):
+                problem = f"session {self._sid} works in {workspace}, not {send.workspace}"
+            if problem:
+                kind = UnknownSession if workspace is None else WorkspaceMismatch
+                send.handle._finish(self._result("rejected", "", error_class=kind.__name__, error=problem))
+                continue
+            if workspace is None:
+                workspace = send.workspace
+            accepted.append(send)
+        return accepted
 
     def _start(self, sends: list[Send]) -> None:
         if not self._loaded:
             self._load()
-        accepted = [send for send in sends if self._accepts(send)]
+        accepted = self._accept(sends)
         if not accepted:
             return self._resume()
-        first = accepted[0]
+        first = next((send for send in accepted if send.workspace is not None), accepted[0])
         try:
             events, turn_id = start_events(
                 self._state,
@@ -419,7 +430,7 @@ class SessionActor(pykka.ThreadingActor):
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
         run = self._run
         assert run is not None
-        sends = [send for send in self._sends if self._accepts(send)]
+        sends = self._accept(self._sends)
         self._sends = []
         if not sends:
             return True
