@@ -15,12 +15,14 @@ from actors.provider.base import TextDelta
 from actors.provider.scripted import Reply, ScriptedProvider
 from actors.session import actor as session_actor
 from actors.session.stream import Turn
+from actors.session.tokens import TokenCounter
 from events.codec import Record
 from events.kinds import CheckpointCommitted, Handoff, SessionStarted, TurnFailed, TurnStarted, UserMessage
 from events.model import TextPart, ToolCall
 from tests.actors.helpers import (
     SETTINGS,
     WAIT,
+    Agent,
     Clock,
     Seed,
     SizedTools,
@@ -28,6 +30,7 @@ from tests.actors.helpers import (
     open_host,
     reopen_and_compare,
     scripted,
+    words,
 )
 
 
@@ -319,3 +322,29 @@ def test_turn_handle_times_out_instead_of_hanging(tmp_path: Path) -> None:
         turn.result(timeout=0)
     with pytest.raises(TurnTimeout):
         next(turn.events(timeout=0))
+
+
+def test_steering_messages_join_the_active_task_a_compaction_keeps(tmp_path: Path) -> None:
+    counter = TokenCounter()
+    provider = ScriptedProvider(  # counts as cairn does, so its usage agrees with the local estimate
+        responder=Agent(), prompt_tokens=lambda request: counter.messages(request.messages)
+    )
+    tools = GatedTools()
+    host = open_host(tmp_path / "store", provider, tools=tools)
+    seed = Seed(host.journal, "s", str(tmp_path))
+    for _ in range(12):
+        seed.turn(tools=[950])  # in the hand-off band; the long steering message pushes it over
+    first = host.send("s", "start: tools 2 x 100 #task")
+    assert tools.entered.wait(WAIT)
+    steer = host.send("s", "and keep the public API unchanged. " + words(3_000))
+    tools.release.set()
+    assert first.result(WAIT).ok and steer.result(WAIT).ok
+
+    log = list(host.journal.read("s"))
+    steering = [r for r in log if isinstance(r.event, UserMessage)][-1]
+    checkpoint = next(r for r in log if isinstance(r.event, CheckpointCommitted))
+    assert steering.seq < checkpoint.seq and isinstance(checkpoint.event, CheckpointCommitted)
+    task = next(m for m in checkpoint.event.replacement_messages if m.meta.origin == "active-task")
+    text = task.content if isinstance(task.content, str) else ""
+    assert "start: tools 2 x 100 #task" in text and "and keep the public API unchanged" in text  # C11
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
