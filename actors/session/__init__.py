@@ -1,9 +1,13 @@
-"""The session: its actor (to come) and the pure policies that decide each request.
+"""The session: its actor and the pure policies that decide each request.
+
+`actor` is the session actor (the turn loop, persist then apply); `stream`
+the client's handle on a turn; `settings` what a new session starts with.
 
 Policies, one concept each, all I/O-free and clock-free (time is an argument):
 `tokens` (T), `profile` (P2), `tool_budget` (X), `view` (the model-visible
 history, kept incrementally), `tracker` (P), `budget` (B), `handoff` (H),
-`slimming` (S) and `request` (assembly). Before every provider request the
+`slimming` (S), `request` (assembly) and `turn` (the events of each step of
+a turn, reactive recovery R, interrupted turns). Before every provider request the
 actor calls them in the order of CONTEXT-RULES L1:
 
 1. `occupancy`; `plan_micro` when due: persist its event, apply, re-measure;
