@@ -1,0 +1,102 @@
+"""The pure decisions of the turn loop (actors/session/turn.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.session.settings import SessionSettings
+from actors.session.tool_budget import PREVIEW_CHARS, RESULT_LIMIT, TURN_LIMIT
+from actors.session.turn import (
+    INTERRUPTED_RESULT,
+    interrupted_events,
+    is_overflow,
+    reactive_verdict,
+    start_events,
+    steering_events,
+    tool_result_event,
+    unanswered_calls,
+    unique_calls,
+)
+from actors.tools import ToolOutcome
+from events.codec import GENESIS, Record
+from events.kinds import Carried, EventBase, SessionStarted, ToolResult, TurnFailed, TurnStarted, UserMessage
+from events.model import Message, TextPart, ToolCall
+from events.state import SessionState, replay
+
+
+def _fold(events: list[EventBase], state: SessionState | None = None) -> SessionState:
+    base = state or SessionState(sid="s")
+    records = [Record(0, "s", base.last_seq + i + 1, 1, GENESIS, e) for i, e in enumerate(events)]  # type: ignore[arg-type]
+    return replay(records, base)
+
+
+def test_start_events_number_ids_by_the_seq_they_take() -> None:
+    events, turn_id = start_events(SessionState(sid="s"), ["first", "steer"],
+                                   settings=SessionSettings(), workspace="/w")
+    assert [type(e) for e in events] == [SessionStarted, UserMessage, TurnStarted, UserMessage]
+    assert turn_id == "t3" and events[1].message_id == "u2" and events[3].message_id == "u4"  # type: ignore[attr-defined]
+    state = _fold(events)
+    assert state.open_turn is not None and state.open_turn.task == ("first", "steer")  # C11
+    more = steering_events(state, ["again"])
+    assert more[0].message_id == "u5"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        start_events(SessionState(sid="s"), ["x"])
+
+
+def test_unanswered_calls_and_the_interrupted_end_they_get() -> None:
+    calls = (ToolCall("c1", "read"), ToolCall("c2", "read"))
+    context = (Message(role="user", content="go"), Message(role="assistant", tool_calls=calls),
+               Message(role="tool", content="ok", tool_call_id="c1"))
+    assert unanswered_calls(context) == (calls[1],)
+    assert unanswered_calls(context[:1]) == ()
+    events, _ = start_events(SessionState(sid="s"), ["go"], settings=SessionSettings(), workspace="/w")
+    state = _fold(events)
+    owed = interrupted_events(state, "process died")
+    assert [type(e) for e in owed] == [TurnFailed] and owed[0].phase == "interrupted"  # type: ignore[attr-defined]
+    assert interrupted_events(_fold(owed, state), "again") == []
+
+
+@pytest.mark.parametrize(
+    "overflow, delivered, guard, verdict",
+    [(False, False, False, "fail"), (True, True, False, "fail-closed"), (True, False, True, "fail-guard"),
+     (True, False, False, "recover"), (False, True, True, "fail")],
+)
+def test_R2_verdict_table(overflow: bool, delivered: bool, guard: bool, verdict: str) -> None:
+    state = SessionState(carried=Carried(reactive_since_response=guard))
+    assert reactive_verdict(state, overflow=overflow, delivered=delivered) == verdict
+
+
+@pytest.mark.parametrize(
+    "error_class, status, message, expected",
+    [("context-limit", None, "", True), ("bad-request", 413, "too big", True),
+     ("bad-request", 400, "This model's MAXIMUM CONTEXT LENGTH is 8k", True),
+     ("server", 500, "prompt_too_long", True), ("rate-limit", 429, "slow down", False)],
+)
+def test_R1_overflow_by_class_status_or_message(error_class: str, status: int | None, message: str,
+                                               expected: bool) -> None:
+    assert is_overflow(error_class, status, message) is expected
+
+
+def test_tool_results_are_recorded_whole_and_flagged_when_the_model_sees_less() -> None:
+    read_only = frozenset({"read"})
+    small, used = tool_result_event(ToolCall("c1", "read"), ToolOutcome(content="abc"),
+                                    read_only=read_only, used=0)
+    assert isinstance(small, ToolResult) and not small.truncated and used == 3 and small.effect == "read"
+    huge_text = "x" * (RESULT_LIMIT + 1)
+    huge, used = tool_result_event(ToolCall("c2", "edit"), ToolOutcome(content=huge_text),
+                                   read_only=read_only, used=used)
+    assert huge.truncated and huge.original_chars == RESULT_LIMIT + 1 and huge.effect == "write"  # X1
+    assert huge.content == (TextPart(huge_text),)  # recorded whole (X3)
+    assert used == 3 + PREVIEW_CHARS
+    late, _ = tool_result_event(ToolCall("c3", "read"), ToolOutcome(content="y" * 5_000), read_only=read_only,
+                                used=TURN_LIMIT)
+    assert late.truncated  # X2: the turn's budget is spent, only the preview is shown
+
+
+def test_repeated_call_ids_keep_the_first() -> None:
+    a, b = ToolCall("c1", "read", "{}"), ToolCall("c1", "write", "{}")
+    assert unique_calls([a, b, ToolCall("c2", "read")]) == (a, ToolCall("c2", "read"))
+
+
+def test_interrupted_result_text_is_what_the_model_reads() -> None:
+    assert "interrupted" in INTERRUPTED_RESULT and "unknown" in INTERRUPTED_RESULT
