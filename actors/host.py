@@ -29,8 +29,9 @@ session actor that died is noticed on the next message to it and rebuilt.
 Shutdown (`close`): no new work; session actors are stopped most recently
 used first (each records an interrupted turn, then stops its compactor and
 provider actors); turns still unresolved are failed; the store is closed
-last. A host that is never closed is closed at interpreter exit, before
-Python waits for the (non-daemon) session threads.
+last. A host stops only its own actors, never `pykka.ActorRegistry.stop_all()`:
+a process may run several hosts. A host that is never closed is closed at
+interpreter exit, before Python waits for the (non-daemon) session threads.
 
 Thread-safety: every method may be called from any thread.
 """
