@@ -211,12 +211,18 @@ class IndexBuilder:
 
     Used by the writer for its batches and by recovery/reindex for scans, so a
     live index and a rebuilt one are equal by construction. It caches the
-    sessions it touched (`head`), loading unknown ones with `load`. Not
+    sessions it touched (`head`), loading unknown ones with `load`; the cache
+    keeps at most `max_cached` sessions beyond those of the batch in hand
+    (oldest first out: an evicted one is reloaded from the committed index),
+    so a host that touches millions of sessions keeps bounded memory. Not
     thread-safe: owned by one thread (the writer, or a recovery pass).
     """
 
-    def __init__(self, load: Callable[[str], SessionSummary | None], meta: IndexMeta) -> None:
+    def __init__(
+        self, load: Callable[[str], SessionSummary | None], meta: IndexMeta, *, max_cached: int = 4096
+    ) -> None:
         self._load = load
+        self._max_cached = max_cached
         self._heads: dict[str, _Head] = {}
         self._touched: dict[str, _Head] = {}
         self._events: list[tuple[bytes, bytes]] = []
@@ -300,8 +306,21 @@ class IndexBuilder:
             b"corrupt": self._corrupt,
         }
         self._events, self._checkpoints, self._corrupt = [], [], []
-        self._touched = {}
+        touched, self._touched = self._touched, {}
+        self._evict(keep=touched)
         return IndexBatch(puts, self.meta)
+
+    def _evict(self, keep: dict[str, _Head]) -> None:
+        """Drop the oldest cached sessions over the cap, never those of the batch being committed."""
+        excess = len(self._heads) - self._max_cached
+        if excess <= 0:
+            return
+        for sid in list(self._heads):
+            if excess <= 0:
+                break
+            if sid not in keep:
+                del self._heads[sid]
+                excess -= 1
 
     @property
     def pending(self) -> int:

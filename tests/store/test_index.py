@@ -62,3 +62,25 @@ def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
         assert (summary.checkpoint_seq, summary.checkpoint_epoch, summary.checkpoint_pos) == (4, 1, 3)
         assert [(c.epoch, c.seq, c.pos) for c in journal.checkpoints("s")] == [(1, 4, 3)]
         assert journal.checkpoints("other") == []
+
+
+def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
+    """A host touching many sessions keeps bounded memory; an evicted head reloads from the index."""
+    from events.kinds import SessionStarted, Usage
+
+    root = tmp_path / "store"
+    with Journal.open(root) as journal:
+        journal._builder._max_cached = 3  # tiny cap so eviction happens in this test
+        sids = [f"s{n}" for n in range(10)]
+        for sid in sids:
+            journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
+        assert len(journal._builder._heads) <= 4  # the cap plus the batch in hand
+        for round_ in range(2):
+            for sid in sids:
+                journal.append(sid, [Usage(request_id=f"r{round_}", total_tokens=round_)],
+                               expected_seq=1 + round_)
+        assert [journal.last_seq(sid) for sid in sids] == [3] * 10
+        assert all(journal.load(sid) == journal.replay_full(sid) for sid in sids)
+        live = journal.index_dump()
+    reindex(root)
+    assert index_dump(root) == live
