@@ -212,6 +212,8 @@ class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True,
     #: F4: tail messages cut to fit
     truncated_messages: int = 0
     failure_detail: str = ""
+    #: R3's snip-only checkpoint: the tool calls whose turns the snip removed (for audits)
+    snipped_call_ids: tuple[str, ...] = ()
 
 
 class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):

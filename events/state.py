@@ -286,20 +286,7 @@ class _Fold:
         pass
 
     def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
-        removed = set(event.removed_call_ids)
-        kept: list[Message] = []
-        first_removed: int | None = None
-        for message in self.context:
-            drop = (
-                message.role == "assistant"
-                and bool(message.tool_calls)
-                and all(call.id in removed for call in message.tool_calls)
-            ) or (message.role == "tool" and message.tool_call_id in removed)
-            if drop:
-                if first_removed is None:
-                    first_removed = len(kept)
-                continue
-            kept.append(message)
+        kept, first_removed = remove_tool_turns(self.context, event.removed_call_ids)
         if first_removed is not None and event.marker_text:
             marker = Message(
                 role="system",
@@ -329,6 +316,33 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     CheckpointCommitted: _Fold._checkpoint,
 }
 assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
+
+
+def remove_tool_turns(
+    context: Iterable[Message], call_ids: Iterable[str]
+) -> tuple[list[Message], int | None]:
+    """The context without the tool turns of `call_ids` (S1, S5), and where the first one was.
+
+    An assistant message goes when all its calls are named (its text goes
+    with it, S3); a tool result goes when its call is named. This is the one
+    definition of what a `context-slimmed` event removes, shared by the fold
+    and by checkpoint audits.
+    """
+    removed = set(call_ids)
+    kept: list[Message] = []
+    first_removed: int | None = None
+    for message in context:
+        drop = (
+            message.role == "assistant"
+            and bool(message.tool_calls)
+            and all(call.id in removed for call in message.tool_calls)
+        ) or (message.role == "tool" and message.tool_call_id in removed)
+        if drop:
+            if first_removed is None:
+                first_removed = len(kept)
+            continue
+        kept.append(message)
+    return kept, first_removed
 
 
 def _plain_text(content: tuple[object, ...] | str) -> str:

@@ -36,9 +36,11 @@ from actors.compactor.replacement import (
     retained_tail,
     summary_message,
 )
+from actors.session.slimming import marker_text
 from actors.session.tokens import TokenCounter
 from events.kinds import CheckpointCommitted
 from events.model import Message
+from events.state import remove_tool_turns
 
 HANDOFF_ORIGIN = "handoff"
 _encoder = msgspec.json.Encoder()
@@ -72,6 +74,8 @@ def rederive_replacement(
             f"source of {len(stripped)} messages does not hash to the checkpoint's "
             f"{checkpoint.source_hash or '(none)'} (epoch {checkpoint.epoch})"
         )
+    if checkpoint.diagnostics.failure_reason == "snip-only":
+        return _rederive_snip_only(stripped, checkpoint)
     summary_id, _, task_id = message_ids(checkpoint.epoch)
     records = extract_records(record_texts(stripped)).records
     task = task_text(checkpoint.carried.open_turn)
@@ -93,6 +97,36 @@ def rederive_replacement(
         counter=counter,
     )
     return plan.replacement
+
+
+def _rederive_snip_only(
+    source: tuple[Message, ...], checkpoint: CheckpointCommitted
+) -> tuple[Message, ...]:
+    """R3's snip-only checkpoint: the source without the snipped turns, the marker where they were.
+
+    The marker's own id and seq are labels the session chose; its text must be
+    the S1 marker for the number of turns removed.
+    """
+    snipped = checkpoint.diagnostics.snipped_call_ids
+    kept, first = remove_tool_turns(source, snipped)
+    if first is None:
+        raise AuditMismatch(
+            f"snip-only checkpoint of epoch {checkpoint.epoch} removes nothing from its source"
+        )
+    named = set(snipped)
+    turns = sum(
+        1
+        for m in source
+        if m.role == "assistant" and m.tool_calls and all(call.id in named for call in m.tool_calls)
+    )
+    marker = next((m for m in checkpoint.replacement_messages if m.meta.origin == "snip-marker"
+                   and m not in source), None)
+    if marker is None or marker.content != marker_text(turns):
+        raise AuditMismatch(
+            f"snip-only checkpoint of epoch {checkpoint.epoch} has no S1 marker for {turns} snipped turns"
+        )
+    kept.insert(first, marker)
+    return tuple(kept)
 
 
 def verify_checkpoint(

@@ -305,6 +305,10 @@ def snip_checkpoint(
     carried = msgspec.structs.replace(carried, reactive_since_response=True)
     source = state.context
     tokens = counter.messages(snipped)
+    still_there = {call.id for message in snipped for call in message.tool_calls}
+    snipped_ids = tuple(
+        call.id for message in source for call in message.tool_calls if call.id not in still_there
+    )
     return CheckpointCommitted(
         version=CHECKPOINT_VERSION,
         epoch=state.epoch + 1,
@@ -316,7 +320,10 @@ def snip_checkpoint(
         replacement_messages=snipped,
         source_hash=source_hash(source),
         diagnostics=CheckpointDiagnostics(
-            failure_reason="snip-only", failure_detail=detail[:MAX_ERROR_CHARS], target_tokens=tokens
+            failure_reason="snip-only",
+            failure_detail=detail[:MAX_ERROR_CHARS],
+            target_tokens=tokens,
+            snipped_call_ids=snipped_ids,
         ),
         carried=carried,
     )

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.compactor.checkpoint import source_hash
+import msgspec
+import pytest
+
+from actors.compactor.checkpoint import source_hash, verify_checkpoint
+from actors.compactor.errors import AuditMismatch
 from actors.compactor.hooks import HookContext, HookVerdict
 from actors.provider.base import TextDelta
 from actors.provider.scripted import Fail, FailAfter, Reply, context_limit, http_error
@@ -161,6 +165,15 @@ def test_R3_when_compaction_gives_nothing_the_snip_result_is_the_replacement(tmp
     snip = reactive_snip(before, view, occupancy(before, view))
     assert snip is not None
     assert event.replacement_messages == apply_plan(before, snip, now_ms=0).context
+    # an auditor re-derives it from the source without a model, and notices tampering
+    assert set(event.diagnostics.snipped_call_ids) == set(snip.event.removed_call_ids)
+    verify_checkpoint(before.context, event, TokenCounter())
+    fewer = snip.event.removed_call_ids[1:]
+    forged = msgspec.structs.replace(
+        event, diagnostics=msgspec.structs.replace(event.diagnostics, snipped_call_ids=fewer)
+    )
+    with pytest.raises(AuditMismatch):
+        verify_checkpoint(before.context, forged, TokenCounter())
     reopen_and_compare(host, tmp_path / "store", ["s"]).close()
 
 
