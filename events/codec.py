@@ -25,6 +25,7 @@ but `decode_envelope` still reads the envelope of an unknown kind for audit.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 import re
 
 import crc32c
@@ -225,16 +226,40 @@ def decode_envelope(line: bytes, *, where: str = "") -> Envelope:
     return env
 
 
-def decode_line(line: bytes, *, where: str = "") -> Record:
-    """Decode one line strictly: frame, checksum, version, kind and the body's schema."""
-    _verify_frame(line, where)
+def decode_line(
+    line: bytes,
+    *,
+    where: str = "",
+    _crc: Callable[[bytes], int] = crc32c.crc32c,
+    _head: bytes = _CRC_SUFFIX_HEAD,
+    _decode: Callable[[bytes], Record] = _record_decoder.decode,
+    _tags: dict[type, str] = _TAG_OF,
+) -> Record:
+    """Decode one line strictly: frame, checksum, version, kind and the body's schema.
+
+    This runs once per event on every replay, so the common case (a sound
+    line with its newline) is checked inline; anything else goes through
+    `_checked_prefix`, which raises the precise error.
+    """
+    end = len(line) - 1
     try:
-        record = _record_decoder.decode(line)
+        sound = (
+            end > _CRC_SUFFIX_LEN
+            and line[end] == 0x0A
+            and line[end - 18 : end - 10] == _head
+            and _crc(line[: end - 18]) == int(line[end - 10 : end - 2], 16)
+        )
+    except ValueError:
+        sound = False
+    if not sound:
+        _checked_prefix(line, where)
+    try:
+        record = _decode(line)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _explain(line, exc, where) from None
     if record.v != SCHEMA_VERSION:
         raise UnsupportedVersion(f"unsupported schema version v={record.v}", where=where)
-    if record.line_kind != kind_name(record.event):
+    if record.line_kind != _tags[type(record.event)]:
         raise MalformedEvent(
             f"envelope kind {record.line_kind!r} differs from body kind {kind_name(record.event)!r}",
             where=where,
