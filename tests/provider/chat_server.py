@@ -1,10 +1,11 @@
 """A small chat-completions server on 127.0.0.1 for the adapter tests.
 
 It answers `POST /v1/chat/completions` with the next planned reply (then
-its default), records every request (path, headers, JSON body), and speaks
-real HTTP/1.1: streams go out with chunked transfer encoding, one HTTP chunk
-per SSE event, so a connection dropped mid-stream is an incomplete body to
-the client, exactly as with a real server. Every response closes its
+what its `responder` makes of the request, then its default), records
+every request (path, headers, JSON body), and speaks real HTTP/1.1:
+streams go out with chunked transfer encoding, one HTTP chunk per SSE
+event, so a connection dropped mid-stream is an incomplete body to the
+client, exactly as with a real server. Every response closes its
 connection, so no handler thread waits on an idle keep-alive.
 
 | reply            | what the client gets                                               |
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -228,9 +230,16 @@ class _Handler(BaseHTTPRequestHandler):
 class ChatServer:
     """A chat-completions endpoint on loopback that plays planned replies. Thread-safe."""
 
-    def __init__(self, *replies: Reply, default: Reply | None = None) -> None:
+    def __init__(
+        self,
+        *replies: Reply,
+        default: Reply | None = None,
+        responder: Callable[[Received], Reply | None] | None = None,
+    ) -> None:
         self._plan: deque[Reply] = deque(replies)
         self._default = default if default is not None else text_reply("Done.")
+        #: answers by the request's content once the plan is used up (None: the default)
+        self._responder = responder
         self._lock = threading.Lock()
         self._received: list[Received] = []
         self.released = threading.Event()
@@ -285,4 +294,8 @@ class ChatServer:
     def _take(self, received: Received) -> Reply:
         with self._lock:
             self._received.append(received)
-            return self._plan.popleft() if self._plan else self._default
+            if self._plan:
+                return self._plan.popleft()
+            responder = self._responder
+        reply = responder(received) if responder is not None else None  # outside the lock
+        return reply if reply is not None else self._default
