@@ -322,7 +322,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from scripts import demo
 
-    argv = ["--store", args.store, "--sessions", str(args.sessions), "--turns", str(args.turns)]
+    argv = ["--store", args.store, "--sessions", str(args.sessions), "--turns", str(args.turns),
+            "--provider", args.provider]
     return demo.main(argv + (["--json"] if args.json else []))
 
 
@@ -350,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
     p.add_argument("--sessions", type=int, default=8, metavar="N", help="concurrent sessions (8)")
     p.add_argument("--turns", type=int, default=12, metavar="M", help="turns per session this run (12)")
+    p.add_argument("--provider", choices=("scripted", "openai"), default="scripted",
+                   help="scripted (offline, default) or openai: the endpoint of the CAIRN_* variables")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sessions", parents=[common], help="list sessions")

@@ -1,6 +1,6 @@
 """`cairn demo`: concurrent agent sessions on the embedded scripted provider, from first turn to replay.
 
-    cairn demo [--store DIR] [--sessions N] [--turns M] [--json]
+    cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai] [--json]
 
 One host runs N sessions at once (default 8), M turns each (default 12). Every
 session is a scripted coding agent working with real tools (list, read, grep,
@@ -18,6 +18,19 @@ Run again on the same store, it continues the same sessions from their logs
 
 Exit 0 when every session replayed identically and the log shows a hand-off,
 an LLM checkpoint, a fallback and a reactive recovery; 1 otherwise.
+
+`--provider openai` runs the same sessions against an OpenAI-compatible
+endpoint configured by the `CAIRN_*` variables (`CAIRN_BASE_URL`,
+`CAIRN_API_KEY`, `CAIRN_MODEL`, `CAIRN_CONTEXT_WINDOW`, optionally
+`CAIRN_MAX_OUTPUT_TOKENS`; see `actors.provider.config`). The context window
+must be set, since the demo sizes its turns by it: each user message carries
+workspace files (and a test log) worth about a twelfth of the input budget,
+so the context grows whatever the model says and, within about eight turns,
+every session crosses the hand-off band and compacts through the endpoint
+(an LLM summary, or the fallback when the model's summary fails the gates).
+No faults are injected: what the endpoint does is reported as it happened.
+Exit 0 when every session replayed identically, crossed the hand-off band
+and compacted; 1 otherwise; 2 when the endpoint is not configured.
 """
 
 from __future__ import annotations
@@ -39,8 +52,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors import Host, SessionSettings, WorkspaceTools
-from actors.provider.base import ProviderRequest, TextDelta
+from actors.provider.base import Provider, ProviderRequest, TextDelta
+from actors.provider.config import ProviderConfigError
+from actors.provider.openai_compat import OpenAIProvider
 from actors.provider.scripted import Outcome, Reply, ScriptedProvider, context_limit, http_error
+from actors.session.budget import budget_for
 from actors.session.profile import tools_json
 from actors.session.tokens import TokenCounter
 from events.codec import Record
@@ -263,6 +279,129 @@ def provider_for(sid: str) -> ScriptedProvider:
     )
 
 
+# --- the two providers ------------------------------------------------------------------------
+
+
+class DemoSetupError(Exception):
+    """The demo cannot run as asked (an endpoint not configured, a store of another model)."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What differs between the providers: the model, the adapter and the user messages."""
+
+    provider: str
+    settings: SessionSettings
+    adapter_for: Callable[[str], Provider]
+    message: Callable[[str, int, Path], str]
+    #: the longest wait for a turn's next event or its end (a real endpoint may be slow)
+    wait_s: float = 120.0
+    endpoint: str = ""
+    close: Callable[[], None] = lambda: None
+
+
+def scripted_setup() -> Setup:
+    return Setup(provider="scripted", settings=SETTINGS, adapter_for=provider_for,
+                 message=lambda sid, turn, workspace: task_text(sid, turn))
+
+
+OPENAI_SYSTEM_PROMPT = (
+    "You are a careful coding agent working in a small Python repository. Each task comes with "
+    "files attached; use the tools (read, grep, list, write) when you need more. Answer in a few "
+    "short paragraphs and report precisely what you found."
+)
+#: the smallest attachment of a turn, in tokens (the demo needs the context to grow)
+MIN_ATTACHMENT_TOKENS = 200
+
+
+def attachment_tokens(settings: SessionSettings) -> int:
+    """About a twelfth of the input budget: a turn alone never jumps the hand-off band (a tenth)."""
+    budget = budget_for(settings.context_window, settings.max_output_tokens).input_budget
+    assert budget is not None, "checked by openai_setup"
+    return max(MIN_ATTACHMENT_TOKENS, budget // 12)
+
+
+def _test_log(lines: int) -> list[str]:
+    rows = []
+    for n in range(lines):
+        name = MODULES[n % len(MODULES)]
+        rows.append(f"tests/test_{name}.py::test_{name}_total[case-{n}] PASSED in 0.0{n % 10}s "
+                    f"(limit={10 * (n % 7 + 1)}, items={n % 13})")
+    return rows
+
+
+def grown_task(sid: str, turn: int, workspace: Path, *, tokens: int, counter: TokenCounter) -> str:
+    """The task of `turn` with about `tokens` tokens of material attached: the three files it names,
+    as they are in the workspace now, then a test log. The context grows by it whatever the model
+    says or does."""
+    tag = f"{sid}-t{turn}"
+    text = task_text(sid, turn) + " Attached for reference:"
+    used = counter.text(text)
+    blocks: list[str] = []
+    for path in (f"src/{name}.py" for name in _pick(tag, 3)):
+        try:
+            lines = (workspace / path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue  # the model may have removed it
+        kept: list[str] = []
+        for line in lines:
+            cost = counter.text(line + "\n")
+            if used + cost > tokens:
+                break
+            kept.append(line)
+            used += cost
+        if kept:
+            blocks.append(f"\n\n{path}:\n```python\n" + "\n".join(kept) + "\n```")
+        if len(kept) < len(lines):
+            break
+    log: list[str] = []
+    for line in _test_log(4_096):
+        cost = counter.text(line + "\n")
+        if used + cost > tokens:
+            break
+        log.append(line)
+        used += cost
+    if log:
+        blocks.append("\n\nThe last test run:\n```\n" + "\n".join(log) + "\n```")
+    return text + "".join(blocks)
+
+
+def openai_setup(environ: dict[str, str] | None = None) -> Setup:
+    """The demo on an OpenAI-compatible endpoint from the `CAIRN_*` variables.
+
+    Raises `ProviderConfigError` when the endpoint is not configured, and
+    `DemoSetupError` when the context window is missing or leaves no input budget.
+    """
+    provider = OpenAIProvider.from_env(environ)
+    config = provider.config
+    try:
+        if config.context_window is None:
+            raise DemoSetupError(
+                "CAIRN_CONTEXT_WINDOW: the demo must know the model's context window to size its "
+                "turns; set it to the window of CAIRN_MODEL (or smaller, e.g. CAIRN_CONTEXT_WINDOW=16000)"
+            )
+        settings = SessionSettings(model=config.model, context_window=config.context_window,
+                                   max_output_tokens=config.max_output_tokens,
+                                   system_prompt=OPENAI_SYSTEM_PROMPT)
+        if budget_for(settings.context_window, settings.max_output_tokens).input_budget is None:
+            raise DemoSetupError(
+                f"CAIRN_CONTEXT_WINDOW={config.context_window} leaves no input budget after the output "
+                "reserve (the output cap, else 10 % of the window and at least 8,192 tokens): set "
+                "CAIRN_MAX_OUTPUT_TOKENS below the window, or use a larger window"
+            )
+    except DemoSetupError:
+        provider.close()
+        raise
+    counter = TokenCounter()
+    tokens = attachment_tokens(settings)
+
+    def message(sid: str, turn: int, workspace: Path) -> str:
+        return grown_task(sid, turn, workspace, tokens=tokens, counter=counter)
+
+    return Setup(provider="openai", settings=settings, adapter_for=lambda sid: provider, message=message,
+                 wait_s=max(900.0, 2 * config.timeout_s), endpoint=config.endpoint, close=provider.close)
+
+
 # --- progress and the report ------------------------------------------------------------------
 
 
@@ -293,6 +432,11 @@ class SessionReport:
     provider_errors: int = 0
     replayed: bool = False
 
+    @property
+    def crossed_handoff(self) -> bool:
+        """It wrote a hand-off, or compacted at the threshold (so it passed the band's start too)."""
+        return self.handoffs > 0 or any(c["trigger"] == "threshold" for c in self.checkpoints)
+
 
 def _describe(record: Record) -> str:
     event = record.event
@@ -304,13 +448,13 @@ def _describe(record: Record) -> str:
     return kind
 
 
-def _client(host: Host, sid: str, workspace: Path, first: int, turns: int, live: Live,
+def _client(host: Host, setup: Setup, sid: str, workspace: Path, first: int, turns: int, live: Live,
             lock: threading.Lock, plain: bool) -> None:
     for n in range(first, first + turns):
         with lock:
             live.turn, live.doing = n - first + 1, "sending"
-        turn = host.send(sid, task_text(sid, n), workspace=workspace)
-        for item in turn.events(timeout=120):
+        turn = host.send(sid, setup.message(sid, n, workspace), workspace=workspace)
+        for item in turn.events(timeout=setup.wait_s):
             with lock:
                 if isinstance(item, TextDelta):
                     live.chars += len(item.text)
@@ -323,7 +467,7 @@ def _client(host: Host, sid: str, workspace: Path, first: int, turns: int, live:
                     live.requests += 1
                 elif item.line_kind == "checkpoint-committed":
                     live.checkpoints += 1
-        result = turn.result(timeout=120)
+        result = turn.result(timeout=setup.wait_s)
         with lock:
             live.failed += 0 if result.ok else 1
             live.doing = "completed" if result.ok else f"failed ({result.phase})"
@@ -376,18 +520,37 @@ def _report_for(host: Host, sid: str) -> SessionReport:
     return report
 
 
-def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool) -> dict[str, Any]:
+def _check_sessions(host: Host, sids: list[str], settings: SessionSettings) -> None:
+    """A demo continues only sessions of the same model and window (settings come from the log)."""
+    for sid in sids:
+        if host.journal.last_seq(sid) == 0:
+            continue
+        info = host.state(sid).info
+        wanted = (settings.model, settings.context_window)
+        if info is not None and (info.model, info.context_window) != wanted:
+            raise DemoSetupError(
+                f"{sid} in {host.journal.root} runs model {info.model!r} with a window of "
+                f"{info.context_window}, not {settings.model!r} with {settings.context_window}: "
+                "use another --store"
+            )
+
+
+def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
+        setup: Setup | None = None) -> dict[str, Any]:
     """Run the demo; returns the report (see `main` for its use)."""
+    setup = setup if setup is not None else scripted_setup()
+    settings = setup.settings
     started = time.perf_counter()
     sids = [f"demo-{n}" for n in range(1, sessions + 1)]
     spaces = store / "demo-workspaces"
     for n, sid in enumerate(sids, 1):
         make_workspace(spaces / sid, n)
     store.mkdir(parents=True, exist_ok=True)
-    host = Host.open(store, settings=SETTINGS, tools=WorkspaceTools(), max_live_sessions=max(sessions, 8),
-                     provider_factory=provider_for)
+    host = Host.open(store, settings=settings, tools=WorkspaceTools(), max_live_sessions=max(sessions, 8),
+                     provider_factory=setup.adapter_for)
     firsts: dict[str, int] = {}
     try:
+        _check_sessions(host, sids, settings)
         for sid in sids:  # continue where the log ends: turns already run keep their numbers
             summary = host.journal.session(sid)
             firsts[sid] = (summary.counts.get("turn-started", 0) if summary is not None else 0) + 1
@@ -396,7 +559,8 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool) -> d
         lives = {sid: Live(of=turns) for sid in sids}
         threads = [
             threading.Thread(target=_client, name=f"demo-client-{sid}",
-                             args=(host, sid, spaces / sid, firsts[sid], turns, lives[sid], lock, plain))
+                             args=(host, setup, sid, spaces / sid, firsts[sid], turns, lives[sid], lock,
+                                   plain))
             for sid in sids
         ]
         for thread in threads:
@@ -419,8 +583,8 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool) -> d
     finally:
         host.close()  # stop: every actor, then the store
 
-    reopened = Host.open(store, settings=SETTINGS, tools=WorkspaceTools(), sweep=False,
-                         provider_factory=provider_for)
+    reopened = Host.open(store, settings=settings, tools=WorkspaceTools(), sweep=False,
+                         provider_factory=setup.adapter_for)
     try:
         reports = []
         for sid in sids:
@@ -434,13 +598,23 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool) -> d
     finally:
         reopened.close()
     checkpoints = [c for r in reports for c in r.checkpoints]
-    seen = {
-        "hand-off": any(r.handoffs for r in reports),
-        "LLM checkpoint": any(c["strategy"] == "llm" for c in checkpoints),
-        "fallback checkpoint": any(c["strategy"] == "fallback" for c in checkpoints),
-        "reactive recovery": any(c["trigger"] == "reactive" for c in checkpoints),
-    }
+    if setup.provider == "scripted":
+        seen = {
+            "hand-off": any(r.handoffs for r in reports),
+            "LLM checkpoint": any(c["strategy"] == "llm" for c in checkpoints),
+            "fallback checkpoint": any(c["strategy"] == "fallback" for c in checkpoints),
+            "reactive recovery": any(c["trigger"] == "reactive" for c in checkpoints),
+        }
+    else:  # a real model decides what happens: only what the demo itself guarantees is required
+        seen = {
+            "hand-off band crossed by every session": all(r.crossed_handoff for r in reports),
+            "compaction in every session": all(r.checkpoints for r in reports),
+        }
     return {
+        "provider": setup.provider,
+        "endpoint": setup.endpoint,
+        "model": settings.model,
+        "context_window": settings.context_window,
         "store": str(store),
         "sessions": sessions,
         "turns_per_session": turns,
@@ -449,8 +623,19 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool) -> d
         "total_seconds": round(time.perf_counter() - started, 2),
         "replayed_identically": sum(r.replayed for r in reports),
         "seen": seen,
+        "observed": {
+            "requests": sum(r.requests for r in reports),
+            "provider tokens": sum(r.tokens for r in reports),
+            "hand-offs": sum(r.handoffs for r in reports),
+            "sessions that crossed the hand-off band": sum(r.crossed_handoff for r in reports),
+            "LLM checkpoints": sum(c["strategy"] == "llm" for c in checkpoints),
+            "fallback checkpoints": sum(c["strategy"] == "fallback" for c in checkpoints),
+            "reactive recoveries": sum(c["trigger"] == "reactive" for c in checkpoints),
+            "failed turns": sum(len(r.failures) for r in reports),
+            "provider errors": sum(r.provider_errors for r in reports),
+        },
         "ok": all(r.replayed for r in reports) and all(seen.values()),
-        "reports": [r.__dict__ for r in reports],
+        "reports": [{**r.__dict__, "crossed_handoff": r.crossed_handoff} for r in reports],
     }
 
 
@@ -480,6 +665,10 @@ def render(report: dict[str, Any]) -> None:
                       str(r["handoffs"]), _checkpoint_cell(r["checkpoints"]), failures,
                       "[green]identical[/]" if r["replayed"] else "[red]DIFFERS[/]")
     console.print(table)
+    if report.get("provider") == "openai":
+        observed = ", ".join(f"{name} {value:,}" for name, value in report["observed"].items())
+        console.print(f"Endpoint {report['endpoint']}, model {report['model']}, context window "
+                      f"{report['context_window']:,}: {observed}.", highlight=False)
     seen = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in report["seen"].items())
     console.print(
         f"{report['sessions']} sessions x {report['turns_per_session']} turns in {report['run_seconds']} s"
@@ -487,7 +676,13 @@ def render(report: dict[str, Any]) -> None:
         f"{report['replayed_identically']}/{report['sessions']} sessions replayed to the same state "
         f"and next request. Seen: {seen}."
     )
-    if not all(report["seen"].values()):
+    openai = report.get("provider") == "openai"
+    if not all(report["seen"].values()) and openai:
+        console.print(
+            "Not every session crossed the hand-off band and compacted: run more turns (--turns), or a "
+            "smaller CAIRN_CONTEXT_WINDOW; the table shows what each session did."
+        )
+    elif not all(report["seen"].values()):
         console.print(
             f"Not everything was seen: the fallback happens in demo-{FALLBACK_SESSION}, the reactive "
             f"recovery in demo-{REACTIVE_SESSION}, and the first compactions after about 6 turns; "
@@ -496,6 +691,8 @@ def render(report: dict[str, Any]) -> None:
     store = report["store"]
     fallback = f"demo-{FALLBACK_SESSION}"
     reactive = f"demo-{REACTIVE_SESSION}"
+    if openai:  # no injected faults: the first session is as good a place to look as any
+        fallback = reactive = "demo-1"
     console.print("\nAudit what happened:")
     for command in (
         f"cairn sessions --store {store}",
@@ -516,13 +713,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="store directory (default: $CAIRN_STORE or ./cairn-data)")
     parser.add_argument("--sessions", type=int, default=DEFAULT_SESSIONS, help="concurrent sessions (8)")
     parser.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns per session this run (12)")
+    parser.add_argument("--provider", choices=("scripted", "openai"), default="scripted",
+                        help="scripted (offline, the default) or openai: the endpoint of the CAIRN_* "
+                        "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
+    try:
+        setup = openai_setup() if args.provider == "openai" else scripted_setup()
+    except (ProviderConfigError, DemoSetupError) as error:
+        print(f"cairn demo: {error}", file=sys.stderr)
+        return 2
     interactive = sys.stderr.isatty() and not args.json
-    report = run(Path(args.store), args.sessions, args.turns, show=interactive,
-                 plain=not interactive and not args.json)
+    try:
+        report = run(Path(args.store), args.sessions, args.turns, show=interactive,
+                     plain=not interactive and not args.json, setup=setup)
+    except DemoSetupError as error:
+        print(f"cairn demo: {error}", file=sys.stderr)
+        return 2
+    finally:
+        setup.close()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
