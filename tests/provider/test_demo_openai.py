@@ -43,7 +43,7 @@ class TerseModel:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls = 0
+        self._calls: dict[str, int] = {}
         self.summaries = 0
         self.turns = 0
 
@@ -62,9 +62,11 @@ class TerseModel:
         match = _TAG.search(str(messages[task].get("content"))) if task >= 0 else None
         tag = match.group(1) if match else "no task"
         if not any(m["role"] == "tool" for m in messages[task + 1:]):
+            # the same id whichever session asks first; a second call for one task (after a
+            # compaction dropped the first) gets its own
             with self._lock:
-                self._calls += 1
-                call_id = f"call_{self._calls}"
+                self._calls[tag] = self._calls.get(tag, 0) + 1
+                call_id = f"call-{tag}-{self._calls[tag]}"
             arguments = json.dumps({"pattern": "TODO", "path": "src"})
             return Sse((
                 chunk(role="assistant", content="Checking the open TODOs first. "),
