@@ -25,8 +25,8 @@ but `decode_envelope` still reads the envelope of an unknown kind for audit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 import re
+from collections.abc import Callable
 
 import crc32c
 import msgspec
