@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import crc32c
 import msgspec
@@ -226,40 +226,58 @@ def decode_envelope(line: bytes, *, where: str = "") -> Envelope:
     return env
 
 
-def decode_line(
-    line: bytes,
+def decode_line(line: bytes, *, where: str = "") -> Record:
+    """Decode one line strictly: frame, checksum, version, kind and the body's schema."""
+    return decode_lines((line,), where=where)[0]
+
+
+def decode_lines(
+    lines: Iterable[bytes],
     *,
     where: str = "",
     _crc: Callable[[bytes], int] = crc32c.crc32c,
     _head: bytes = _CRC_SUFFIX_HEAD,
     _decode: Callable[[bytes], Record] = _record_decoder.decode,
     _tags: dict[type, str] = _TAG_OF,
-) -> Record:
-    """Decode one line strictly: frame, checksum, version, kind and the body's schema.
+) -> list[Record]:
+    """Decode lines strictly, as `decode_line` does each; the replay hot path.
 
-    This runs once per event on every replay, so the common case (a sound
-    line with its newline) is checked inline; anything else goes through
-    `_checked_prefix`, which raises the precise error.
+    A sound line (newline, frame, CRC, version and kind all right) is checked
+    inline; anything else goes through `_decode_slowly`, which raises the
+    precise typed error (naming `where` and the line's index when it is not
+    the first).
     """
-    end = len(line) - 1
+    records: list[Record] = []
+    append = records.append
+    for line in lines:
+        end = len(line) - 1
+        try:
+            if (
+                end > _CRC_SUFFIX_LEN
+                and line[end] == 0x0A
+                and line[end - 18 : end - 10] == _head
+                and _crc(line[: end - 18]) == int(line[end - 10 : end - 2], 16)
+            ):
+                record = _decode(line)
+                if record.v == SCHEMA_VERSION and record.line_kind == _tags[type(record.event)]:
+                    append(record)
+                    continue
+        except (ValueError, msgspec.DecodeError):  # msgspec.ValidationError is a DecodeError
+            pass
+        append(_decode_slowly(line, where if not records else f"{where} line {len(records) + 1}"))
+    return records
+
+
+def _decode_slowly(line: bytes, where: str) -> Record:
+    """The checks of `decode_lines` one at a time, raising the precise error for a bad line."""
+    _checked_prefix(line, where)
     try:
-        sound = (
-            end > _CRC_SUFFIX_LEN
-            and line[end] == 0x0A
-            and line[end - 18 : end - 10] == _head
-            and _crc(line[: end - 18]) == int(line[end - 10 : end - 2], 16)
-        )
-    except ValueError:
-        sound = False
-    if not sound:
-        _checked_prefix(line, where)
-    try:
-        record = _decode(line)
+        record = _record_decoder.decode(line)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _explain(line, exc, where) from None
     if record.v != SCHEMA_VERSION:
         raise UnsupportedVersion(f"unsupported schema version v={record.v}", where=where)
-    if record.line_kind != _tags[type(record.event)]:
+    if record.line_kind != kind_name(record.event):
         raise MalformedEvent(
             f"envelope kind {record.line_kind!r} differs from body kind {kind_name(record.event)!r}",
             where=where,

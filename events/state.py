@@ -366,12 +366,40 @@ def evolve(state: SessionState, record: Record) -> SessionState:
     return fold.freeze()
 
 
+class Replayer:
+    """Folds records fed in pages onto a state: replay without holding the whole history.
+
+    `feed` applies each record with the same per-kind rules as `evolve`;
+    `state()` freezes the result (cheap to call once at the end, O(context)
+    each time). Owned by one thread.
+    """
+
+    __slots__ = ("_fold",)
+
+    def __init__(self, state: SessionState | None = None) -> None:
+        self._fold = _Fold(state if state is not None else SessionState())
+
+    def feed(self, records: Iterable[Record]) -> None:
+        fold = self._fold
+        rules = _APPLY
+        record = None
+        for record in records:
+            event = record.event
+            fold.last_seq = record.seq
+            fold.last_ts = record.ts
+            rules[type(event)](fold, event, record)
+        if record is not None:
+            fold.sid = record.sid
+
+    def state(self) -> SessionState:
+        return self._fold.freeze()
+
+
 def replay(records: Iterable[Record], state: SessionState | None = None) -> SessionState:
     """Fold records (in seq order) onto `state` (an empty session by default)."""
-    fold = _Fold(state if state is not None else SessionState())
-    for record in records:
-        fold.apply(record)
-    return fold.freeze()
+    replayer = Replayer(state)
+    replayer.feed(records)
+    return replayer.state()
 
 
 def user_text_message(message_id: str, text: str) -> UserMessage:

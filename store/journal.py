@@ -48,12 +48,13 @@ from events.codec import (
     Record,
     chain_digest,
     decode_line,
+    decode_lines,
     encode_line,
     validate_session_id,
 )
 from events.errors import DecodeError, InputError, MalformedEvent
 from events.kinds import EVENT_TYPES, KINDS, EventBase
-from events.state import SessionState, replay
+from events.state import Replayer, SessionState
 from store.blobs import BLOB_THRESHOLD, BlobStore, externalize
 from store.errors import (
     AppendTimeout,
@@ -605,18 +606,22 @@ class Journal:
         if broken and from_seq <= broken <= to_seq and cursor <= broken:
             raise self._broken(sid, broken)
 
-    def _replay_records(self, sid: str, from_seq: int, to_seq: int = _MAX_SEQ) -> Iterator[Record]:
-        """The replay hot path of `_read(..., chain=False)`: the same checks, fewer calls.
+    def _replay_pages(self, sid: str, from_seq: int, to_seq: int = _MAX_SEQ) -> Iterator[list[Record]]:
+        """The replay hot path: the session's records in pages, checked like `read` minus the chain.
 
-        Each run of adjacent lines is read with one pread; every line's frame,
-        CRC, envelope, seq, position and session are checked, and any problem
-        raises `CorruptionError` naming segment, offset and session.
+        Each run of adjacent lines is read with one pread and decoded with one
+        `decode_lines` call; every line's frame, CRC, envelope, seq, position
+        and session are checked, and any problem raises `CorruptionError`
+        naming segment, offset and session (found by re-reading the run line
+        by line). The hash chain is `read` and `verify`'s business.
         """
         summary = self._index.summary(sid)
         if summary is None or from_seq > to_seq:
             return
         broken = summary.broken_seq
         to_seq = min(to_seq, summary.last_seq)
+        if broken and from_seq >= broken:
+            raise self._broken(sid, broken)
         cursor = from_seq
         read = self._reader.read
         raw_locations = self._index.raw_locations
@@ -625,6 +630,8 @@ class Journal:
             page = raw_locations(sid, cursor, to_seq, page_size)
             if not page:
                 break
+            if broken and page[-1][0] >= broken:
+                page = [entry for entry in page if entry[0] < broken]
             i, count = 0, len(page)
             while i < count:
                 _, segment, offset, _, _ = page[i]
@@ -632,29 +639,48 @@ class Journal:
                 while end < count and page[end][1] == segment and page[end][2] == stop:
                     stop += page[end][3]
                     end += 1
-                try:
-                    blob = read(segment, offset, stop - offset)
-                except OSError:
-                    blob = b""
-                start = 0
-                for seq, _, line_offset, length, pos in page[i:end]:
-                    if broken and seq >= broken:
-                        raise self._broken(sid, broken)
-                    raw = blob[start : start + length]
-                    start += length
-                    try:
-                        record = decode_line(raw)
-                    except DecodeError:
-                        record, _ = self._read_line(sid, seq, Loc(segment, line_offset, length, pos), False)
-                    if record.seq != seq or record.pos != pos or record.sid != sid:
-                        self._read_line(sid, seq, Loc(segment, line_offset, length, pos), False)
-                    yield record
-                    cursor = seq + 1
+                run = page[i:end]
+                yield self._decode_run(sid, run, read, segment, offset, stop)
+                cursor = run[-1][0] + 1
                 i = end
+            if broken and cursor >= broken:
+                raise self._broken(sid, broken)
             if count < page_size:
                 break
         if broken and from_seq <= broken <= to_seq and cursor <= broken:
             raise self._broken(sid, broken)
+
+    def _decode_run(
+        self,
+        sid: str,
+        run: list[tuple[int, int, int, int, int]],
+        read: Callable[[int, int, int], bytes],
+        segment: int,
+        offset: int,
+        stop: int,
+    ) -> list[Record]:
+        """Decode one run of adjacent lines; on any doubt, check them one by one for the precise error."""
+        try:
+            blob = read(segment, offset, stop - offset)
+        except OSError:
+            blob = b""
+        if len(blob) == stop - offset:
+            lines = []
+            start = 0
+            for entry in run:
+                lines.append(blob[start : start + entry[3]])
+                start += entry[3]
+            try:
+                records = decode_lines(lines)
+            except DecodeError:
+                records = []
+            if len(records) == len(run) and all(
+                r.seq == e[0] and r.pos == e[4] and r.sid == sid for r, e in zip(records, run, strict=True)
+            ):
+                return records
+        # the slow path names the first bad line exactly (and raises for it)
+        return [self._read_line(sid, seq, Loc(seg, off, length, pos), False)[0]
+                for seq, seg, off, length, pos in run]
 
     def _read_page(self, page: list[tuple[int, Loc]]) -> list[bytes | None]:
         """The raw lines of a page of locations, one pread per run of adjacent lines.
@@ -723,19 +749,25 @@ class Journal:
             raise self._broken(sid, summary.broken_seq)
         start = summary.checkpoint_seq
         if start <= 1:
-            return replay(self._replay_records(sid, 1))
-        head: list[Record] = []
+            return self._replay(sid, 1)
+        replayer = Replayer()
         if 0 < summary.info_seq < start:
-            head = list(self._replay_records(sid, summary.info_seq, summary.info_seq))
-        state = replay(head)
-        return replay(self._replay_records(sid, start), state)
+            for page in self._replay_pages(sid, summary.info_seq, summary.info_seq):
+                replayer.feed(page)
+        return self._replay(sid, start, replayer)
 
     def replay_full(self, sid: str) -> SessionState:
         """The session's state folded from seq 1 (the reference for `load`)."""
         validate_session_id(sid)
         if self._index.summary(sid) is None:
             return SessionState(sid=sid)
-        return replay(self._replay_records(sid, 1))
+        return self._replay(sid, 1)
+
+    def _replay(self, sid: str, from_seq: int, replayer: Replayer | None = None) -> SessionState:
+        replayer = replayer if replayer is not None else Replayer()
+        for page in self._replay_pages(sid, from_seq):
+            replayer.feed(page)
+        return replayer.state()
 
     def read_blob(self, sha256: str) -> bytes:
         """A blob's bytes, verified against its SHA-256 (`BlobError` if missing or altered)."""
