@@ -18,6 +18,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts import _console
+
 Figure = dict[str, Any]
 
 
@@ -63,13 +65,8 @@ def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, 
 
 
 def render(report: dict[str, Any]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # pragma: no cover - rich is a dependency
-        for f in report["figures"]:
-            print(f"{f['name']:42} {f['value']!s:>14} {f['unit']:10} {f.get('target') or ''}")
-        return
+    from rich.table import Table
+
     table = Table(title=f"cairn bench{' --quick' if report['quick'] else ''}")
     for column in ("figure", "value", "unit", "target", "met", "detail"):
         table.add_column(column, overflow="fold")
@@ -77,7 +74,7 @@ def render(report: dict[str, Any]) -> None:
         met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[f.get("met")]
         value = f"{f['value']:,}" if isinstance(f["value"], int | float) else str(f["value"])
         table.add_row(f["name"], value, f["unit"], f.get("target") or "", met, f.get("detail") or "")
-    console = Console()
+    console = _console.console()
     console.print(table)
     console.print(f"{report['targets_met']}/{report['targets']} targets met in {report['seconds']} s")
 

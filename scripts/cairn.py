@@ -41,6 +41,7 @@ from events.kinds import (
 )
 from events.model import text_of
 from events.state import replay
+from scripts import _console
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -62,7 +63,6 @@ def _print_json(obj: Any) -> None:
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     if sys.stdout.isatty():
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=title)
@@ -70,7 +70,7 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
             table.add_column(column, overflow="fold")
         for row in rows:
             table.add_row(*(str(cell) for cell in row))
-        Console().print(table)
+        _console.console().print(table)
         return
     widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())

@@ -62,6 +62,7 @@ from actors.session.tokens import TokenCounter
 from events.codec import Record
 from events.kinds import CheckpointCommitted, TurnFailed, Usage
 from events.model import TextPart, ToolCall
+from scripts import _console
 
 DEFAULT_SESSIONS = 8
 DEFAULT_TURNS = 12
@@ -649,10 +650,9 @@ def _checkpoint_cell(checkpoints: list[dict[str, Any]]) -> str:
 
 
 def render(report: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = _console.console()
     table = Table(title="sessions (from the log, after reopening the store)")
     for column in ("session", "turns", "requests", "tokens", "hand-offs", "checkpoints (reduction)",
                    "failures", "replay"):
