@@ -691,8 +691,11 @@ def render(report: dict[str, Any]) -> None:
     store = report["store"]
     fallback = f"demo-{FALLBACK_SESSION}"
     reactive = f"demo-{REACTIVE_SESSION}"
-    if openai:  # no injected faults: the first session is as good a place to look as any
-        fallback = reactive = "demo-1"
+    present = {r["session"] for r in report["reports"]}
+    if openai or fallback not in present:  # no injected fault there: the first session will do
+        fallback = "demo-1"
+    if openai or reactive not in present:
+        reactive = "demo-1"
     console.print("\nAudit what happened:")
     for command in (
         f"cairn sessions --store {store}",
