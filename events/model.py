@@ -62,7 +62,12 @@ class MessageMeta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
     `origin` names synthesized messages: `handoff`, `summary`, `active-task`,
     `recent-files`, `snip-marker`, `fallback-summary`. `seq` is the log seq of
-    the event the message came from (0 when synthesized).
+    the event the message came from (0 when synthesized). `record` is data a
+    synthesized message carries for cairn, never for the model: the hand-off
+    message names its record there (H4), and a checkpoint's summary keeps the
+    exact continuation records it was built with (C8), one canonical line
+    each, so that the next compaction still reads them. The `tool_*` fields,
+    `original_chars` and `truncated` describe a tool result (S2, X1).
     """
 
     seq: int = 0
