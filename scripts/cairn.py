@@ -20,8 +20,8 @@ if __package__ in (None, ""):
 
 import msgspec
 
-from events.codec import Record
-from events.errors import CairnError, InputError
+from events.codec import Record, decode_line
+from events.errors import CairnError, InputError, UnknownKind
 from events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
@@ -185,21 +185,80 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
+    """A session's events; a kind this cairn does not know is listed by its envelope.
+
+    An audit tool may read a log written by a newer cairn: from the first
+    line of an unknown kind on, the listing continues from the raw segments
+    (envelope only for such lines) with a warning. Any other bad line stops
+    the listing after what was read, and exits 1.
+    """
+    from store import CorruptionError
+    from store.reader import iter_records
+
     kinds = set(args.kind or ())
-    with _open(args) as journal:
-        if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
-        rows = []
-        for record in journal.read(args.session, args.from_seq, args.to_seq):
-            if kinds and record.kind not in kinds:
-                continue
-            if args.json:
-                _print_json(record_json(record))
-            else:
-                rows.append([record.seq, _iso(record.ts), record.kind, describe(record.event)])
+    rows: list[list[Any]] = []
+
+    def emit(seq: int, ts: int, kind: str, what: str, data: dict[str, Any]) -> None:
+        if kinds and kind not in kinds:
+            return
+        if args.json:
+            _print_json(data)
+        else:
+            rows.append([seq, _iso(ts), kind, what])
+
+    try:
+        with _open(args) as journal:
+            if journal.last_seq(args.session) == 0:
+                raise UsageError(f"no session {args.session!r} in {args.store}")
+            next_seq = args.from_seq
+            try:
+                for record in journal.read(args.session, args.from_seq, args.to_seq):
+                    emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
+                    next_seq = record.seq + 1
+            except CorruptionError as exc:
+                unknown = _unknown_kind_at(Path(args.store), exc)
+                if unknown is None:
+                    raise
+                print(f"cairn: warning: seq {next_seq} of {args.session} is of a kind this cairn does not "
+                      f"know ({unknown}); listing the rest from the raw log", file=sys.stderr)
+                for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
+                    env = line.envelope
+                    if env.seq != next_seq:  # a line the raw reader could not read at all
+                        raise CorruptionError(f"no readable line for seq {next_seq}", segment=line.segment,
+                                              offset=line.offset, sid=args.session, seq=next_seq) from exc
+                    next_seq += 1
+                    if line.record is not None:
+                        record = line.record
+                        emit(env.seq, env.ts, env.kind, describe(record.event), record_json(record))
+                    else:
+                        emit(env.seq, env.ts, env.kind, "(unknown kind: body not decoded)",
+                             {"pos": env.pos, "sid": env.sid, "seq": env.seq, "ts": env.ts, "kind": env.kind,
+                              "unknown_kind": True})
+    except CorruptionError:
+        if rows and not args.json:  # what was read before the bad line
+            _table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
+        raise
     if not args.json:
         _table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
     return EXIT_OK
+
+
+def _unknown_kind_at(root: Path, error: Exception) -> str | None:
+    """The kind of the line a CorruptionError points at, when that kind is merely unknown here."""
+    segment, offset = getattr(error, "segment", ""), getattr(error, "offset", -1)
+    path = root / "log" / str(segment)
+    if not segment or offset < 0 or not path.is_file():
+        return None
+    with path.open("rb") as f:
+        f.seek(offset)
+        line = f.readline()
+    try:
+        decode_line(line)
+    except UnknownKind as exc:
+        return exc.kind
+    except CairnError:
+        return None
+    return None
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:

@@ -129,3 +129,45 @@ def test_context_shows_the_next_request_with_token_counts(store, capsys):
         data["parts"]["history"] + data["parts"]["handoff"]
     code, out, _ = run(capsys, "context", "beta", "--store", str(store))
     assert code == 0 and "hello there" in out
+
+
+def _forge_line(store: Path, sid: str, seq: int, kind: str, body: dict) -> None:
+    """Append a line the way a newer cairn would write it: valid frame, crc and chain."""
+    import crc32c
+
+    from events.codec import chain_digest, decode_envelope
+
+    segment = sorted((store / "log").glob("*.jsonl"))[-1]
+    lines = segment.read_bytes().splitlines(keepends=True)
+    last = next(line for line in reversed(lines) if decode_envelope(line).sid == sid)
+    pos = decode_envelope(lines[-1]).pos + 1
+    envelope = {"v": 1, "pos": pos, "sid": sid, "seq": seq, "ts": 1_800_000_000_000,
+                "prev": chain_digest(last), "kind": kind, "event": {"kind": kind, **body}}
+    prefix = json.dumps(envelope, separators=(",", ":")).encode()[:-1]
+    with segment.open("ab") as f:
+        f.write(prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix))
+
+
+def test_log_lists_a_newer_kind_by_its_envelope_and_warns(store, capsys):
+    _forge_line(store, "beta", 6, "from-a-newer-cairn", {"detail": 1})
+    with Journal.open(store):  # a writer's open indexes the forged line like any other
+        pass
+    code, out, err = run(capsys, "log", "beta", "--store", str(store), "--json")
+    assert code == 0
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert [x["seq"] for x in listed] == [1, 2, 3, 4, 5, 6]
+    assert listed[-1]["kind"] == "from-a-newer-cairn" and listed[-1]["unknown_kind"] is True
+    assert "does not know" in err
+    code, out, _ = run(capsys, "log", "beta", "--store", str(store))
+    assert code == 0 and "from-a-newer-cairn" in out and "hello there" in out
+
+
+def test_log_stops_at_a_corrupt_line_after_listing_what_came_before(store, capsys):
+    segment = sorted((store / "log").glob("*.jsonl"))[0]
+    data = bytearray(segment.read_bytes())
+    line_start = data.index(b'"sid":"beta","seq":4')
+    data[data.index(b'"hi"', line_start) + 1] ^= 0x01  # beta's assistant text, seq 4
+    segment.write_bytes(bytes(data))
+    code, out, err = run(capsys, "log", "beta", "--store", str(store))
+    assert code == 1
+    assert "hello there" in out and "CorruptionError" in err
