@@ -47,7 +47,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -77,6 +77,7 @@ from actors.tools import ToolExecutor
 from events.codec import Record, validate_session_id
 from events.errors import InputError
 from events.kinds import CheckpointCommitted, EventBase, SessionStarted
+from events.model import ImagePart, Part, TextPart
 from events.state import SessionState
 from store.errors import SeqConflict
 from store.journal import Journal
@@ -109,6 +110,31 @@ class _Entry:
         self.busy = 1
         self.last_used = now_ms
 
+
+
+def _user_content(message: str | Sequence[Part]) -> str | tuple[Part, ...]:
+    """A host's user message, checked: non-empty text, or text and image parts."""
+    if isinstance(message, str):
+        if not message:
+            raise InputError("a message needs some text")
+        return message
+    try:
+        parts = tuple(message)
+    except TypeError:
+        raise InputError(f"a message is text or a sequence of parts, not {type(message).__name__}") from None
+    if not parts:
+        raise InputError("a message needs at least one part")
+    for index, part in enumerate(parts):
+        if isinstance(part, TextPart):
+            continue
+        if isinstance(part, ImagePart):
+            if not part.data and not part.url:
+                raise InputError(f"image part {index} has neither data nor a url")
+            if not part.media_type.startswith("image/"):
+                raise InputError(f"image part {index} has media type {part.media_type!r}")
+            continue
+        raise InputError(f"part {index} is a {type(part).__name__}; a message takes TextPart and ImagePart")
+    return parts
 
 class HostStats(msgspec.Struct, kw_only=True):
     """Counters of a host's registry (for tests, benchmarks and dashboards)."""
@@ -256,21 +282,23 @@ class Host:
     def send(
         self,
         session: str,
-        text: str,
+        text: str | Sequence[Part],
         *,
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
     ) -> Turn:
         """Send a user message; returns the handle of the turn it starts (or steers, mid-turn).
 
-        A new session needs `workspace` (and starts with `settings`, default
-        the host's); for an existing one, `workspace` may be left out and must
-        match when given. Problems the session finds (a wrong workspace, a
-        store failure) come back in the handle's result as `rejected`.
+        The message is text, or a sequence of parts (`TextPart`, `ImagePart`:
+        images for a multimodal model; one over 256 KiB is kept in the blob
+        store and still sent to the model as an image). A new session needs
+        `workspace` (and starts with `settings`, default the host's); for an
+        existing one, `workspace` may be left out and must match when given.
+        Problems the session finds (a wrong workspace, a store failure) come
+        back in the handle's result as `rejected`.
         """
         validate_session_id(session)
-        if not isinstance(text, str) or not text:
-            raise InputError("a message needs some text")
+        content = _user_content(text)
         where = normalize_workspace(workspace) if workspace is not None else None
         self._check_store()
         for _ in range(3):
@@ -280,7 +308,7 @@ class Host:
                 self._outstanding.add(turn)
             try:
                 assert entry.ref is not None
-                entry.ref.tell(Send(text, turn, workspace=where, settings=settings or self._settings))
+                entry.ref.tell(Send(content, turn, workspace=where, settings=settings or self._settings))
             except pykka.ActorDeadError:
                 with self._cond:
                     self._outstanding.discard(turn)

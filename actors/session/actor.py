@@ -71,6 +71,7 @@ from actors.provider.base import (
     UsageReport,
 )
 from actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
+from actors.session.images import inline_image_blobs
 from actors.session.request import AssembledRequest, assemble, request_event
 from actors.session.settings import SessionSettings
 from actors.session.slimming import SlimPlan, apply_plan, plan_micro, plan_snip, read_only_tools
@@ -79,6 +80,7 @@ from actors.session.tokens import Encoding, TokenCounter
 from actors.session.tracker import Occupancy, occupancy
 from actors.session.turn import (
     VERDICT_NOTES,
+    UserContent,
     completion_event,
     error_outcome,
     failure_events,
@@ -141,8 +143,10 @@ class Send:
 
     __slots__ = ("handle", "settings", "text", "workspace")
 
-    def __init__(self, text: str, handle: Turn, *, workspace: str | None, settings: SessionSettings) -> None:
-        self.text = text
+    def __init__(
+        self, text: UserContent, handle: Turn, *, workspace: str | None, settings: SessionSettings
+    ) -> None:
+        self.text = text  # a string, or the parts of a message with images
         self.handle = handle
         self.workspace = workspace
         self.settings = settings
@@ -491,7 +495,7 @@ class SessionActor(pykka.ThreadingActor):
         info = self._state.info
         request = ProviderRequest(
             model=assembled.model,
-            messages=assembled.messages,
+            messages=inline_image_blobs(assembled.messages, self._rt.journal.read_blob),
             tools=assembled.tools,
             purpose="turn",
             max_output_tokens=info.max_output_tokens if info is not None else None,

@@ -77,8 +77,12 @@ MAX_ERROR_CHARS = 2_000
 Verdict = Literal["recover", "fail", "fail-closed", "fail-guard"]
 
 
-def _text(text: str) -> tuple[Part, ...]:
-    return (TextPart(text),)
+UserContent = str | tuple[Part, ...]
+"""What a host sends as a user message: text, or parts (text and images, M1)."""
+
+
+def _text(content: UserContent) -> tuple[Part, ...]:
+    return (TextPart(content),) if isinstance(content, str) else content
 
 
 # --- starting a turn ------------------------------------------------------------------
@@ -86,7 +90,7 @@ def _text(text: str) -> tuple[Part, ...]:
 
 def start_events(
     state: SessionState,
-    texts: Sequence[str],
+    texts: Sequence[UserContent],
     *,
     settings: SessionSettings | None = None,
     workspace: str | None = None,
@@ -115,7 +119,7 @@ def start_events(
     return events, turn_id
 
 
-def steering_events(state: SessionState, texts: Sequence[str]) -> list[EventBase]:
+def steering_events(state: SessionState, texts: Sequence[UserContent]) -> list[EventBase]:
     """User messages sent while a turn runs: recorded before its next request (C11 task)."""
     return [
         UserMessage(message_id=f"u{state.last_seq + index + 1}", content=_text(text))
