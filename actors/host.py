@@ -202,6 +202,7 @@ class Host:
         compaction: CompactionConfig | None = None,
         request_timeout_s: float | None = None,
         max_requests_per_turn: int = 64,
+        turn_retries: int = 2,
         ask_timeout_s: float = 30.0,
         slot_timeout_s: float = 60.0,
         clock_ms: Callable[[], int] | None = None,
@@ -222,6 +223,11 @@ class Host:
           output cap, system prompt, tool schemas).
         - `max_live_sessions`, `idle_timeout_s`: passivation (module doc).
         - `hook`: the pre-compaction hook (C2); `compaction`: its settings.
+        - `turn_retries`: how often a turn's request is sent again after a
+          transient provider error (rate limit, 5xx, timeout, reset) that
+          came before any output, after 375 ms then 750 ms (as C5 waits for
+          summaries); 0 fails the turn at the first one. Each try is in the
+          log: a `provider-error`, then a `request` with the next attempt.
         - `clock_ms`, `sleep`, `fsync`: time, the retry sleep and the disk
           sync, injectable for tests (the clock stamps the log too).
         - `journal`: an already open journal to use instead (not closed by
@@ -259,6 +265,7 @@ class Host:
             compaction=compaction,
             request_timeout_s=request_timeout_s,
             max_requests_per_turn=max_requests_per_turn,
+            turn_retries=max(0, turn_retries),
         )
         try:
             return cls(

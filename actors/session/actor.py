@@ -58,6 +58,7 @@ import pykka
 from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
 from actors.compactor.gates import manual_compaction_due
 from actors.compactor.hooks import PreCompactionHook
+from actors.compactor.sampling import RETRY_DELAYS_MS as TURN_RETRY_DELAYS_MS
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
 from actors.errors import SessionCrashed, SessionStopped, UnknownSession, WorkspaceMismatch
 from actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
@@ -125,6 +126,8 @@ class Runtime:
     encoding: Encoding | None = None
     request_timeout_s: float | None = None
     max_requests_per_turn: int = 64
+    #: transient provider errors before any output: how often a turn's request is sent again
+    turn_retries: int = 2
     append_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
 
@@ -136,6 +139,16 @@ class Load:
     """Ask: replay the session from the log (marking an interrupted turn); answers its last seq."""
 
     __slots__ = ()
+
+
+class RetryRequest:
+    """Tell (from a timer thread): the wait after a transient provider error is over."""
+
+    __slots__ = ("token", "turn_id")
+
+    def __init__(self, turn_id: str, token: int) -> None:
+        self.turn_id = turn_id
+        self.token = token
 
 
 class Send:
@@ -181,6 +194,7 @@ class _Run:
         self.handles = handles
         self.requests = 0
         self.attempt = 1
+        self.transient_retries = 0  # sends again after a transient provider error (turn_retries)
         self.handoff_failed = False  # H7: no second try in this turn
         self.text = ""
         self.provider_seconds = 0.0
@@ -304,6 +318,8 @@ class SessionActor(pykka.ThreadingActor):
                 self._on_send(message)
             elif isinstance(message, ManualCompact):
                 self._on_manual(message)
+            elif isinstance(message, RetryRequest):
+                self._on_retry(message)
         except Exception as exc:
             log.error("cairn: session %s crashed on %s: %s", session_hash(self._sid),
                       type(message).__name__, type(exc).__name__)
@@ -682,6 +698,15 @@ class SessionActor(pykka.ThreadingActor):
             status_code=message.status_code,
         )
         overflow = is_overflow(message.error_class, message.status_code, message.message)
+        if (
+            not overflow
+            and message.retryable
+            and not delivered
+            and run.transient_retries < self._rt.turn_retries
+        ):
+            if not self._try_persist([error], "provider"):
+                return
+            return self._retry_later(run)
         verdict = reactive_verdict(self._state, overflow=overflow, delivered=delivered)
         if verdict != "recover":
             note = VERDICT_NOTES.get(verdict, "")
@@ -694,6 +719,29 @@ class SessionActor(pykka.ThreadingActor):
         if not self._try_persist([error], "provider"):
             return
         self._recover()
+
+    def _retry_later(self, run: _Run) -> None:
+        """Send the turn's request again after the next C5 delay, without blocking this actor."""
+        delay_s = TURN_RETRY_DELAYS_MS[min(run.transient_retries, len(TURN_RETRY_DELAYS_MS) - 1)] / 1000
+        run.transient_retries += 1
+        run.attempt += 1
+        run.job = next(self._jobs)  # the token the timer must bring back
+        message = RetryRequest(run.turn_id, run.job)
+        ref, sleep = self.actor_ref, self._rt.sleep
+
+        def wake() -> None:
+            sleep(delay_s)
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(message)
+
+        threading.Thread(target=wake, name=f"cairn-retry-{run.turn_id}", daemon=True).start()
+
+    def _on_retry(self, message: RetryRequest) -> None:
+        run = self._run
+        if run is None or run.turn_id != message.turn_id or run.job != message.token:
+            return  # the turn ended (or moved on) meanwhile
+        run.job = 0
+        self._next_request()  # L1 runs again: time has passed
 
     def _recover(self) -> None:
         """R3: strip the hand-off, snip keep 3 minimum 10, compact the result (trigger reactive)."""

@@ -161,7 +161,7 @@ def open_host(root: Path, provider: Any, *, clock: Clock | None = None, disk: Di
         tools=kwargs.pop("tools", SizedTools()),
         settings=kwargs.pop("settings", SETTINGS),
         clock_ms=clock or Clock(),
-        sleep=lambda seconds: None,
+        sleep=kwargs.pop("sleep", lambda seconds: None),
         fsync=disk.fsync if disk is not None else os.fsync,
         sweep=kwargs.pop("sweep", False),
         **kwargs,

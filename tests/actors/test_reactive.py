@@ -54,7 +54,7 @@ def test_R1_a_context_limit_is_known_by_status_or_message(tmp_path: Path) -> Non
 
 def test_R1_other_errors_fail_the_turn_without_recovery(tmp_path: Path) -> None:
     provider = scripted(http_error(429), http_error(503))
-    host = _seeded(tmp_path, provider)
+    host = _seeded(tmp_path, provider, turn_retries=0)  # transient retries are tested in test_retry
 
     first = host.send("s", "go on").result(WAIT)
     second = host.send("s", "again").result(WAIT)

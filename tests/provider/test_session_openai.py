@@ -333,7 +333,7 @@ def test_the_api_key_never_reaches_the_log_the_cli_or_the_turn_error(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    host = open_host()
+    host = open_host(turn_retries=0)  # each planned error ends its turn (retries: test below)
     warm_up(host, server, workspace)
     server.plan(api_error(401, f"Incorrect API key provided: {SECRET_KEY}.", code="invalid_api_key"))
     denied = host.send(SID, "Again?").result(WAIT)
@@ -360,3 +360,19 @@ def test_the_api_key_never_reaches_the_log_the_cli_or_the_turn_error(
     assert cairn.main(["log", SID, "--store", str(tmp_path / "store"), "--json"]) == 0
     out = capsys.readouterr().out
     assert "Incorrect API key provided" in out and SECRET_KEY not in out
+
+
+def test_a_rate_limited_turn_is_sent_again_and_completes(
+    open_host: OpenHost, server: ChatServer, workspace: Path
+) -> None:
+    """A 429 and a 503 before any output: the session sends the request again (attempts 2, 3)."""
+    host = open_host()
+    warm_up(host, server, workspace)
+    server.plan(Error(429, "slow down"), Error(503, "overloaded"))
+    result = host.send(SID, "Once more, please.").result(WAIT)
+    assert result.ok, result
+    errors = events_of(host, ProviderError)
+    assert [e.status_code for e in errors] == [429, 503]
+    assert [e.output_delivered for e in errors] == [False, False]
+    requests = events_of(host, Request)
+    assert [r.attempt for r in requests[-3:]] == [1, 2, 3]
