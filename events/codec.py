@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 import crc32c
 import msgspec
@@ -228,44 +228,67 @@ def decode_envelope(line: bytes, *, where: str = "") -> Envelope:
 
 def decode_line(line: bytes, *, where: str = "") -> Record:
     """Decode one line strictly: frame, checksum, version, kind and the body's schema."""
-    return decode_lines((line,), where=where)[0]
+    return decode_run(line, (len(line),), where=where)[0]
 
 
-def decode_lines(
-    lines: Iterable[bytes],
+def decode_lines(lines: Sequence[bytes], *, where: str = "") -> list[Record]:
+    """Decode lines strictly, as `decode_line` does each (see `decode_run`)."""
+    return decode_run(b"".join(lines), [len(line) for line in lines], where=where)
+
+
+def decode_run(
+    run: bytes,
+    lengths: Sequence[int],
     *,
     where: str = "",
-    _crc: Callable[[bytes], int] = crc32c.crc32c,
+    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
     _head: bytes = _CRC_SUFFIX_HEAD,
-    _decode: Callable[[bytes], Record] = _record_decoder.decode,
+    _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
     _tags: dict[type, str] = _TAG_OF,
 ) -> list[Record]:
-    """Decode lines strictly, as `decode_line` does each; the replay hot path.
+    """Decode a run of whole lines, given their lengths: the replay hot path.
 
-    A sound line (newline, frame, CRC, version and kind all right) is checked
-    inline; anything else goes through `_decode_slowly`, which raises the
-    precise typed error (naming `where` and the line's index when it is not
-    the first).
+    Every line's frame and CRC are checked in place (no copy of the line),
+    then the whole run is decoded in one msgspec call, then each record's
+    version and kind. Anything unexpected sends the run through
+    `_decode_slowly`, line by line, which raises the precise typed error
+    (naming `where` and the line's number when it is not the first).
     """
-    records: list[Record] = []
-    append = records.append
-    for line in lines:
-        end = len(line) - 1
+    view = memoryview(run)
+    sound = len(run) == sum(lengths)
+    start = 0
+    if sound:
+        for length in lengths:
+            end = start + length - 1  # the newline
+            try:
+                if not (
+                    length > _CRC_SUFFIX_LEN + 1
+                    and run[end] == 0x0A
+                    and run[end - 18 : end - 10] == _head
+                    and _crc(view[start : end - 18]) == int(run[end - 10 : end - 2], 16)
+                ):
+                    sound = False
+                    break
+            except ValueError:
+                sound = False
+                break
+            start += length
+    if sound:
         try:
-            if (
-                end > _CRC_SUFFIX_LEN
-                and line[end] == 0x0A
-                and line[end - 18 : end - 10] == _head
-                and _crc(line[: end - 18]) == int(line[end - 10 : end - 2], 16)
-            ):
-                record = _decode(line)
-                if record.v == SCHEMA_VERSION and record.line_kind == _tags[type(record.event)]:
-                    append(record)
-                    continue
-        except (ValueError, msgspec.DecodeError):  # msgspec.ValidationError is a DecodeError
-            pass
-        append(_decode_slowly(line, where if not records else f"{where} line {len(records) + 1}"))
-    return records
+            records = _decode_many(run)
+        except msgspec.DecodeError:  # msgspec.ValidationError is a DecodeError
+            records = []
+        if len(records) == len(lengths) and all(
+            record.v == SCHEMA_VERSION and record.line_kind == _tags[type(record.event)] for record in records
+        ):
+            return records
+    out: list[Record] = []
+    start = 0
+    for index, length in enumerate(lengths):
+        line = run[start : start + length]
+        start += length
+        out.append(_decode_slowly(line, where if not index else f"{where} line {index + 1}".strip()))
+    return out
 
 
 def _decode_slowly(line: bytes, where: str) -> Record:

@@ -48,7 +48,7 @@ from events.codec import (
     Record,
     chain_digest,
     decode_line,
-    decode_lines,
+    decode_run,
     encode_line,
     validate_session_id,
 )
@@ -665,13 +665,8 @@ class Journal:
         except OSError:
             blob = b""
         if len(blob) == stop - offset:
-            lines = []
-            start = 0
-            for entry in run:
-                lines.append(blob[start : start + entry[3]])
-                start += entry[3]
             try:
-                records = decode_lines(lines)
+                records = decode_run(blob, [entry[3] for entry in run])
             except DecodeError:
                 records = []
             if len(records) == len(run) and all(

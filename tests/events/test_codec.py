@@ -6,6 +6,8 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from events.codec import (
     GENESIS,
@@ -13,6 +15,8 @@ from events.codec import (
     chain_digest,
     decode_envelope,
     decode_line,
+    decode_lines,
+    decode_run,
     encode_line,
     validate_session_id,
 )
@@ -28,6 +32,7 @@ from events.errors import (
 )
 from events.kinds import CheckpointCommitted, Usage, UserMessage
 from events.model import Message, TextPart
+from tests.strategies import events as event_strategies
 
 
 def _line(event, *, sid="s1", seq=1, pos=0, ts=1_700_000_000_000, prev=GENESIS):
@@ -192,3 +197,33 @@ def test_struct_tags_are_explicit_and_stable():
     # renaming a class must never orphan stored events (PITFALLS 22)
     data = msgspec.json.encode(Usage(request_id="r"))
     assert data.startswith(b'{"kind":"usage"')
+
+
+def _run_of(events_: list, sid: str = "s1") -> tuple[bytes, list[int]]:
+    lines = [_line(e, sid=sid, seq=i + 1, pos=i)[0] for i, e in enumerate(events_)]
+    return b"".join(lines), [len(line) for line in lines]
+
+
+@given(st.lists(event_strategies(), min_size=1, max_size=12))
+def test_decoding_a_run_equals_decoding_each_line(events_):
+    run, lengths = _run_of(events_)
+    lines = run.splitlines(keepends=True)
+    assert decode_run(run, lengths) == [decode_line(line) for line in lines]
+    assert [r.event for r in decode_lines(lines)] == events_
+
+
+def test_a_bad_line_in_a_run_is_named_precisely():
+    run, lengths = _run_of([Usage(request_id=f"r{n}") for n in range(5)])
+    broken = bytearray(run)
+    third = sum(lengths[:2])
+    broken[third + 60] ^= 0x01  # inside the third line's envelope
+    with pytest.raises(ChecksumMismatch, match="seg-7 line 3"):
+        decode_run(bytes(broken), lengths, where="seg-7")
+    with pytest.raises(ChecksumMismatch, match="seg-7:"):  # the first line has no line number
+        decode_run(bytes(broken)[third:], lengths[2:], where="seg-7")
+
+
+def test_lengths_that_do_not_cover_the_run_take_the_checked_path():
+    run, lengths = _run_of([Usage(request_id="a"), Usage(request_id="b")])
+    with pytest.raises(CorruptLine):
+        decode_run(run, [lengths[0] + 3, lengths[1] - 3])
