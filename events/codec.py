@@ -278,10 +278,12 @@ def decode_run(
             records = _decode_many(run)
         except msgspec.DecodeError:  # msgspec.ValidationError is a DecodeError
             records = []
-        if len(records) == len(lengths) and all(
-            record.v == SCHEMA_VERSION and record.line_kind == _tags[type(record.event)] for record in records
-        ):
-            return records
+        if len(records) == len(lengths):
+            for record in records:
+                if record.v != SCHEMA_VERSION or record.line_kind != _tags[type(record.event)]:
+                    break
+            else:
+                return records
     out: list[Record] = []
     start = 0
     for index, length in enumerate(lengths):

@@ -669,10 +669,12 @@ class Journal:
                 records = decode_run(blob, [entry[3] for entry in run])
             except DecodeError:
                 records = []
-            if len(records) == len(run) and all(
-                r.seq == e[0] and r.pos == e[4] and r.sid == sid for r, e in zip(records, run, strict=True)
-            ):
-                return records
+            if len(records) == len(run):
+                for record, (seq, _, _, _, pos) in zip(records, run, strict=True):
+                    if record.seq != seq or record.pos != pos or record.sid != sid:
+                        break
+                else:
+                    return records
         # the slow path names the first bad line exactly (and raises for it)
         return [self._read_line(sid, seq, Loc(seg, off, length, pos), False)[0]
                 for seq, seg, off, length, pos in run]
