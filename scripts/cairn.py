@@ -158,13 +158,18 @@ def record_json(record: Record) -> dict[str, Any]:
 # --- commands ----------------------------------------------------------------------------
 
 
-def _open(args: argparse.Namespace) -> Any:
-    from store import Journal
-
+def _store_root(args: argparse.Namespace) -> Path:
+    """The store directory of `--store`, or a usage error when there is no store there."""
     root = Path(args.store)
     if not (root / "log").is_dir():
         raise UsageError(f"no cairn store at {root} (set --store or $CAIRN_STORE)")
-    return Journal.open(root, readonly=True)
+    return root
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from store import Journal
+
+    return Journal.open(_store_root(args), readonly=True)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -347,9 +352,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from store.verify import verify_store
 
-    root = Path(args.store)
-    if not (root / "log").is_dir():
-        raise UsageError(f"no cairn store at {root}")
+    root = _store_root(args)
     with _progress("verifying", not args.json) as progress:
         report = verify_store(root, progress=progress)
     data = msgspec.to_builtins(report)
@@ -368,9 +371,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from store.verify import reindex
 
-    root = Path(args.store)
-    if not (root / "log").is_dir():
-        raise UsageError(f"no cairn store at {root}")
+    root = _store_root(args)
     with _progress("reindexing", not args.json) as progress:
         result = reindex(root, progress=progress)
     data = msgspec.to_builtins(result)

@@ -331,6 +331,18 @@ def _test_log(lines: int) -> list[str]:
     return rows
 
 
+def _within(lines: list[str], used: int, tokens: int, counter: TokenCounter) -> tuple[list[str], int]:
+    """The leading lines that fit in `tokens` with `used` already spent, and the new total."""
+    kept: list[str] = []
+    for line in lines:
+        cost = counter.text(line + "\n")
+        if used + cost > tokens:
+            break
+        kept.append(line)
+        used += cost
+    return kept, used
+
+
 def grown_task(sid: str, turn: int, workspace: Path, *, tokens: int, counter: TokenCounter) -> str:
     """The task of `turn` with about `tokens` tokens of material attached: the three files it names,
     as they are in the workspace now, then a test log. The context grows by it whatever the model
@@ -344,24 +356,12 @@ def grown_task(sid: str, turn: int, workspace: Path, *, tokens: int, counter: To
             lines = (workspace / path).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue  # the model may have removed it
-        kept: list[str] = []
-        for line in lines:
-            cost = counter.text(line + "\n")
-            if used + cost > tokens:
-                break
-            kept.append(line)
-            used += cost
+        kept, used = _within(lines, used, tokens, counter)
         if kept:
             blocks.append(f"\n\n{path}:\n```python\n" + "\n".join(kept) + "\n```")
         if len(kept) < len(lines):
             break
-    log: list[str] = []
-    for line in _test_log(4_096):
-        cost = counter.text(line + "\n")
-        if used + cost > tokens:
-            break
-        log.append(line)
-        used += cost
+    log, used = _within(_test_log(4_096), used, tokens, counter)
     if log:
         blocks.append("\n\nThe last test run:\n```\n" + "\n".join(log) + "\n```")
     return text + "".join(blocks)
