@@ -31,6 +31,15 @@ class StoreLocked(StorageError):
     """Another process holds the store's writer lock."""
 
 
+class CatchUpFailed(StorageError):
+    """A read-only open found the index behind the log and could not catch up.
+
+    Checking the log past the index's recovery point, or building the private
+    index that shows the lines past it (in the temporary directory), failed.
+    Nothing in the store was changed; a writer's next open indexes them.
+    """
+
+
 class ReadOnlyStore(InputError):
     """A write was asked of a journal opened with readonly=True."""
 

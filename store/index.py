@@ -590,6 +590,26 @@ class Index:
                     return sid.decode(), _U64.unpack(seq)[0] if len(seq) == 8 else 0
         return None
 
+    def copy_to(self, path: Path) -> None:
+        """Write a consistent snapshot of the index into the empty directory `path`.
+
+        LMDB copies from one read transaction, so it is safe while a writer
+        commits; nothing of this index is changed. Raises `IndexUnusable` when
+        the copy fails (the caller rebuilds instead).
+        """
+        for attempt in (0, 1):
+            try:
+                with self._gate.reading():
+                    self.env.copy(str(path))
+                return
+            except lmdb.MapResizedError:
+                if attempt:
+                    raise IndexUnusable(f"cannot copy the index at {self.path}: the map grew twice") from None
+                with self._gate.exclusive():  # another process grew the map: adopt its size
+                    self.env.set_mapsize(0)
+            except lmdb.Error as exc:
+                raise IndexUnusable(f"cannot copy the index at {self.path} to {path}: {exc}") from exc
+
     def dump(self) -> list[tuple[str, bytes, bytes]]:
         """Every (db, key, value), in order: two indexes are equal iff their dumps are."""
         rows: list[tuple[str, bytes, bytes]] = []

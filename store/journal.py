@@ -32,7 +32,6 @@ import fcntl
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -77,7 +76,7 @@ from store.index import (
     SessionSummary,
 )
 from store.reader import Progress
-from store.recovery import Recovery, recover
+from store.recovery import Recovery, open_for_reading, recover
 from store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
 
 log = logging.getLogger("cairn.store")
@@ -130,8 +129,9 @@ class Journal:
     Open for writing takes the store's lock file (a second writer gets
     `StoreLocked`), runs recovery (`self.recovery`) and starts the writer.
     `readonly=True` takes no lock and changes nothing on disk; it reads the
-    index as the writer last committed it (if the store has no usable index,
-    it builds a private one in a temporary directory).
+    index as the writer last committed it when that covers the whole log, and
+    otherwise (a crash left it behind, no usable index) a private index in a
+    temporary directory caught up from the log (`store.recovery.open_for_reading`).
     """
 
     def __init__(
@@ -254,41 +254,37 @@ class Journal:
         blob_threshold: int,
         progress: Progress | None,
     ) -> Journal:
+        """Open for reading only: no lock, nothing on disk changed (see `open_for_reading`).
+
+        The store's own index is read as the writer committed it when nothing
+        past its recovery point needs indexing (a cheap check, no scan). When
+        the log holds lines past it (a crash between the log's fsync and the
+        index's commit, or a live writer between the two), the journal reads
+        through a private, caught-up copy in a temporary directory, removed by
+        `close`; `self.recovery` says what was caught up (`lines_indexed`,
+        `scanned_from`, a torn tail left in place, corrupt lines).
+        """
         if not (path / "log").is_dir():
             raise StorageError(f"no cairn store at {path} (no log directory)")
-        private: Path | None = None
-        index: Index | None = None
-        if (path / "index" / "data.mdb").exists():
-            try:
-                index = Index(path / "index", readonly=True, map_size=map_size)
-            except IndexUnusable as exc:
-                log.warning("cairn: cannot read the index of %s (%s); building a private one", path, exc)
-        if index is None:
-            private = Path(tempfile.mkdtemp(prefix="cairn-index-"))
-            index = Index(private, map_size=map_size)
-            recovery = recover(path, index, readonly=True, progress=progress)
-        else:
-            meta = index.meta()
-            recovery = Recovery(
-                segments=0,
-                scanned_from=("", 0),
-                lines_indexed=0,
-                next_pos=meta.next_pos if meta else 0,
-                active_segment=meta.segment if meta else 0,
-                active_size=meta.offset if meta else 0,
+        index, recovery, private = open_for_reading(path, map_size=map_size, progress=progress)
+        try:
+            return cls(
+                path,
+                index=index,
+                recovery=recovery,
+                readonly=True,
+                segment_bytes=segment_bytes,
+                fsync=fsync,
+                clock_ms=clock,
+                blob_threshold=blob_threshold,
+                lock_fd=None,
+                private_index=private,
             )
-        return cls(
-            path,
-            index=index,
-            recovery=recovery,
-            readonly=True,
-            segment_bytes=segment_bytes,
-            fsync=fsync,
-            clock_ms=clock,
-            blob_threshold=blob_threshold,
-            lock_fd=None,
-            private_index=private,
-        )
+        except BaseException:
+            index.close()
+            if private is not None:
+                shutil.rmtree(private, ignore_errors=True)
+            raise
 
     # -- appending ------------------------------------------------------------------
 

@@ -122,9 +122,14 @@ def scan_log(
     start_segment: int | None = None,
     start_offset: int = 0,
     progress: Progress | None = None,
+    segments: Iterable[int] | None = None,
 ) -> Iterator[LogLine]:
-    """Every piece of the log from (start_segment, start_offset), in position order."""
-    segments = list_segments(log_dir)
+    """Every piece of the log from (start_segment, start_offset), in position order.
+
+    `segments` is the list of segments to read (default: those there now), so
+    that a caller that listed them already scans exactly what it listed.
+    """
+    segments = list(segments) if segments is not None else list_segments(log_dir)
     if start_segment is not None:
         segments = [s for s in segments if s >= start_segment]
     total = log_size(log_dir, segments) - start_offset
