@@ -49,6 +49,12 @@ MAX_LINE_BYTES = 20 * 1024 * 1024
 GENESIS = "0" * 32
 
 _CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
+#: a line's bytes up to its crc field: the content without its closing brace
+_PREFIX_FORMAT = (
+    b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":"%s","seq":%d,"ts":%d,"prev":"%s","kind":"%s","event":%s'
+)
+_crc32c = crc32c.crc32c
+_sha256 = hashlib.sha256
 _CRC_SUFFIX_HEAD = b',"crc":"'
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
 
@@ -106,8 +112,8 @@ def validate_session_id(sid: str) -> str:
     return sid
 
 
-def encode_body(event: EventBase) -> bytes:
-    return _body_encoder.encode(event)
+#: an event's body as JSON bytes (no checks: see `encode_line`)
+encode_body: Callable[[EventBase], bytes] = _body_encoder.encode
 
 
 def encode_line(
@@ -119,26 +125,31 @@ def encode_line(
     """
     if not isinstance(event, EVENT_TYPES):
         raise MalformedEvent(f"not an event: {type(event).__name__}")
-    body = _body_encoder.encode(event)
-    content = b'{"v":%d,"pos":%d,"sid":"%s","seq":%d,"ts":%d,"prev":"%s","kind":"%s","event":%s}' % (
-        SCHEMA_VERSION,
-        pos,
-        sid.encode(),
-        seq,
-        ts,
-        prev.encode(),
-        kind_name(event).encode(),
-        body,
-    )
-    size = len(content) + _CRC_SUFFIX_LEN
+    tag = kind_name(event)
+    return frame_line(pos, sid.encode(), seq, ts, prev, tag.encode(), _body_encoder.encode(event))
+
+
+def frame_line(
+    pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, body: bytes
+) -> tuple[bytes, str]:
+    """The line of an already encoded body, and its chain digest: the writer's hot path.
+
+    Positional arguments, no checks of the event: the caller has them (see
+    `encode_line`). Raises LineTooLarge for a line over MAX_LINE_BYTES.
+    """
+    # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
+    prefix = _PREFIX_FORMAT % (pos, sid, seq, ts, prev.encode(), kind, body)
+    size = len(prefix) + _CRC_SUFFIX_LEN
     if size > MAX_LINE_BYTES:
         raise LineTooLarge(
-            f"{kind_name(event)} event of session {sid} seq {seq} encodes to {size} bytes, "
+            f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "
             f"over the {MAX_LINE_BYTES}-byte line limit"
         )
-    prefix = content[:-1]
-    line = b"%s,\"crc\":\"%08x\"}\n" % (prefix, crc32c.crc32c(prefix))
-    return line, chain_digest_of_content(content)
+    if size <= _HASH_PIECE:
+        digest = _sha256(prefix)
+        digest.update(b"}")
+        return b'%s,"crc":"%08x"}\n' % (prefix, _crc32c(prefix)), digest.hexdigest()[:32]
+    return b'%s,"crc":"%08x"}\n' % (prefix, _crc32c(prefix)), chain_digest_of_content(prefix + b"}")
 
 
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}

@@ -98,6 +98,10 @@ class BlobStore:
         return None
 
 
+#: the event classes whose content parts may go to the blob store (others pass through as they are)
+BLOB_CARRIERS: frozenset[type[EventBase]] = frozenset({UserMessage, ToolResult})
+
+
 def externalize(event: EventBase, put: Callable[[bytes], str], threshold: int = BLOB_THRESHOLD) -> EventBase:
     """The event with every oversized part moved to a blob via `put` (else the same object)."""
     if not isinstance(event, UserMessage | ToolResult):

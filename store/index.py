@@ -136,67 +136,43 @@ def _prefix(sid: str) -> bytes:
     return sid.encode() + b"\x00"
 
 
-class _Head:
-    """The mutable summary of one session while a batch is being indexed."""
+class _Head(msgspec.Struct, dict=True):
+    """The mutable summary of one session while a batch is being indexed.
 
-    __slots__ = (
-        "broken_seq",
-        "checkpoint_epoch",
-        "checkpoint_pos",
-        "checkpoint_seq",
-        "counts",
-        "created_ts",
-        "events",
-        "head",
-        "info_seq",
-        "key",
-        "last_pos",
-        "last_seq",
-        "model",
-        "sid",
-        "updated_ts",
-        "usage_tokens",
-        "workspace",
-    )
+    The same fields, in the same order, as `SessionSummary`, so a head
+    encodes to exactly the bytes of its summary without being copied into
+    one first (the writer stores one per session touched in every batch).
+    `key` (the session's key prefix) is a plain attribute, not encoded.
+    """
 
-    def __init__(self, summary: SessionSummary) -> None:
-        self.sid = summary.sid
-        self.key = _prefix(summary.sid)
-        self.last_seq = summary.last_seq
-        self.head = summary.head
-        self.last_pos = summary.last_pos
-        self.workspace = summary.workspace
-        self.model = summary.model
-        self.created_ts = summary.created_ts
-        self.updated_ts = summary.updated_ts
-        self.events = summary.events
-        self.counts = dict(summary.counts)
-        self.info_seq = summary.info_seq
-        self.checkpoint_seq = summary.checkpoint_seq
-        self.checkpoint_pos = summary.checkpoint_pos
-        self.checkpoint_epoch = summary.checkpoint_epoch
-        self.usage_tokens = summary.usage_tokens
-        self.broken_seq = summary.broken_seq
+    sid: str
+    last_seq: int
+    head: str
+    last_pos: int
+    workspace: str
+    model: str
+    created_ts: int
+    updated_ts: int
+    events: int
+    counts: dict[str, int]
+    info_seq: int
+    checkpoint_seq: int
+    checkpoint_pos: int
+    checkpoint_epoch: int
+    usage_tokens: int | None
+    broken_seq: int
 
-    def freeze(self) -> SessionSummary:
-        return SessionSummary(
-            sid=self.sid,
-            last_seq=self.last_seq,
-            head=self.head,
-            last_pos=self.last_pos,
-            workspace=self.workspace,
-            model=self.model,
-            created_ts=self.created_ts,
-            updated_ts=self.updated_ts,
-            events=self.events,
-            counts=self.counts.copy(),  # the encoder sorts keys
-            info_seq=self.info_seq,
-            checkpoint_seq=self.checkpoint_seq,
-            checkpoint_pos=self.checkpoint_pos,
-            checkpoint_epoch=self.checkpoint_epoch,
-            usage_tokens=self.usage_tokens,
-            broken_seq=self.broken_seq,
-        )
+    def __post_init__(self) -> None:
+        self.key = _prefix(self.sid)
+
+    @classmethod
+    def of(cls, summary: SessionSummary) -> _Head:
+        fields = list(msgspec.structs.astuple(summary))
+        fields[9] = dict(summary.counts)
+        return cls(*fields)
+
+
+assert _Head.__struct_fields__ == SessionSummary.__struct_fields__
 
 
 class IndexBatch(msgspec.Struct):
@@ -235,7 +211,7 @@ class IndexBuilder:
         head = self._heads.get(sid)
         if head is None:
             summary = self._load(sid)
-            head = _Head(summary if summary is not None else SessionSummary(sid=sid))
+            head = _Head.of(summary if summary is not None else SessionSummary(sid=sid))
             self._heads[sid] = head
         return head
 
@@ -299,9 +275,10 @@ class IndexBuilder:
 
     def take(self) -> IndexBatch:
         """The puts gathered since the last take, ready for `Index.commit`."""
+        encode = _encoder.encode
         puts: dict[bytes, list[tuple[bytes, bytes]]] = {
             b"events": self._events,
-            b"sessions": [(sid.encode(), _encoder.encode(h.freeze())) for sid, h in self._touched.items()],
+            b"sessions": [(sid.encode(), encode(head)) for sid, head in self._touched.items()],
             b"checkpoints": self._checkpoints,
             b"corrupt": self._corrupt,
         }

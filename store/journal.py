@@ -48,13 +48,14 @@ from events.codec import (
     chain_digest,
     decode_line,
     decode_run,
-    encode_line,
+    encode_body,
+    frame_line,
     validate_session_id,
 )
 from events.errors import DecodeError, InputError, MalformedEvent
-from events.kinds import EVENT_TYPES, KINDS, EventBase
+from events.kinds import KINDS, EventBase
 from events.state import Replayer, SessionState
-from store.blobs import BLOB_THRESHOLD, BlobStore, externalize
+from store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, BlobStore, externalize
 from store.errors import (
     AppendTimeout,
     CorruptionError,
@@ -85,6 +86,7 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _READ_PAGE = 256
 _MAX_SEQ = (1 << 63) - 1
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
+_TAG_BYTES: dict[str, bytes] = {tag: tag.encode() for tag in KINDS}
 
 
 def _wall_clock_ms() -> int:
@@ -352,9 +354,12 @@ class Journal:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
         prepared: list[EventBase] = []
         for event in events:
-            if not isinstance(event, EVENT_TYPES):
-                raise MalformedEvent(f"not an event: {type(event).__name__}")
-            prepared.append(externalize(event, self._put_blob, self._blob_threshold))
+            kind = type(event)
+            if kind not in _TAG_OF:  # the event classes themselves: a subclass would encode another tag
+                raise MalformedEvent(f"not an event: {kind.__name__}")
+            if kind in BLOB_CARRIERS:
+                event = externalize(event, self._put_blob, self._blob_threshold)
+            prepared.append(event)
         pending = _Pending(sid, prepared, expected_seq, ts_ms, future)
         queue = self._queue
         queue.append(pending)
@@ -439,6 +444,9 @@ class Journal:
         meta = builder.meta
         last = (meta.last_segment, meta.last_offset, meta.last_length)
         tag_of = _TAG_OF
+        tag_bytes = _TAG_BYTES
+        encode = encode_body
+        frame = frame_line
         version = SCHEMA_VERSION
 
         for pending in batch:
@@ -453,15 +461,20 @@ class Journal:
             ts = pending.ts if pending.ts is not None else now
             seq = head.last_seq
             prev = head.head or GENESIS
-            encoded: list[tuple[bytes, str, Record]] = []
+            sid_bytes = sid.encode()
+            lines: list[bytes] = []
+            digests: list[str] = []
+            records: list[Record] = []
             call_pos = pos
             size = 0
             try:
                 for event in pending.events:
                     seq += 1
-                    line, digest = encode_line(pos=call_pos, sid=sid, seq=seq, ts=ts, prev=prev, event=event)
-                    encoded.append((line, digest, Record(call_pos, sid, seq, ts, prev, event, version,  # type: ignore[arg-type]
-                                                         tag_of[type(event)])))
+                    tag = tag_of[type(event)]
+                    line, digest = frame(call_pos, sid_bytes, seq, ts, prev, tag_bytes[tag], encode(event))
+                    lines.append(line)
+                    digests.append(digest)
+                    records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag))  # type: ignore[arg-type]
                     size += len(line)
                     prev = digest
                     call_pos += 1
@@ -473,15 +486,13 @@ class Journal:
                 chunks.append((seg_first, []))
                 chunk_lines = chunks[-1][1]
                 chunk_size = 0
-            records: list[Record] = []
-            for line, digest, record in encoded:
+            for line, digest, record in zip(lines, digests, records, strict=True):
                 length = len(line)
                 add(head, record.seq, record.pos, ts, record.prev, digest, record.line_kind, record.event,
                     seg_first, chunk_size, length)
-                chunk_lines.append(line)
                 last = (seg_first, chunk_size, length)
                 chunk_size += length
-                records.append(record)
+            chunk_lines += lines
             pos = call_pos
             done.append((pending, records))
 

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 from store import Journal, index_dump, reindex
+from store.index import SessionSummary, _encoder, _Head
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 
@@ -84,3 +85,17 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
         live = journal.index_dump()
     reindex(root)
     assert index_dump(root) == live
+
+
+def test_a_running_head_encodes_to_the_bytes_of_its_summary() -> None:
+    summary = SessionSummary(
+        sid="s-1", last_seq=9, head="ab" * 16, last_pos=40, workspace="/w", model="m", created_ts=1,
+        updated_ts=2, events=9, counts={"usage": 2, "request": 3}, info_seq=1, checkpoint_seq=7,
+        checkpoint_pos=38, checkpoint_epoch=2, usage_tokens=None, broken_seq=0,
+    )
+    head = _Head.of(summary)
+    head.counts["usage"] += 1  # the head's counts are its own
+    assert summary.counts["usage"] == 2
+    head.counts["usage"] -= 1
+    assert _encoder.encode(head) == _encoder.encode(summary)
+    assert head.key == b"s-1\x00"
