@@ -11,7 +11,8 @@ Usage: python scripts/bench_turns.py [--quick] [--json]
    actor hops, streaming). Reported at p50 and p99, plus throughput; also at
    one turn in flight (the per-turn cost without queueing), and with a live
    cap of 256 visited round-robin, where every turn respawns its session by
-   replay (the worst case of passivation).
+   replay (the worst case of passivation). The all-live run is repeated with
+   every thread on one CPU (`actors.placement`, as `cairn demo` runs).
 2. Memory. 10,000 sessions touched (one turn each) through a host with a
    live-actor cap of 256. Anonymous resident memory (heap and stacks, not the
    page cache of the mmapped index) is read at checkpoints, in a fresh process
@@ -42,6 +43,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors import Host, SessionSettings
+from actors.placement import on_one_cpu
 from actors.provider.scripted import Reply, ScriptedProvider
 from scripts.bench import figure
 
@@ -120,12 +122,16 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
     live = _overhead_run(sessions, turns, cap=sessions + 24, serial=200)
     churn_cap = 64 if quick else 256
     churn = _overhead_run(sessions, 2, cap=churn_cap, serial=0)
+    with on_one_cpu():  # every thread of the run starts inside: host, actors, writer, clients
+        placed = _overhead_run(sessions, turns, cap=sessions + 24, serial=0)
     own, serial = live["own"], live["serial"]
     label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
     churned = (f"{sessions:,} sessions x 2 turns round-robin, {CLIENTS} in flight, live cap {churn_cap}: "
                f"{churn['spawned']:,} spawns by replay")
 
     mean = statistics.fmean(serial) * 1000
+    one_cpu = "every thread on one CPU, batch-scheduled (actors.placement)"
+    live_rate, placed_rate = len(own) / live["wall"], len(placed["own"]) / placed["wall"]
 
     def ms(values: list[float], q: float) -> float:
         return round(_percentile(values, q) * 1000, 2)
@@ -133,7 +139,7 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
     return [
         figure("turns.overhead_p50_ms", ms(own, 0.50), "ms", detail=label),
         figure("turns.overhead_p99_ms", ms(own, 0.99), "ms", detail=label),
-        figure("turns.throughput", round(len(own) / live["wall"]), "turns/s", detail=label),
+        figure("turns.throughput", round(live_rate), "turns/s", detail=label),
         figure("turns.serial_p50_ms", ms(serial, 0.50), "ms",
                detail=f"one turn in flight, {len(serial)} turns (mean {mean:.2f} ms)"),
         figure("turns.serial_p99_ms", ms(serial, 0.99), "ms", detail="one turn in flight"),
@@ -141,6 +147,10 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
         figure("turns.lru_churn_p99_ms", ms(churn["own"], 0.99), "ms", detail=churned),
         figure("turns.lru_churn_throughput", round(len(churn["own"]) / churn["wall"]), "turns/s",
                detail=churned),
+        figure("turns.one_cpu.overhead_p50_ms", ms(placed["own"], 0.50), "ms", detail=f"{label}; {one_cpu}"),
+        figure("turns.one_cpu.overhead_p99_ms", ms(placed["own"], 0.99), "ms", detail=f"{label}; {one_cpu}"),
+        figure("turns.one_cpu.throughput", round(placed_rate), "turns/s",
+               detail=f"{label}; {one_cpu}; {placed_rate / live_rate:.2f}x the OS placement"),
     ]
 
 

@@ -51,7 +51,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors import Host, SessionSettings, WorkspaceTools
+from actors import Host, SessionSettings, WorkspaceTools, placement
 from actors.provider.base import Provider, ProviderRequest, TextDelta
 from actors.provider.config import ProviderConfigError
 from actors.provider.openai_compat import OpenAIProvider
@@ -669,6 +669,9 @@ def render(report: dict[str, Any]) -> None:
         observed = ", ".join(f"{name} {value:,}" for name, value in report["observed"].items())
         console.print(f"Endpoint {report['endpoint']}, model {report['model']}, context window "
                       f"{report['context_window']:,}: {observed}.", highlight=False)
+    if report.get("cpu") is not None:
+        console.print(f"The host's threads ran on CPU {report['cpu']} (CAIRN_CPU=off leaves them to the OS).",
+                      highlight=False)
     seen = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in report["seen"].items())
     console.print(
         f"{report['sessions']} sessions x {report['turns_per_session']} turns in {report['run_seconds']} s"
@@ -724,8 +727,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
     try:
+        cpu = placement.pin_from_env()  # a host's threads on one CPU, unless CAIRN_CPU=off
         setup = openai_setup() if args.provider == "openai" else scripted_setup()
-    except (ProviderConfigError, DemoSetupError) as error:
+    except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
         print(f"cairn demo: {error}", file=sys.stderr)
         return 2
     interactive = sys.stderr.isatty() and not args.json
@@ -737,6 +741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         setup.close()
+    report["cpu"] = cpu
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from actors import placement
 from scripts import cairn, demo
 from store import verify_store
 
@@ -34,3 +38,23 @@ def test_cairn_demo_is_wired_into_the_cli(tmp_path: Path, capsys: pytest.Capture
     report = json.loads(capsys.readouterr().out)
     assert report["replayed_identically"] == 2
     assert code == 1 and not report["seen"]["fallback checkpoint"]  # too small a run to show it all
+
+
+@pytest.mark.skipif(not placement.supported(), reason="needs os.sched_setaffinity")
+def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "scripts.cairn", "demo", "--sessions", "1", "--turns", "1", "--json"]
+    allowed = sorted(os.sched_getaffinity(0))
+    for setting, expected in (("auto", "one"), ("off", None), (str(allowed[-1]), allowed[-1])):
+        env = {**os.environ, "CAIRN_CPU": setting}
+        done = subprocess.run([*command, "--store", str(tmp_path / setting)], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+        report = json.loads(done.stdout)
+        if expected == "one":
+            assert report["cpu"] in allowed
+        else:
+            assert report["cpu"] == expected
+    env = {**os.environ, "CAIRN_CPU": "many"}
+    done = subprocess.run([*command, "--store", str(tmp_path / "bad")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "CAIRN_CPU" in done.stderr
