@@ -266,17 +266,18 @@ def decode_run(
     (naming `where` and the line's number when it is not the first).
     """
     view = memoryview(run)
+    has_head = run.startswith
     sound = len(run) == sum(lengths)
     start = 0
     if sound:
         for length in lengths:
-            end = start + length - 1  # the newline
+            cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
             try:
                 if not (
                     length > _CRC_SUFFIX_LEN + 1
-                    and run[end] == 0x0A
-                    and run[end - 18 : end - 10] == _head
-                    and _crc(view[start : end - 18]) == int(run[end - 10 : end - 2], 16)
+                    and run[cut + 18] == 0x0A
+                    and has_head(_head, cut)
+                    and _crc(view[start:cut]) == int(run[cut + 8 : cut + 16], 16)
                 ):
                     sound = False
                     break

@@ -188,7 +188,7 @@ class _Fold:
 
     def _user_message(self, event: UserMessage, record: Record) -> None:
         self.context.append(
-            Message(role="user", content=event.content, id=event.message_id, meta=MessageMeta(seq=record.seq))
+            Message(role="user", content=event.content, id=event.message_id, meta=MessageMeta(record.seq))
         )
         turn = self.open_turn
         if turn is not None:
@@ -203,7 +203,7 @@ class _Fold:
                 reasoning=event.reasoning,
                 tool_calls=event.tool_calls,
                 id=event.message_id,
-                meta=MessageMeta(seq=record.seq),
+                meta=MessageMeta(record.seq),
             )
         )
         self.last_response_ts = record.ts
@@ -383,13 +383,13 @@ class Replayer:
         fold = self._fold
         rules = _APPLY
         record = None
-        for record in records:
+        for record in records:  # no rule reads last_seq / last_ts: they are set once, after
             event = record.event
-            fold.last_seq = record.seq
-            fold.last_ts = record.ts
             rules[type(event)](fold, event, record)
         if record is not None:
             fold.sid = record.sid
+            fold.last_seq = record.seq
+            fold.last_ts = record.ts
 
     def state(self) -> SessionState:
         return self._fold.freeze()
