@@ -259,43 +259,41 @@ def decode_run(
 ) -> list[Record]:
     """Decode a run of whole lines, given their lengths: the replay hot path.
 
-    Every line's frame and CRC are checked in place (no copy of the line),
-    then the whole run is decoded in one msgspec call, then each record's
-    version and kind. Anything unexpected sends the run through
+    The whole run is decoded in one msgspec call, then one pass checks each
+    line's frame and CRC in place (no copy of the line) and its record's
+    version and kind; nothing is returned before every line passed. Anything
+    unexpected sends the run through
     `_decode_slowly`, line by line, which raises the precise typed error
     (naming `where` and the line's number when it is not the first).
     """
-    view = memoryview(run)
-    has_head = run.startswith
-    sound = len(run) == sum(lengths)
-    start = 0
-    if sound:
-        for length in lengths:
-            cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
-            try:
+    records: list[Record] = []
+    if len(run) == sum(lengths):
+        try:
+            records = _decode_many(run)
+        except msgspec.DecodeError:  # msgspec.ValidationError is a DecodeError
+            records = []
+    if len(records) == len(lengths):
+        # one pass for the frame and CRC of every line and the version and kind of its record
+        view = memoryview(run)
+        has_head = run.startswith
+        start = 0
+        try:
+            for record, length in zip(records, lengths, strict=True):
+                cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
                 if not (
                     length > _CRC_SUFFIX_LEN + 1
                     and run[cut + 18] == 0x0A
                     and has_head(_head, cut)
                     and _crc(view[start:cut]) == int(run[cut + 8 : cut + 16], 16)
+                    and record.v == SCHEMA_VERSION
+                    and record.line_kind == _tags[type(record.event)]
                 ):
-                    sound = False
                     break
-            except ValueError:
-                sound = False
-                break
-            start += length
-    if sound:
-        try:
-            records = _decode_many(run)
-        except msgspec.DecodeError:  # msgspec.ValidationError is a DecodeError
-            records = []
-        if len(records) == len(lengths):
-            for record in records:
-                if record.v != SCHEMA_VERSION or record.line_kind != _tags[type(record.event)]:
-                    break
+                start += length
             else:
                 return records
+        except ValueError:  # a crc field that is not hex
+            pass
     out: list[Record] = []
     start = 0
     for index, length in enumerate(lengths):
