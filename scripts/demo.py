@@ -669,8 +669,11 @@ def render(report: dict[str, Any]) -> None:
         observed = ", ".join(f"{name} {value:,}" for name, value in report["observed"].items())
         console.print(f"Endpoint {report['endpoint']}, model {report['model']}, context window "
                       f"{report['context_window']:,}: {observed}.", highlight=False)
-    if report.get("cpu") is not None:
-        console.print(f"The host's threads ran on CPU {report['cpu']} (CAIRN_CPU=off leaves them to the OS).",
+    if report.get("placement") == "one-cpu":
+        console.print(f"The host's threads ran on CPU {report['cpu']}, batch-scheduled (CAIRN_CPU=off leaves "
+                      "them to the OS).", highlight=False)
+    elif report.get("placement") == "batch":
+        console.print("The host's threads were batch-scheduled on every CPU (CAIRN_CPU=batch).",
                       highlight=False)
     seen = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in report["seen"].items())
     console.print(
@@ -727,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
     try:
-        cpu = placement.pin_from_env()  # a host's threads on one CPU, unless CAIRN_CPU=off
+        placed = placement.place_from_env()  # a host's threads on one CPU, unless CAIRN_CPU says otherwise
         setup = openai_setup() if args.provider == "openai" else scripted_setup()
     except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
         print(f"cairn demo: {error}", file=sys.stderr)
@@ -741,7 +744,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         setup.close()
-    report["cpu"] = cpu
+    report["placement"], report["cpu"] = placed.mode, placed.cpu
     if args.json:
         print(json.dumps(report, indent=2))
     else:

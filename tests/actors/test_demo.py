@@ -45,15 +45,18 @@ def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> 
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "scripts.cairn", "demo", "--sessions", "1", "--turns", "1", "--json"]
     allowed = sorted(os.sched_getaffinity(0))
-    for setting, expected in (("auto", "one"), ("off", None), (str(allowed[-1]), allowed[-1])):
+    cases = (("auto", "one-cpu", None), ("off", "os", None), (str(allowed[-1]), "one-cpu", allowed[-1]),
+             ("batch", "batch", None))
+    for setting, mode, cpu in cases:
         env = {**os.environ, "CAIRN_CPU": setting}
         done = subprocess.run([*command, "--store", str(tmp_path / setting)], cwd=root, env=env,
                               capture_output=True, text=True, timeout=120)
         report = json.loads(done.stdout)
-        if expected == "one":
-            assert report["cpu"] in allowed
+        assert report["placement"] == mode
+        if mode == "one-cpu":
+            assert report["cpu"] in allowed and (cpu is None or report["cpu"] == cpu)
         else:
-            assert report["cpu"] == expected
+            assert report["cpu"] is None
     env = {**os.environ, "CAIRN_CPU": "many"}
     done = subprocess.run([*command, "--store", str(tmp_path / "bad")], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -30,6 +30,7 @@ def test_parse_setting_reads_auto_off_and_numbers() -> None:
     assert parse_setting("1", allowed, 4) == 1
     with pytest.raises(PlacementError, match="not one this process may use"):
         parse_setting("9", allowed, 4)
+    assert parse_setting("batch", allowed, 4) == "batch"
     with pytest.raises(PlacementError, match="CAIRN_CPU"):
         parse_setting("fast", allowed, 4)
 
@@ -83,7 +84,20 @@ print(sorted(before.cpus), before.policy)
 
 
 @linux_only
-def test_pin_from_env_off_leaves_the_process_alone() -> None:
+def test_place_from_env_off_leaves_the_process_alone() -> None:
     before = placement.current()
-    assert placement.pin_from_env({"CAIRN_CPU": "off"}) is None
+    assert placement.place_from_env({"CAIRN_CPU": "off"}) == placement.Placed("os")
+    assert placement.current() == before
+
+
+@linux_only
+def test_batch_scheduled_keeps_every_cpu_and_restores_the_caller() -> None:
+    before = placement.current()
+    assert before is not None
+    seen: list[placement.Placement | None] = []
+    with placement.batch_scheduled():
+        thread = threading.Thread(target=lambda: seen.append(placement.current()))
+        thread.start()
+        thread.join()
+    assert seen == [placement.Placement(before.cpus, os.SCHED_BATCH)]
     assert placement.current() == before
