@@ -23,10 +23,10 @@ Child processes inherit them too: a host whose tools run CPU-heavy
 subprocesses (compilers, test runners) starts them inside `with unpinned():`,
 which gives the child what the process had before. Nothing is placed unless
 asked: this module never changes the process on import and `Host.open` does
-not call it; the `cairn` commands do, as `CAIRN_CPU` says.
+not call it; `cairn demo` does, as `CAIRN_CPU` says (`place_from_env`).
 
-Linux only (`os.sched_setaffinity`); elsewhere every function does nothing
-and returns None.
+Linux only (`os.sched_setaffinity`, `SCHED_BATCH`); elsewhere every function
+does nothing and says so (None, or `Placed("os")`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Placement:
     policy: int
 
 
-#: how the process ran before the first `pin_process`, for `unpinned` (None: not placed)
+#: how the process ran before it was first placed (`pin_process`, `batch_process`), for `unpinned`
 _before: Placement | None = None
 
 
