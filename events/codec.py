@@ -139,7 +139,7 @@ def frame_line(
     """
     # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
     prefix = _PREFIX_FORMAT % (pos, sid, seq, ts, prev.encode(), kind, body)
-    size = len(prefix) + _CRC_SUFFIX_LEN
+    size = len(prefix) + _CRC_SUFFIX_LEN + 1  # the whole line, newline included
     if size > MAX_LINE_BYTES:
         raise LineTooLarge(
             f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "

@@ -151,6 +151,18 @@ def test_line_over_the_limit_is_refused_before_encoding_finishes():
         _line(huge)
 
 
+def test_a_line_of_exactly_the_limit_is_written_and_read_and_one_byte_more_is_refused():
+    def with_text(chars: int) -> UserMessage:
+        return UserMessage(message_id="m", content=(TextPart("x" * chars),))
+
+    overhead = len(_line(with_text(0))[0])
+    line, _ = _line(with_text(MAX_LINE_BYTES - overhead))
+    assert len(line) == MAX_LINE_BYTES  # newline included
+    assert decode_line(line).event == with_text(MAX_LINE_BYTES - overhead)
+    with pytest.raises(LineTooLarge, match=f"encodes to {MAX_LINE_BYTES + 1} bytes"):
+        _line(with_text(MAX_LINE_BYTES - overhead + 1))
+
+
 def _checkpoint(**overrides):
     fields = dict(
         version=1,
