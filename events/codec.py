@@ -53,6 +53,9 @@ _CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
 _PREFIX_FORMAT = (
     b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":"%s","seq":%d,"ts":%d,"prev":"%s","kind":"%s","event":%s'
 )
+#: a line's last 19 bytes, given the crc of what comes before them
+_CRC_SUFFIX_FORMAT = b',"crc":"%08x"}\n'
+_CRC_HEX = re.compile(rb"[0-9a-f]{8}")
 _crc32c = crc32c.crc32c
 _sha256 = hashlib.sha256
 _CRC_SUFFIX_HEAD = b',"crc":"'
@@ -148,8 +151,8 @@ def frame_line(
     if size <= _HASH_PIECE:
         digest = _sha256(prefix)
         digest.update(b"}")
-        return b'%s,"crc":"%08x"}\n' % (prefix, _crc32c(prefix)), digest.hexdigest()[:32]
-    return b'%s,"crc":"%08x"}\n' % (prefix, _crc32c(prefix)), chain_digest_of_content(prefix + b"}")
+        return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
+    return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
 
 
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
@@ -193,10 +196,10 @@ def _checked_prefix(line: bytes, where: str) -> bytes:
         or line[end - 2 : end] != b'"}'
     ):
         raise CorruptLine("not a framed log line (no trailing crc field)", where=where)
-    try:
-        stated = int(line[end - 10 : end - 2], 16)
-    except ValueError:
-        raise CorruptLine("crc field is not hex", where=where) from None
+    field = line[end - 10 : end - 2]
+    if not _CRC_HEX.fullmatch(field):
+        raise CorruptLine(f"crc field {field!r} is not 8 lowercase hex digits", where=where)
+    stated = int(field, 16)
     prefix = line[:cut]
     actual = crc32c.crc32c(prefix)
     if actual != stated:
@@ -208,13 +211,9 @@ def _checked_prefix(line: bytes, where: str) -> bytes:
 
 def _verify_frame(line: bytes, where: str) -> None:
     """The hot path of decode_line: the common case in few operations, else the precise error."""
-    end = len(line) - 1
-    if end > _CRC_SUFFIX_LEN and line[end] == 0x0A and line[end - 18 : end - 10] == _CRC_SUFFIX_HEAD:
-        try:
-            if crc32c.crc32c(line[: end - 18]) == int(line[end - 10 : end - 2], 16):
-                return
-        except ValueError:
-            pass
+    cut = len(line) - 19
+    if cut > 0 and line.startswith(_CRC_SUFFIX_FORMAT % _crc32c(line[:cut]), cut):
+        return
     _checked_prefix(line, where)
 
 
@@ -232,6 +231,8 @@ def decode_envelope(line: bytes, *, where: str = "") -> Envelope:
         raise CorruptLine(f"bad envelope: {exc}", where=where) from None
     except msgspec.DecodeError as exc:
         raise CorruptLine(f"not JSON: {exc}", where=where) from None
+    except RecursionError:
+        raise CorruptLine("JSON nested too deeply to decode", where=where) from None
     if env.v != SCHEMA_VERSION:
         raise UnsupportedVersion(f"unsupported schema version v={env.v}", where=where)
     return env
@@ -253,7 +254,7 @@ def decode_run(
     *,
     where: str = "",
     _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
-    _head: bytes = _CRC_SUFFIX_HEAD,
+    _suffix: bytes = _CRC_SUFFIX_FORMAT,
     _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
     _tags: dict[type, str] = _TAG_OF,
 ) -> list[Record]:
@@ -270,30 +271,26 @@ def decode_run(
     if len(run) == sum(lengths):
         try:
             records = _decode_many(run)
-        except msgspec.DecodeError:  # msgspec.ValidationError is a DecodeError
-            records = []
+        except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError; deep nesting
+            records = []  # the slow path checks each line's CRC first and names the bad one
     if len(records) == len(lengths):
         # one pass for the frame and CRC of every line and the version and kind of its record
         view = memoryview(run)
-        has_head = run.startswith
+        ends_with = run.startswith
         start = 0
-        try:
-            for record, length in zip(records, lengths, strict=True):
-                cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
-                if not (
-                    length > _CRC_SUFFIX_LEN + 1
-                    and run[cut + 18] == 0x0A
-                    and has_head(_head, cut)
-                    and _crc(view[start:cut]) == int(run[cut + 8 : cut + 16], 16)
-                    and record.v == SCHEMA_VERSION
-                    and record.line_kind == _tags[type(record.event)]
-                ):
-                    break
-                start += length
-            else:
-                return records
-        except ValueError:  # a crc field that is not hex
-            pass
+        for record, length in zip(records, lengths, strict=True):
+            cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
+            # the line must end in exactly the crc field its content gives, newline included
+            if not (
+                length > _CRC_SUFFIX_LEN + 1
+                and ends_with(_suffix % _crc(view[start:cut]), cut)
+                and record.v == SCHEMA_VERSION
+                and record.line_kind == _tags[type(record.event)]
+            ):
+                break
+            start += length
+        else:
+            return records
     out: list[Record] = []
     start = 0
     for index, length in enumerate(lengths):
@@ -310,6 +307,8 @@ def _decode_slowly(line: bytes, where: str) -> Record:
         record = _record_decoder.decode(line)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _explain(line, exc, where) from None
+    except RecursionError:
+        raise CorruptLine("JSON nested too deeply to decode", where=where) from None
     if record.v != SCHEMA_VERSION:
         raise UnsupportedVersion(f"unsupported schema version v={record.v}", where=where)
     if record.line_kind != kind_name(record.event):

@@ -239,3 +239,50 @@ def test_lengths_that_do_not_cover_the_run_take_the_checked_path():
     run, lengths = _run_of([Usage(request_id="a"), Usage(request_id="b")])
     with pytest.raises(CorruptLine):
         decode_run(run, [lengths[0] + 3, lengths[1] - 3])
+
+
+def _deep_line(length: int, *, valid_crc: bool) -> bytes:
+    """A line of `length` bytes that is JSON nested far past msgspec's depth limit."""
+    import crc32c
+
+    depth = 1_100
+    body = b'{"x":' + b"[" * depth + b"]" * depth
+    pad = length - len(body) - 19 - 1
+    prefix = body + b',"p":"' + b"y" * (pad - 6) + b'"'
+    crc = crc32c.crc32c(prefix) if valid_crc else 0
+    line = prefix + b',"crc":"%08x"}\n' % crc
+    assert len(line) == length
+    return line
+
+
+def test_a_deeply_nested_line_in_a_run_gets_the_typed_error_of_its_line():
+    good = [_line(Usage(request_id=f"r{i}", prompt_tokens=1, completion_tokens=1, total_tokens=2),
+                  seq=i + 1, pos=i)[0] for i in range(3)]
+    damaged = _deep_line(len(good[1]) + 3000, valid_crc=False)
+    with pytest.raises(ChecksumMismatch, match="line 2"):
+        decode_run(b"".join([good[0], damaged, good[2]]), [len(good[0]), len(damaged), len(good[2])],
+                   where="seg@0")
+    forged = _deep_line(len(good[1]) + 3000, valid_crc=True)
+    with pytest.raises(CorruptLine, match="nested too deeply"):
+        decode_run(b"".join([good[0], forged]), [len(good[0]), len(forged)])
+    with pytest.raises(CorruptLine, match="nested too deeply"):
+        decode_envelope(forged)
+
+
+@pytest.mark.parametrize("spell", ["upper", "plus", "space", "underscore"])
+def test_a_crc_field_must_be_eight_lowercase_hex_digits(spell):
+    """Each spelling parses to the line's true crc with int(..., 16): only strictness refuses it."""
+    import crc32c
+
+    for n in range(1_000):  # a line whose crc has a leading zero nibble, so 7 digits can spell it
+        line, _ = _line(Usage(request_id=f"r{n}", prompt_tokens=1, completion_tokens=1, total_tokens=2))
+        cut = len(line) - 19
+        crc = crc32c.crc32c(line[:cut])
+        if crc < 0x1000_0000 and any(c in b"abcdef" for c in b"%07x" % crc):
+            break
+    digits = b"%07x" % crc
+    field = {"upper": b"0" + digits.upper(), "plus": b"+" + digits, "space": b" " + digits,
+             "underscore": digits[:3] + b"_" + digits[3:]}[spell]
+    assert len(field) == 8 and int(field, 16) == crc
+    with pytest.raises(CorruptLine, match="8 lowercase hex digits"):
+        decode_line(line[:cut] + b',"crc":"' + field + b'"}\n')

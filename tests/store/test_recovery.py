@@ -137,6 +137,30 @@ def test_a_flipped_byte_in_an_indexed_line_fails_that_session_closed(tmp_path: P
         assert journal.load("b").last_seq == 21
 
 
+def test_a_line_replaced_by_deeply_nested_json_fails_its_session_closed_by_name(tmp_path: Path) -> None:
+    # JSON nested past msgspec's depth limit raises RecursionError, not a DecodeError: replay must
+    # still name the line (it decodes a run before checking its CRCs)
+    root = tmp_path / "store"
+    with Journal.open(root) as journal:
+        fill(journal, "a", 12, start_text="x" * 3_000)
+        location = journal.index.location("a", 5)
+    assert location is not None
+    path = root / "log" / f"{location.segment:020d}.jsonl"
+    data = bytearray(path.read_bytes())
+    depth = (location.length - 8) // 2
+    deep = b'{"x":' + b"[" * depth + b"]" * depth  # an unknown field msgspec skips by recursing
+    deep += b" " * (location.length - 2 - len(deep)) + b"}\n"
+    assert len(deep) == location.length  # the next line stays where the index says
+    data[location.offset : location.offset + len(deep)] = deep
+    path.write_bytes(bytes(data))
+    with Journal.open(root, readonly=True) as journal:
+        for replay in (journal.load, journal.replay_full, lambda sid: list(journal.read(sid))):
+            with pytest.raises(CorruptionError) as info:
+                replay("a")
+            where = (info.value.segment, info.value.offset, info.value.sid)
+            assert where == (path.name, location.offset, "a")
+
+
 def test_lost_index_is_rebuilt_equal(tmp_path: Path) -> None:
     root = tmp_path / "store"
     _acked_store(root, sessions=4, per_session=30)
