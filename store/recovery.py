@@ -287,9 +287,11 @@ def index_lag(root: Path, index: Index) -> Lag:
     recovery would report and index nothing for.
     """
     log_dir = root / "log"
+    # the point first, then the listing: a live writer may roll and commit in between, and a
+    # listing taken before the point could then miss the segment the point names
+    meta = index.meta()
     segments = list_segments(log_dir)
     listed = tuple(segments)
-    meta = index.meta()
     if meta is not None:
         point = (meta.segment, meta.offset)
         reason = _doubt(log_dir, segments, meta)

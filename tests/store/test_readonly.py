@@ -282,3 +282,36 @@ def test_an_index_ahead_of_the_log_is_not_trusted_by_a_reader(tmp_path: Path, sc
         assert [r.seq for r in reader.read("s")] == [1, 2, 3]
     assert _files(root) == before
     assert not any(scratch.iterdir())
+
+
+def test_a_writer_rolling_a_segment_while_a_reader_opens_is_no_reason_to_distrust_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import store.recovery as recovery_module
+
+    root = tmp_path / "store"
+    writer = Journal.open(root, segment_bytes=1_500)
+    try:
+        fill(writer, "a", 3)
+        listing = recovery_module.list_segments
+        appended: list[int] = []
+
+        def list_then_append(log_dir: Path) -> list[int]:
+            found = listing(log_dir)
+            if not appended:  # the writer rolls and commits right after the reader's listing
+                last = writer.last_seq("a")
+                for i in range(8):
+                    writer.append("a", [msg(last + i + 1)], expected_seq=last + i)
+                appended.append(writer.last_seq("a"))
+            return found
+
+        monkeypatch.setattr(recovery_module, "list_segments", list_then_append)
+        caplog.set_level(logging.WARNING, logger="cairn.store")
+        with Journal.open(root, readonly=True) as reader:
+            assert reader.recovery.index_rebuilt == ""
+            assert reader.last_seq("a") >= 4  # everything acknowledged before it opened
+            assert reader.load("a") == reader.replay_full("a")
+        assert len(segment_files(root)) > 1 and appended
+        assert not [r for r in caplog.records if "cannot be trusted" in r.getMessage()]
+    finally:
+        writer.close()
