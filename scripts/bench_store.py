@@ -170,11 +170,12 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     """Durable appends with 1, 16 and 256 sessions against one write + fsync per event.
 
     The disk's fsync rate drifts by 1.5x within minutes here, so every round
-    measures the baseline again right before its journal runs and each
-    ratio is against its own round's baseline; the figures are medians over
-    the rounds. Each journal run happens in three placements
-    (`actors.placement`): threads on one CPU, batch-scheduled (as `cairn demo`
-    runs and the README recommends for hosts; the target is judged there),
+    measures the baseline again before its journal runs and each ratio is
+    against its own round's baseline; the figures are medians over the
+    rounds, and the order of the placements rotates from round to round.
+    Each journal run happens in three placements (`actors.placement`):
+    threads on one CPU, batch-scheduled (as `cairn demo` runs and the README
+    recommends for hosts; the target is judged there),
     batch scheduling alone on every CPU, and the OS's placement (what an
     embedding process gets by default). The baseline is one thread, placed by
     the OS.
@@ -190,9 +191,11 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     baselines: list[float] = []
     rates: dict[tuple[int, str], list[float]] = collections.defaultdict(list)
     floors: dict[str, list[float]] = collections.defaultdict(list)
-    for _ in range(rounds):
+    names = list(PLACEMENTS)
+    for round_no in range(rounds):
         baselines.append(_naive_fsync_rate(workdir, lines[: 300 if quick else 600]))
-        for placement in PLACEMENTS:
+        # each round starts with another placement, so none is always the nearest to its baseline
+        for placement in names[round_no % len(names):] + names[: round_no % len(names)]:
             with PLACEMENTS[placement][1]():
                 for sessions, per_session in plan.items():
                     root = workdir / f"append-{sessions}"
@@ -370,8 +373,10 @@ def bench_open(workdir: Path, quick: bool) -> list[Figure]:
 REPLAY_CHECKPOINT_EVERY = 2_000
 
 
-def _build_replay_session(journal: Journal, sid: str, count: int, checkpoint_every: int | None) -> None:
+def _build_replay_session(journal: Journal, sid: str, count: int, checkpoint_every: int | None) -> int:
     """`count` events of the mixed kinds; with `checkpoint_every`, checkpoints as a session makes them.
+
+    Returns how many checkpoints it wrote.
 
     Each checkpoint holds a summary plus the newest 20 % of the context (C9),
     taken from the session's own fold, so its replacement is what replay of
@@ -409,6 +414,7 @@ def _build_replay_session(journal: Journal, sid: str, count: int, checkpoint_eve
             since += len(batch)
         replayer.feed(journal.append(sid, batch, expected_seq=seq))
         seq += len(batch)
+    return epoch
 
 
 def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
@@ -424,7 +430,7 @@ def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
     root = workdir / "replay"
     journal = Journal.open(root)
     try:
-        _build_replay_session(journal, "rc", count, REPLAY_CHECKPOINT_EVERY)
+        checkpoints = _build_replay_session(journal, "rc", count, REPLAY_CHECKPOINT_EVERY)
         _build_replay_session(journal, "r", count, None)
         seconds = {sid: _best(functools.partial(journal.replay_full, sid), 5) for sid in ("rc", "r")}
         assert journal.load("rc") == journal.replay_full("rc"), "load differs from full replay"
@@ -441,7 +447,6 @@ def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
 
     fold_rate = {sid: lines_of[sid] / _best(functools.partial(decode_and_fold, runs_of[sid]), 5)
                  for sid in ("rc", "r")}
-    checkpoints = lines_of["rc"] // REPLAY_CHECKPOINT_EVERY
     return [
         figure("replay.decode_fold_rate", round(fold_rate["rc"]), "events/s", ">= 500,000 events/s",
                fold_rate["rc"] >= 500_000,
