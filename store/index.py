@@ -168,11 +168,12 @@ class _Head(msgspec.Struct, dict=True):
     @classmethod
     def of(cls, summary: SessionSummary) -> _Head:
         fields = list(msgspec.structs.astuple(summary))
-        fields[9] = dict(summary.counts)
+        fields[_COUNTS] = dict(summary.counts)  # the head's own copy: it is updated in place
         return cls(*fields)
 
 
 assert _Head.__struct_fields__ == SessionSummary.__struct_fields__
+_COUNTS = _Head.__struct_fields__.index("counts")
 
 
 class IndexBatch(msgspec.Struct):
