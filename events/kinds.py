@@ -155,6 +155,10 @@ class ProviderError(EventBase, frozen=True, tag="provider-error"):
     output_delivered: bool
     message: str = ""
     status_code: int | None = None
+    #: the server's hint of when to try again (`retry-after-ms` / `Retry-After`), in ms
+    retry_after_ms: int | None = None
+    #: the wait before the request was sent again, in ms; None when it was not retried
+    retry_wait_ms: int | None = None
 
 
 class ContextSlimmed(EventBase, frozen=True, tag="context-slimmed"):
@@ -202,6 +206,8 @@ class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True,
     model_usage_tokens: int = 0
     #: C5: the retry delays asked of the injected sleep, in milliseconds
     retry_delays_ms: tuple[int, ...] = ()
+    #: the server's hint (429, 503) behind each of those delays, None where it gave none
+    retry_after_ms: tuple[int | None, ...] = ()
     #: C6: the chars of each summary prompt sent, in call order
     prompt_chars: tuple[int, ...] = ()
     #: C8: exact records kept, and those left out by the limits

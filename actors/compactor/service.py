@@ -17,8 +17,9 @@ events the session must persist (any `compaction-failed`, then the
    breaker's count goes up.
 6. Otherwise the deterministic fallback (F1-F5).
 
-Time comes in as `now_ms`; retries sleep through the injected `sleep`; the
-only I/O is the injected file reader of W.
+Time comes in as `now_ms`; retries sleep through the injected `sleep`
+(their waits follow `actors.provider.retry`, with the injected random
+`draw` for jitter); the only I/O is the injected file reader of W.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from actors.compactor.replacement import (
     retained_tail,
     summary_message,
 )
-from actors.compactor.sampling import Sampled, Sleep, sample_summary
+from actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
 from actors.provider.base import Provider, UsageReport
+from actors.provider.retry import RetryPolicy
 from actors.session.tokens import TokenCounter
 from events.kinds import (
     CHECKPOINT_VERSION,
@@ -134,7 +136,11 @@ class Compactor:
         hook: PreCompactionHook | None = None,
         read_files: FileReader = read_recent_files,
         config: CompactionConfig | None = None,
+        retry: RetryPolicy | None = None,
+        draw: Draw | None = None,
     ) -> None:
+        """`retry`: the summary calls' wait policy (C5 floor, `Retry-After` cap);
+        `draw`: the jitter's random number in [0, 1) (default: no jitter)."""
         self.provider = provider
         self.model = model
         self.sleep = sleep
@@ -142,6 +148,8 @@ class Compactor:
         self.hook = hook
         self.read_files = read_files
         self.config = config if config is not None else CompactionConfig()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.draw = draw
 
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
         state = request.state
@@ -215,6 +223,7 @@ class Compactor:
             failure_reason=_failure_reason(llm) if strategy == "fallback" else None,
             model_usage_tokens=sampled.total_tokens if sampled is not None else 0,
             retry_delays_ms=sampled.delays_ms if sampled is not None else (),
+            retry_after_ms=_hints(sampled),
             prompt_chars=sampled.prompt_chars if sampled is not None else (),
             records=len(records.records),
             records_omitted=records.omitted,
@@ -297,6 +306,8 @@ class Compactor:
             sleep=self.sleep,
             request_id=f"{state.sid}:compact:{state.epoch + 1}",
             timeout_s=self.config.summary_timeout_s,
+            retry=self.retry,
+            draw=self.draw,
         )
         if sampled.raw_text is None:
             return _Llm(
@@ -323,6 +334,13 @@ class Compactor:
                 detail=verdict.detail,
             )
         return _Llm(sampled=sampled, restoration=restoration, replacement=replacement, tokens=tokens)
+
+
+def _hints(sampled: Sampled | None) -> tuple[int | None, ...]:
+    """The server's hint behind each retry delay; empty when no server gave one."""
+    if sampled is None or all(hint is None for hint in sampled.hints_ms):
+        return ()
+    return sampled.hints_ms
 
 
 def _failure_reason(llm: _Llm | None) -> str:

@@ -69,6 +69,8 @@ class ProviderFailed(msgspec.Struct, frozen=True, kw_only=True):
     retryable: bool = False
     delivered: bool = False
     seconds: float = 0.0
+    #: the server's hint of when to try again (ms), as the adapter's failure carried it
+    retry_after_ms: int | None = None
 
 
 class ProviderActor(pykka.ThreadingActor):
@@ -123,6 +125,7 @@ class ProviderActor(pykka.ThreadingActor):
                     retryable=failure.retryable,
                     delivered=delivered or failure.output_delivered,
                     seconds=spent,
+                    retry_after_ms=_hint(failure),
                 ),
             )
         except Exception as exc:  # an adapter bug must still end the job
@@ -156,3 +159,11 @@ def _cancelled(job: int, delivered: bool, spent: float) -> ProviderFailed:
     return ProviderFailed(
         job=job, error_class="network", message="cancelled", delivered=delivered, seconds=spent
     )
+
+
+def _hint(failure: ProviderFailure) -> int | None:
+    """The failure's retry hint when it is a non-negative int (an adapter may set anything)."""
+    hint = getattr(failure, "retry_after_ms", None)
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
+        return None
+    return hint

@@ -72,10 +72,16 @@ class Fail(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     status_code: int | None = None
     retryable: bool = False
+    #: the server's hint of when to try again, in ms (as `Retry-After` would give it)
+    retry_after_ms: int | None = None
 
     def failure(self) -> ProviderFailure:
         return ProviderFailure(
-            self.error_class, self.message, status_code=self.status_code, retryable=self.retryable
+            self.error_class,
+            self.message,
+            status_code=self.status_code,
+            retryable=self.retryable,
+            retry_after_ms=self.retry_after_ms,
         )
 
 
@@ -99,8 +105,11 @@ def empty_reply() -> Reply:
     return Reply(text="")
 
 
-def http_error(status: int, message: str = "") -> Fail:
-    """A failure as an HTTP API reports it: 429 rate-limit, 5xx server, 413 context limit, ..."""
+def http_error(status: int, message: str = "", *, retry_after_ms: int | None = None) -> Fail:
+    """A failure as an HTTP API reports it: 429 rate-limit, 5xx server, 413 context limit, ...
+
+    `retry_after_ms`: the server's hint of when to try again (its `Retry-After`).
+    """
     error_class: ErrorClass
     if status == 413:
         error_class = "context-limit"
@@ -117,6 +126,7 @@ def http_error(status: int, message: str = "") -> Fail:
         message=message or f"HTTP {status}",
         status_code=status,
         retryable=is_retryable_status(status),
+        retry_after_ms=retry_after_ms,
     )
 
 
@@ -331,3 +341,4 @@ def scripted_summary(messages: Iterable[Message]) -> str:
         f"{len(assistants)} from the assistant with text, {len(records)} exact records.\n</analysis>"
     )
     return f"{analysis}\n\n<summary>\n{body}\n</summary>"
+

@@ -24,7 +24,9 @@ message, not by return value):
         ProviderDone -> assistant-message + usage
             tool calls: run the host's executor for each, record each result
             none: turn-completed (unless a steering message waits: go on)
-        ProviderFailed -> provider-error; reactive recovery (R) or turn-failed
+        ProviderFailed -> provider-error (with the server's Retry-After hint and the wait);
+            transient, before any output: sent again after that wait (provider.retry);
+            context-limit: reactive recovery (R); else turn-failed
 
 While it waits for its provider or compactor, new `Send`s are kept in order
 and recorded before the next request (steering, C11); a manual compaction
@@ -48,6 +50,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,7 +61,6 @@ import pykka
 from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
 from actors.compactor.gates import manual_compaction_due
 from actors.compactor.hooks import PreCompactionHook
-from actors.compactor.sampling import RETRY_DELAYS_MS as TURN_RETRY_DELAYS_MS
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
 from actors.errors import SessionCrashed, SessionStopped, UnknownSession, WorkspaceMismatch
 from actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
@@ -71,6 +73,7 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
+from actors.provider.retry import RetryDecision, RetryPolicy, decide_retry
 from actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
 from actors.session.images import inline_image_blobs
 from actors.session.request import AssembledRequest, assemble, request_event
@@ -128,6 +131,10 @@ class Runtime:
     max_requests_per_turn: int = 64
     #: transient provider errors before any output: how often a turn's request is sent again
     turn_retries: int = 2
+    #: the waits before those retries and the summary calls' (C5 floor, `Retry-After`, cap, jitter)
+    retry: RetryPolicy = RetryPolicy()  # noqa: RUF009 (immutable, safe to share)
+    #: a random number in [0, 1) for the jitter of a hinted wait
+    retry_draw: Callable[[], float] = random.random
     append_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
 
@@ -545,6 +552,8 @@ class SessionActor(pykka.ThreadingActor):
                 counter=self._counter,
                 hook=self._rt.hook,
                 config=self._rt.compaction,
+                retry=self._rt.retry,
+                draw=self._rt.retry_draw,
             )
             self._compactor = CompactorActor.start(compactor)
         return self._compactor
@@ -690,26 +699,24 @@ class SessionActor(pykka.ThreadingActor):
         run.job = 0
         run.provider_seconds += message.seconds
         delivered = message.delivered or run.delivered
+        overflow = is_overflow(message.error_class, message.status_code, message.message)
+        retry = self._retry_decision(run, message, transient=not overflow and not delivered)
         error = ProviderError(
             request_id=run.request_id,
             error_class=message.error_class,
             output_delivered=delivered,
             message=message.message[:2_000],
             status_code=message.status_code,
+            retry_after_ms=message.retry_after_ms,
+            retry_wait_ms=retry.wait_ms if retry.retry else None,
         )
-        overflow = is_overflow(message.error_class, message.status_code, message.message)
-        if (
-            not overflow
-            and message.retryable
-            and not delivered
-            and run.transient_retries < self._rt.turn_retries
-        ):
+        if retry.retry:
             if not self._try_persist([error], "provider"):
                 return
-            return self._retry_later(run)
+            return self._retry_later(run, retry.wait_ms)
         verdict = reactive_verdict(self._state, overflow=overflow, delivered=delivered)
         if verdict != "recover":
-            note = VERDICT_NOTES.get(verdict, "")
+            note = VERDICT_NOTES.get(verdict, "") or retry.note
             detail = f"{message.message} ({note})" if note else message.message
             closing = failure_events(self._state, run.turn_id, "provider", message.error_class, detail)
             events = [error, *closing]
@@ -720,9 +727,25 @@ class SessionActor(pykka.ThreadingActor):
             return
         self._recover()
 
-    def _retry_later(self, run: _Run) -> None:
-        """Send the turn's request again after the next C5 delay, without blocking this actor."""
-        delay_s = TURN_RETRY_DELAYS_MS[min(run.transient_retries, len(TURN_RETRY_DELAYS_MS) - 1)] / 1000
+    def _retry_decision(self, run: _Run, message: ProviderFailed, *, transient: bool) -> RetryDecision:
+        """Whether (and after how long) a failed request is sent again: `retry.decide_retry`.
+
+        Only a transient error (C5's list) before any output (R2) that is not
+        a context-limit error (R1: that one goes to recovery) is retried.
+        """
+        return decide_retry(
+            run.transient_retries,
+            transient=transient and message.retryable,
+            retries_left=self._rt.turn_retries - run.transient_retries,
+            status=message.status_code,
+            hint_ms=message.retry_after_ms,
+            draw=self._rt.retry_draw(),
+            policy=self._rt.retry,
+        )
+
+    def _retry_later(self, run: _Run, wait_ms: int) -> None:
+        """Send the turn's request again after `wait_ms`, without blocking this actor."""
+        delay_s = wait_ms / 1000
         run.transient_retries += 1
         run.attempt += 1
         run.job = next(self._jobs)  # the token the timer must bring back

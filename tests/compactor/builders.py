@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from actors.compactor import CompactionConfig, CompactionRequest, Compactor
+from actors.compactor.ledger import HEADINGS
 from actors.compactor.service import FileReader
 from actors.provider.scripted import Outcome, ScriptedProvider
 from actors.session.tokens import TokenCounter
@@ -140,3 +141,14 @@ def text(message: Message) -> str:
 
 def replace(obj, **changes):
     return msgspec.structs.replace(obj, **changes)
+
+
+def ledger(objective: str = "- fix the test", *, padding: int = 0, analysis: str = "fine") -> str:
+    """A model's summary that follows C7: the seven headings in order, `objective` under the first
+    (then `padding` filler lines), "No evidence observed." under the rest."""
+    lines = [objective, *("- padding line" for _ in range(padding))]
+    sections = [f"## {HEADINGS[0]}", *lines]
+    for heading in HEADINGS[1:]:
+        sections += [f"## {heading}", "- No evidence observed."]
+    body = "\n".join(sections)
+    return f"<analysis>{analysis}</analysis>\n<summary>\n{body}\n</summary>"
