@@ -26,7 +26,8 @@ HANDOFF_VERSION = 1
 FailedPhase = Literal["provider", "compaction", "checkpoint", "tool", "interrupted"]
 ErrorClass = Literal["context-limit", "rate-limit", "server", "network", "auth", "bad-request"]
 SlimMode = Literal["micro", "snip"]
-FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", "blocked"]
+#: `malformed`: a summary without all seven ledger headings (C7); added later, older logs lack it
+FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", "blocked", "malformed"]
 Trigger = Literal["threshold", "reactive", "manual"]
 Strategy = Literal["llm", "fallback"]
 FileOp = Literal["read", "write", "delete"]

@@ -2,8 +2,9 @@
 
 | outcome of a call                      | next                                          |
 |----------------------------------------|-----------------------------------------------|
-| a reply with a non-blank summary       | success                                       |
+| a reply with all seven ledger headings | success                                       |
 | an empty reply (blank summary)         | retry after the next delay (375 ms, 750 ms)   |
+| a reply missing a ledger heading (C7)  | fail `malformed` at once                      |
 | retryable error (429 408 409 5xx, net) | retry after the next delay (`retry.decide_retry`) |
 | ... whose `Retry-After` is over the cap| fail `error` at once, the detail says so      |
 | context-limit error                    | shrink one step (C6) and retry at once        |
@@ -13,7 +14,10 @@
 
 The delay before a retry is C5's 375 ms then 750 ms, or longer when the
 server said so on a 429 or 503 (`Retry-After`, `retry-after-ms`; with
-jitter, at most the policy's cap): see `actors.provider.retry`.
+jitter, at most the policy's cap): see `actors.provider.retry`. A reply
+that is not empty but lacks any of the seven headings is not retried: the
+same prompt at temperature 0 would get the same shape back, and the
+fallback is the honest answer (the breaker counts it, C4).
 
 Calls go out at temperature 0 with a bounded output (8,000 tokens) and
 `purpose="summary"`, which tells adapters to turn their SDK's own retries off.
@@ -27,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from actors.compactor.ledger import summary_body
+from actors.compactor.ledger import HEADINGS, missing_headings, summary_body
 from actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
 from actors.provider.base import (
     Provider,
@@ -201,11 +205,23 @@ def sample_summary(
             continue
         for index, value in enumerate(_usage_total(completion.usage)):
             usage[index] += value
-        if summary_body(completion.text):
-            detail = ""
-            return result(completion.text, None)
-        failure = "empty"
-        detail = "the reply had no summary"
-        plan_wait(None, None)
+        body = summary_body(completion.text)
+        if not body:
+            failure = "empty"
+            detail = "the reply had no summary"
+            plan_wait(None, None)
+            continue
+        missing = missing_headings(body)
+        if missing:
+            detail = _malformed_detail(missing, len(completion.text))
+            return result(None, "malformed")
+        detail = ""
+        return result(completion.text, None)
     return result(None, failure)
 
+
+def _malformed_detail(missing: Sequence[str], chars: int) -> str:
+    if len(missing) == len(HEADINGS):
+        return f"the reply ({chars} chars) has none of the seven ledger headings (C7)"
+    named = ", ".join(repr(h) for h in missing)
+    return f"the reply ({chars} chars) lacks {len(missing)} of the seven ledger headings (C7): {named}"

@@ -17,6 +17,9 @@ events the session must persist (any `compaction-failed`, then the
    breaker's count goes up.
 6. Otherwise the deterministic fallback (F1-F5).
 
+A summary counts only when it names all seven ledger headings (C7); one
+that does not is a `malformed` failure, and the fallback applies.
+
 Time comes in as `now_ms`; retries sleep through the injected `sleep`
 (their waits follow `actors.provider.retry`, with the injected random
 `draw` for jitter); the only I/O is the injected file reader of W.

@@ -12,6 +12,17 @@ The contract, beyond the types:
   said: the HTTP status, whether the error is transient (`retryable`), and
   the server's `Retry-After` / `retry-after-ms` as `retry_after_ms`, which
   cairn honours on 429 and 503 (at most a capped wait, with jitter).
+- A summary request (`purpose="summary"`, CONTEXT-RULES C5-C7) is answered
+  like any other, as text. The model is asked for a private analysis, then a
+  `<summary>` block that contains, as heading lines (`## Objective and
+  constraints`; `**1. Objective and constraints:**` is read the same), the
+  seven ledger headings of C7: `Objective and constraints`, `Decisions and
+  rationale`, `Workspace mutations`, `Verification evidence`, `Active tasks
+  and background work`, `Open risks or blockers`, `Exact next action`. A
+  blank summary is retried (C5). A summary that lacks any of the seven
+  headings is a failed summary (`compaction-failed`, reason `malformed`,
+  counted by the breaker) and the deterministic fallback replaces the
+  history instead; order and repeats are repaired by the host's rebuild.
 """
 
 from __future__ import annotations

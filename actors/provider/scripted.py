@@ -21,6 +21,10 @@ Beyond the plan:
   output, as a real endpoint would; planned failures still come first.
 - `responder(request)`: consulted when the plan is empty; returns an outcome,
   or None for the default. The demo's agent is one.
+- `summary_format`: `ledger` (the default answer above) or `free-text`: a
+  model that ignores the summary contract and answers a summary request
+  with a paragraph and none of the seven headings (`free_text_summary`);
+  the compactor must refuse it (C7) and fall back.
 - `chunk_chars`: text is streamed in deltas of that many chars (0: one delta).
 - `prompt_tokens(request)`: how prompt tokens are estimated (default: about
   four chars a token, `estimate_usage`).
@@ -35,6 +39,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Literal
 
 import msgspec
 
@@ -99,6 +104,8 @@ class Auto(msgspec.Struct, frozen=True):
 
 Outcome = Reply | Fail | FailAfter | Auto
 Responder = Callable[[ProviderRequest], Outcome | None]
+#: how the default answer to a summary request is shaped (see the module doc)
+SummaryFormat = Literal["ledger", "free-text"]
 
 
 def empty_reply() -> Reply:
@@ -153,6 +160,7 @@ class ScriptedProvider:
         chunk_chars: int = 0,
         prompt_tokens: Callable[[ProviderRequest], int] | None = None,
         keep_requests: bool = True,
+        summary_format: SummaryFormat = "ledger",
     ) -> None:
         self._plan: deque[Outcome] = deque(plan)
         self._plans: dict[str, deque[Outcome]] = {"turn": deque(turns), "summary": deque(summaries)}
@@ -160,6 +168,7 @@ class ScriptedProvider:
         self._responder = responder
         self.context_window = context_window
         self.chunk_chars = chunk_chars
+        self.summary_format: SummaryFormat = summary_format
         self._prompt_tokens = prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens
         self._keep_requests = keep_requests
         self._calls = 0
@@ -209,6 +218,8 @@ class ScriptedProvider:
 
     def _auto(self, request: ProviderRequest) -> Reply:
         if request.purpose == "summary":
+            if self.summary_format == "free-text":
+                return Reply(text=free_text_summary(request.messages))
             return Reply(text=scripted_summary(request.messages))
         return Reply(text="Done.")
 
@@ -342,3 +353,14 @@ def scripted_summary(messages: Iterable[Message]) -> str:
     )
     return f"{analysis}\n\n<summary>\n{body}\n</summary>"
 
+
+def free_text_summary(messages: Iterable[Message]) -> str:
+    """A careless model's answer to a summary prompt: one paragraph, none of the seven headings."""
+    transcript = "\n".join(text_of(m) for m in messages if m.role == "user")
+    entries = _entries(transcript)
+    users = [t for r, t in entries if r == "user" and _first_line(t)]
+    latest = _first_line(users[-1]) if users else "the task"
+    return (
+        f"Sure! The conversation so far covered {len(entries)} messages. The user is working on: "
+        f"{latest}. Things are going well; just keep going from where we left off."
+    )

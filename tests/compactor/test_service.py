@@ -10,11 +10,19 @@ from actors.provider.base import UsageReport
 from actors.provider.scripted import Reply, empty_reply, http_error, network_error
 from events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
 from events.model import Message, MessageMeta, text_of
-from tests.compactor.builders import COUNTER, Log, coding_session, compactor, fold, replace, request, text
-
-GOOD_SUMMARY = (
-    "<analysis>fine</analysis>\n<summary>\n## Objective and constraints\n- fix the test\n</summary>"
+from tests.compactor.builders import (
+    COUNTER,
+    Log,
+    coding_session,
+    compactor,
+    fold,
+    ledger,
+    replace,
+    request,
+    text,
 )
+
+GOOD_SUMMARY = ledger("- fix the test")
 
 
 def _prompt(provider, call: int = 0) -> str:
@@ -158,7 +166,7 @@ def test_C9_llm_success_resets_the_breaker_and_bumps_the_revision() -> None:
 
 def test_C10_insufficient_reduction_is_recorded_and_the_fallback_used() -> None:
     # a model that answers with a summary bigger than the whole source
-    bloated = "<summary>\n## Objective and constraints\n" + "- padding line\n" * 4000 + "</summary>"
+    bloated = ledger(padding=4000)
     service, provider = compactor(Reply(text=bloated))
     log = coding_session(12)
     outcome = service.compact(request(log.state()))
@@ -203,3 +211,4 @@ def test_C10_an_llm_replacement_over_the_k1_message_limit_falls_back() -> None:
     assert outcome.failure is not None and "over 4096" in outcome.failure.detail
     assert outcome.strategy == "fallback"
     assert len(outcome.replacement) <= 4096
+
