@@ -5,7 +5,18 @@
 | target (C10)          | min(50,000, max(5,000, 80 % of source), 50 % of the window)           |
 | effect gate (C10)     | replacement tokens over the target: `insufficient-reduction`          |
 | progress (beyond)     | saving under 10 % of the source tokens: `insufficient-reduction` too  |
+| shrink (beyond)       | every strategy (LLM, fallback, R3's snip-only): a replacement not     |
+|                       | smaller than its source is `insufficient-reduction`, never committed  |
+| fallback target (beyond F2) | min(C10 target, source - 1), then F2 raises it to the mandatory state |
 | manual (K4)           | nothing below 50 % of the window; unknown window or tokens: nothing   |
+
+C10's floor of 5,000 tokens is above a small source, and F2 lets the
+mandatory state (notice, task) raise the target further, so a fallback built
+for the C10 target alone could keep the whole source and add to it (a
+647-token context "compacted" to 790). The fallback is therefore built for
+at most source - 1 tokens (it cuts its tail instead), and the shrink gate
+refuses what is still not smaller: then only the mandatory state is left,
+and it alone is at least the source.
 
 All arithmetic is on integers, so a figure never depends on float rounding.
 """
@@ -34,10 +45,29 @@ def effect_target(source_tokens: int, context_window: int | None) -> int:
     return target
 
 
+def fallback_target(target: int, source_tokens: int) -> int:
+    """The target the fallback is built for: the C10 `target`, but below the source (F2 may raise it)."""
+    return max(0, min(target, source_tokens - 1))
+
+
+def shrink_gate(source_tokens: int, replacement_tokens: int) -> GateVerdict:
+    """Every strategy: a replacement must be smaller than its source (`insufficient-reduction`)."""
+    if replacement_tokens >= source_tokens:
+        return GateVerdict(
+            False,
+            f"replacement {replacement_tokens} tokens is not smaller than its source "
+            f"({source_tokens} tokens)",
+        )
+    return GateVerdict(True)
+
+
 def effect_gate(source_tokens: int, replacement_tokens: int, target: int) -> GateVerdict:
-    """C10 plus the minimum-progress rule: both failures are `insufficient-reduction`."""
+    """C10 plus the shrink and minimum-progress rules: each failure is `insufficient-reduction`."""
     if replacement_tokens > target:
         return GateVerdict(False, f"replacement {replacement_tokens} tokens, over target {target}")
+    shrink = shrink_gate(source_tokens, replacement_tokens)
+    if not shrink.passed:
+        return shrink
     saved = source_tokens - replacement_tokens
     if saved * 100 < source_tokens * MIN_SAVING_PERCENT:
         return GateVerdict(

@@ -59,7 +59,8 @@ from typing import Any, Literal
 import pykka
 
 from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
-from actors.compactor.gates import manual_compaction_due
+from actors.compactor.errors import CompactionNotSmaller
+from actors.compactor.gates import manual_compaction_due, shrink_gate
 from actors.compactor.hooks import PreCompactionHook
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
 from actors.errors import SessionCrashed, SessionStopped, UnknownSession, WorkspaceMismatch
@@ -233,11 +234,13 @@ class _Compaction:
         *,
         snipped: tuple[Message, ...] | None = None,
         reply: concurrent.futures.Future[Record | None] | None = None,
+        overflow: ProviderFailed | None = None,
     ) -> None:
         self.job = job
         self.trigger = trigger
         self.snipped = snipped
         self.reply = reply
+        self.overflow = overflow  # R3: the provider error a reactive compaction answers
 
 
 def session_hash(sid: str) -> str:
@@ -565,6 +568,7 @@ class SessionActor(pykka.ThreadingActor):
         source: tuple[Message, ...] | None,
         snipped: tuple[Message, ...] | None = None,
         reply: concurrent.futures.Future[Record | None] | None = None,
+        overflow: ProviderFailed | None = None,
     ) -> None:
         state = self._state
         info = state.info
@@ -573,7 +577,7 @@ class SessionActor(pykka.ThreadingActor):
         request = CompactionRequest(
             state=state, workspace=info.workspace, trigger=trigger, now_ms=self._rt.clock_ms(), source=source
         )
-        self._compaction = _Compaction(job, trigger, snipped=snipped, reply=reply)
+        self._compaction = _Compaction(job, trigger, snipped=snipped, reply=reply, overflow=overflow)
         self._compactor_ref().tell(CompactJob(job, request, self.actor_ref))
 
     def _on_compaction(self, done: CompactionDone) -> None:
@@ -593,12 +597,35 @@ class SessionActor(pykka.ThreadingActor):
             return self._fail("compaction", "blocked", blocked.reason)
         if done.outcome is None:
             error = done.error or RuntimeError("no outcome")
+            if not self._record_failures(error):
+                return
             detail = f"{type(error).__name__}: {error}"
-            if pending.trigger == "reactive" and pending.snipped is not None:
+            if pending.trigger != "reactive":
+                if isinstance(error, CompactionNotSmaller):  # nothing smaller to swap in (L2)
+                    return self._fail("compaction", "insufficient-reduction", str(error))
+                return self._fail("compaction", type(error).__name__, detail)
+            checkpoint = None
+            if pending.snipped is not None:
                 checkpoint = snip_checkpoint(self._state, pending.snipped, self._counter, detail=detail)
-                return self._after_checkpoint([checkpoint], reactive=True)
-            return self._fail("compaction", type(error).__name__, detail)
+            if checkpoint is None:  # R3: nothing smaller; the provider's error stands
+                why = error.reason if isinstance(error, CompactionNotSmaller) else detail
+                return self._recovery_failed(pending, why)
+            return self._after_checkpoint([checkpoint], reactive=True)
         self._after_checkpoint(list(done.outcome.events), reactive=pending.trigger == "reactive")
+
+    def _record_failures(self, error: BaseException) -> bool:
+        """Persist the `compaction-failed` records of a compaction that committed nothing (C4)."""
+        if not isinstance(error, CompactionNotSmaller) or not error.events:
+            return True
+        return self._try_persist(list(error.events), "compaction")
+
+    def _recovery_failed(self, pending: _Compaction, why: str) -> None:
+        """R3: neither compaction nor snip gave a smaller context; fail with the original error."""
+        original = pending.overflow
+        error_class = original.error_class if original is not None else "context-limit"
+        message = original.message if original is not None else "the context is over the provider's limit"
+        detail = f"{message} (reactive recovery could not shrink the context: {why})"
+        self._fail("provider", error_class, detail)
 
     def _after_checkpoint(self, events: list[EventBase], *, reactive: bool) -> None:
         """K2: the checkpoint is acknowledged before memory changes and before any request."""
@@ -725,7 +752,7 @@ class SessionActor(pykka.ThreadingActor):
             return self._finish("failed", "provider", message.error_class, detail)
         if not self._try_persist([error], "provider"):
             return
-        self._recover()
+        self._recover(message)
 
     def _retry_decision(self, run: _Run, message: ProviderFailed, *, transient: bool) -> RetryDecision:
         """Whether (and after how long) a failed request is sent again: `retry.decide_retry`.
@@ -766,13 +793,17 @@ class SessionActor(pykka.ThreadingActor):
         run.job = 0
         self._next_request()  # L1 runs again: time has passed
 
-    def _recover(self) -> None:
+    def _recover(self, overflow: ProviderFailed) -> None:
         """R3: strip the hand-off, snip keep 3 minimum 10, compact the result (trigger reactive)."""
         state = self._state
         occ = occupancy(state, self._view)
         snip: SlimPlan | None = reactive_snip(state, self._view, occ)
         snipped = apply_plan(state, snip, now_ms=self._rt.clock_ms()).context if snip is not None else None
-        self._compact("reactive", source=snipped, snipped=snipped)
+        if snipped is not None and not shrink_gate(
+            self._counter.messages(state.context), self._counter.messages(snipped)
+        ).passed:
+            snipped = None  # its marker outweighs the tiny turns it removes: no snip at all
+        self._compact("reactive", source=snipped, snipped=snipped, overflow=overflow)
 
     # -- manual compaction (K4) -------------------------------------------------------------------
 
@@ -804,7 +835,11 @@ class SessionActor(pykka.ThreadingActor):
             _set_exception(reply, done.blocked)  # C3: the caller gets the error
             return
         if done.outcome is None:
-            _set_exception(reply, done.error or RuntimeError("no outcome"))
+            error = done.error or RuntimeError("no outcome")
+            if isinstance(error, CompactionNotSmaller) and error.events:
+                with contextlib.suppress(CairnError):  # the breaker counts them (C4)
+                    self._persist(list(error.events))
+            _set_exception(reply, error)
             return
         try:
             records = self._persist(list(done.outcome.events))

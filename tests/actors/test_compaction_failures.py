@@ -1,14 +1,16 @@
 """Compactions that must not succeed, through a real host: a summary that ignores the ledger
-contract (C7)."""
+contract (C7), and a threshold compaction that cannot make the context smaller (C10, F2, L2)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from actors.compactor.ledger import HEADINGS
 from actors.provider.scripted import Reply, ScriptedProvider
-from events.kinds import CheckpointCommitted, CompactionFailed
-from tests.actors.helpers import WAIT, Agent, Seed, open_host, reopen_and_compare
+from events.kinds import CheckpointCommitted, CompactionFailed, Request, TurnFailed
+from tests.actors.helpers import SETTINGS, WAIT, Agent, Seed, open_host, reopen_and_compare, words
 
 
 def _events(host, kind):  # type: ignore[no-untyped-def]
@@ -82,3 +84,29 @@ def test_C7_headings_out_of_order_or_repeated_are_repaired_by_the_rebuild(tmp_pa
     assert positions == sorted(positions) and all(text.count(f"## {h}\n") == 1 for h in HEADINGS)
     host.close()
 
+
+# --- C10 / F2 / L2: a threshold compaction that cannot shrink the context -----------------------------
+
+
+def test_L2_a_threshold_compaction_that_cannot_shrink_fails_the_turn_and_sends_nothing(
+    tmp_path: Path,
+) -> None:
+    """A system prompt alone past the threshold and a one-line history: the fallback (notice + task)
+    is larger than the history it would replace. Nothing is committed and no request goes out."""
+    settings = msgspec.structs.replace(SETTINGS, system_prompt=words(13_000, "rules"))
+    provider = ScriptedProvider(responder=Agent())
+    host = open_host(tmp_path / "store", provider, settings=settings)
+
+    result = host.send("s", "hello", workspace=str(tmp_path)).result(WAIT)
+
+    assert (result.status, result.phase) == ("failed", "compaction")
+    assert result.error_class == "insufficient-reduction"
+    assert "not smaller than its source" in result.error
+    assert _events(host, CheckpointCommitted) == [] and _events(host, Request) == []
+    assert [r for r in provider.requests if r.purpose == "turn"] == []
+    failures = _events(host, CompactionFailed)
+    assert [f.trigger for f in failures] == ["threshold", "threshold"]
+    assert failures[-1].reason == "insufficient-reduction" and failures[-1].detail.startswith("fallback:")
+    (failed,) = _events(host, TurnFailed)
+    assert failed.phase == "compaction"
+    reopen_and_compare(host, tmp_path / "store", ["s"], settings=settings).close()

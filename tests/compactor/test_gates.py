@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from actors.compactor.gates import effect_gate, effect_target, manual_compaction_due
+from actors.compactor.gates import (
+    effect_gate,
+    effect_target,
+    fallback_target,
+    manual_compaction_due,
+    shrink_gate,
+)
 
 
 def test_C10_target_is_capped_floored_and_bounded_by_half_the_window() -> None:
@@ -30,3 +36,21 @@ def test_K4_manual_compaction_does_nothing_below_half_the_window() -> None:
     assert not manual_compaction_due(None, 100_000)
     assert not manual_compaction_due(60_000, None)
     assert not manual_compaction_due(60_000, 0)
+
+
+def test_C10_no_replacement_passes_unless_it_is_smaller_than_its_source() -> None:
+    assert shrink_gate(647, 646).passed
+    grown = shrink_gate(647, 790)
+    assert not grown.passed and "790 tokens is not smaller than its source (647 tokens)" in grown.detail
+    assert not shrink_gate(647, 647).passed
+    # C10's floor (5,000) is over a 647-token source: the target alone would let it grow
+    assert effect_target(647, 128_000) == 5_000
+    assert not effect_gate(647, 790, 5_000).passed
+    assert "not smaller" in effect_gate(647, 790, 5_000).detail
+
+
+def test_F2_the_fallback_is_built_for_less_than_its_source() -> None:
+    assert fallback_target(5_000, 647) == 646
+    assert fallback_target(40_000, 50_000) == 40_000
+    assert fallback_target(5_000, 1) == 0
+    assert fallback_target(5_000, 0) == 0

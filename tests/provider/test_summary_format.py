@@ -79,4 +79,5 @@ def test_C7_a_free_text_summary_from_the_endpoint_is_refused_and_the_fallback_re
     (checkpoint,) = [r.event for r in records if isinstance(r.event, CheckpointCommitted)]
     assert (checkpoint.trigger, checkpoint.strategy) == ("reactive", "fallback")
     assert checkpoint.raw_summary is None
+    assert checkpoint.replacement_tokens < checkpoint.source_tokens
     reopen_and_compare(host, tmp_path / "store", [SID]).close()
