@@ -1,4 +1,4 @@
-"""The compactor's typed errors: blocked, nothing to compact, nothing smaller, a broken guarantee."""
+"""The compactor's typed errors: blocked, nothing to compact, no effect, a broken guarantee."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ class NothingToCompact(CompactionError):
     """The source is empty once the hand-off is stripped (C1): there is nothing to replace."""
 
 
-class CompactionNotSmaller(CompactionError):
-    """No strategy gave a replacement smaller than its source, so there is nothing to commit.
+class CompactionIneffective(CompactionError):
+    """No strategy gave a replacement that shrinks its source enough (`gates`), so there is nothing
+    to commit.
 
     `events` are this compaction's `compaction-failed` records, to persist
     before the turn fails: the LLM path's failure when it ran (it counts for

@@ -15,10 +15,10 @@ events the session must persist (any `compaction-failed`, then the
    minimum progress, and K1's message and byte limits, so a checkpoint is
    never refused on write). Any failure is one `compaction-failed` event and the
    breaker's count goes up.
-6. Otherwise the deterministic fallback (F1-F5), built for at most
-   source - 1 tokens (`gates.fallback_target`). If even that is not smaller
-   than the source (the notice and the task alone are at least as large),
-   nothing is committed: `CompactionNotSmaller` carries the
+6. Otherwise the deterministic fallback (F1-F5), built for at most 90 % of
+   the source (`gates.fallback_target`). If it still saves under 10 % (the
+   notice and the task alone are that large), nothing is committed:
+   `CompactionIneffective` carries the
    `compaction-failed` events (the LLM path's, then the fallback's
    `insufficient-reduction`) for the session to persist before it fails the
    turn (threshold: phase `compaction`; reactive: the original provider
@@ -41,10 +41,10 @@ import msgspec
 from actors.compactor.active_task import active_task_message, task_text
 from actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
 from actors.compactor.checkpoint import source_hash, strip_handoff
-from actors.compactor.errors import CompactionBlocked, CompactionNotSmaller, NothingToCompact
+from actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from actors.compactor.fallback import plan_fallback
 from actors.compactor.files import FilePlan, Restoration, files_message, plan_restoration, read_recent_files
-from actors.compactor.gates import effect_gate, effect_target, fallback_target, shrink_gate
+from actors.compactor.gates import effect_gate, effect_target, fallback_target, reduction_gate
 from actors.compactor.hooks import HookContext, PreCompactionHook
 from actors.compactor.ledger import RecordSet, extract_records, record_texts
 from actors.compactor.prompt import PROMPT_VERSION, images_in
@@ -210,7 +210,7 @@ class Compactor:
                     compaction_failures=failure.consecutive_failures,
                     last_compaction_failure_ts=request.now_ms,
                 )
-            target = fallback_target(target, source_tokens)  # below the source; F2 may raise it
+            target = fallback_target(target, source_tokens)  # 90 % of the source at most; F2 may raise it
             plan = plan_fallback(
                 source,
                 summary=fallback_summary_message(records.records, summary_id),
@@ -219,9 +219,9 @@ class Compactor:
                 target=target,
                 counter=self.counter,
             )
-            shrink = shrink_gate(source_tokens, plan.tokens)
-            if not shrink.passed:
-                raise self._not_smaller(request, breaker, events, f"fallback: {shrink.detail}")
+            reduced = reduction_gate(source_tokens, plan.tokens)
+            if not reduced.passed:
+                raise self._ineffective(request, breaker, events, f"fallback: {reduced.detail}")
             replacement, tokens, strategy = plan.replacement, plan.tokens, "fallback"
             omitted, truncated, files_restored = plan.omitted_messages, plan.truncated_messages, ()
         if request.trigger == "reactive":
@@ -272,12 +272,12 @@ class Compactor:
         return CompactionOutcome(events=tuple(events), checkpoint=checkpoint, breaker=breaker, usage=usage)
 
     @staticmethod
-    def _not_smaller(
+    def _ineffective(
         request: CompactionRequest,
         breaker: BreakerView,
         events: list[CompactionFailed | CheckpointCommitted],
         detail: str,
-    ) -> CompactionNotSmaller:
+    ) -> CompactionIneffective:
         """Nothing to commit: the failures so far, plus the fallback's, keeping the breaker's count."""
         failures = tuple(e for e in events if isinstance(e, CompactionFailed))
         count = failures[-1].consecutive_failures if failures else breaker.failures
@@ -290,7 +290,7 @@ class Compactor:
             detail=detail,
             workspace=breaker.workspace,
         )
-        return CompactionNotSmaller(detail, (*failures, event))
+        return CompactionIneffective(detail, (*failures, event))
 
     def _run_hook(
         self, request: CompactionRequest, source: tuple[Message, ...], tokens: int, breaker: BreakerView

@@ -59,7 +59,7 @@ from typing import Any, Literal
 import pykka
 
 from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
-from actors.compactor.errors import CompactionNotSmaller
+from actors.compactor.errors import CompactionIneffective
 from actors.compactor.gates import manual_compaction_due, shrink_gate
 from actors.compactor.hooks import PreCompactionHook
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
@@ -601,21 +601,21 @@ class SessionActor(pykka.ThreadingActor):
                 return
             detail = f"{type(error).__name__}: {error}"
             if pending.trigger != "reactive":
-                if isinstance(error, CompactionNotSmaller):  # nothing smaller to swap in (L2)
+                if isinstance(error, CompactionIneffective):  # nothing smaller to swap in (L2)
                     return self._fail("compaction", "insufficient-reduction", str(error))
                 return self._fail("compaction", type(error).__name__, detail)
             checkpoint = None
             if pending.snipped is not None:
                 checkpoint = snip_checkpoint(self._state, pending.snipped, self._counter, detail=detail)
             if checkpoint is None:  # R3: nothing smaller; the provider's error stands
-                why = error.reason if isinstance(error, CompactionNotSmaller) else detail
+                why = error.reason if isinstance(error, CompactionIneffective) else detail
                 return self._recovery_failed(pending, why)
             return self._after_checkpoint([checkpoint], reactive=True)
         self._after_checkpoint(list(done.outcome.events), reactive=pending.trigger == "reactive")
 
     def _record_failures(self, error: BaseException) -> bool:
         """Persist the `compaction-failed` records of a compaction that committed nothing (C4)."""
-        if not isinstance(error, CompactionNotSmaller) or not error.events:
+        if not isinstance(error, CompactionIneffective) or not error.events:
             return True
         return self._try_persist(list(error.events), "compaction")
 
@@ -836,7 +836,7 @@ class SessionActor(pykka.ThreadingActor):
             return
         if done.outcome is None:
             error = done.error or RuntimeError("no outcome")
-            if isinstance(error, CompactionNotSmaller) and error.events:
+            if isinstance(error, CompactionIneffective) and error.events:
                 with contextlib.suppress(CairnError):  # the breaker counts them (C4)
                     self._persist(list(error.events))
             _set_exception(reply, error)

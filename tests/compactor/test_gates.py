@@ -7,6 +7,7 @@ from actors.compactor.gates import (
     effect_target,
     fallback_target,
     manual_compaction_due,
+    reduction_gate,
     shrink_gate,
 )
 
@@ -49,8 +50,16 @@ def test_C10_no_replacement_passes_unless_it_is_smaller_than_its_source() -> Non
     assert "not smaller" in effect_gate(647, 790, 5_000).detail
 
 
-def test_F2_the_fallback_is_built_for_less_than_its_source() -> None:
-    assert fallback_target(5_000, 647) == 646
+def test_F2_the_fallback_is_built_for_at_most_90_percent_of_its_source() -> None:
+    assert fallback_target(5_000, 647) == 582
+    assert fallback_target(5_000, 3_081) == 2_772
     assert fallback_target(40_000, 50_000) == 40_000
     assert fallback_target(5_000, 1) == 0
     assert fallback_target(5_000, 0) == 0
+
+
+def test_C10_the_reduction_gate_wants_at_least_10_percent_off() -> None:
+    assert reduction_gate(3_081, 2_772).passed
+    one_token = reduction_gate(3_081, 3_080)
+    assert not one_token.passed and "under 10 %" in one_token.detail
+    assert "not smaller" in reduction_gate(647, 790).detail

@@ -6,7 +6,7 @@ from itertools import pairwise
 
 import pytest
 
-from actors.compactor.errors import CompactionNotSmaller
+from actors.compactor.errors import CompactionIneffective
 from actors.compactor.ledger import HEADINGS
 from actors.compactor.prompt import (
     INITIAL_CHAR_CAP,
@@ -86,7 +86,7 @@ def test_C6_a_step_that_does_not_shrink_fails_as_context_exhausted() -> None:
     log.turn("short")
     service, provider = compactor(context_limit(), context_limit())
     # one short message: no fallback is smaller either, so nothing is committed
-    with pytest.raises(CompactionNotSmaller) as caught:
+    with pytest.raises(CompactionIneffective) as caught:
         service.compact(request(log.state()))
     assert provider.calls == 1
     failure = caught.value.events[0]
