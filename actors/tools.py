@@ -31,7 +31,7 @@ import re2
 
 from actors.workspace_fs import Refused, Workspace
 from events.kinds import FileAccess
-from events.model import Part, ToolCall, ToolEffect, ToolStatus
+from events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
 
 
 class ToolInvocation(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +68,39 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
     status: ToolStatus = "ok"
     effect: ToolEffect | None = None
     files: tuple[FileAccess, ...] = ()
+
+
+_outcome_encoder = msgspec.json.Encoder()
+_outcome_decoder = msgspec.json.Decoder(ToolOutcome)
+
+
+def check_outcome(value: object) -> ToolOutcome | str:
+    """`value` as a well-formed ToolOutcome, or what is wrong with it (in words, for the model).
+
+    msgspec does not check types when a Struct is built, so a host's
+    `ToolOutcome(content=12345)` is only caught here: the outcome goes
+    through the same JSON round trip as the log line it becomes, and its
+    parts must be text or images (`BlobPart`s are the store's own).
+    """
+    if not isinstance(value, ToolOutcome):
+        return f"returned {type(value).__name__}, not a ToolOutcome"
+    try:
+        outcome = _outcome_decoder.decode(_outcome_encoder.encode(value))
+    except msgspec.ValidationError as exc:
+        return f"returned a malformed ToolOutcome: {exc}"
+    except UnicodeEncodeError:
+        return "returned text that is not valid Unicode (a lone surrogate)"
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return f"returned a ToolOutcome that cannot be recorded: {type(exc).__name__}: {exc}"
+    if isinstance(outcome.content, tuple):
+        for index, part in enumerate(outcome.content):
+            if isinstance(part, ImagePart):
+                if not part.media_type.startswith("image/") or not (part.data or part.url):
+                    return f"returned image part {index} without an image media type and data or url"
+            elif not isinstance(part, TextPart):
+                kind = type(part).__name__
+                return f"returned part {index}, a {kind}; a tool result takes TextPart and ImagePart"
+    return outcome
 
 
 class ToolExecutor(Protocol):
