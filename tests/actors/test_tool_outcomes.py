@@ -85,7 +85,9 @@ BAD_VALUES: list[tuple[str, object, str]] = [
 ]
 
 
-@pytest.mark.parametrize("value, named", [(v, n) for _, v, n in BAD_VALUES], ids=[i for i, _, _ in BAD_VALUES])
+@pytest.mark.parametrize(
+    "value, named", [(v, n) for _, v, n in BAD_VALUES], ids=[i for i, _, _ in BAD_VALUES]
+)
 def test_a_bad_tool_outcome_is_an_error_result_and_the_turn_goes_on(
     tmp_path: Path, value: object, named: str
 ) -> None:
