@@ -175,6 +175,7 @@ def test_the_demo_report_escapes_what_a_provider_said(capsys: pytest.CaptureFixt
               "continued_sessions": 0, "run_seconds": 1.0, "turns_sent": 1, "turns_completed": 0,
               "replayed_identically": 1, "seen": {"compaction in every session": False},
               "observed": {"provider tokens": None}, "ok": False, "reports": [session],
+              "unhealthy_because": ["1 of 1 turns did not complete"],
               "placement": "os", "cpu": None}
     for tty in (False, True):
         monkeypatch.setattr(sys.stdout, "isatty", lambda tty=tty: tty)
