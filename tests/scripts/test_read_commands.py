@@ -155,6 +155,16 @@ def test_log_lists_each_kind_alone(store: Path, capsys: pytest.CaptureFixture[st
                 assert kind in out
 
 
+def test_every_event_of_every_kind_is_described_in_listings(store: Path) -> None:
+    described: dict[str, int] = {}
+    with Journal.open(store, readonly=True) as journal:
+        for sid in _sessions(store):
+            for record in journal.read(sid):
+                assert cairn.describe(record.event), (sid, record.seq, record.kind)
+                described[record.kind] = described.get(record.kind, 0) + 1
+    assert set(described) >= EVERY_KIND
+
+
 def test_a_handoff_is_listed_with_its_record(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "log", "demo-1", "--store", str(store), "--kind", "handoff", "--json")
     assert code == 0
