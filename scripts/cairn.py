@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lmdb
 import msgspec
 
 from events.codec import Record, decode_line
@@ -572,8 +573,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _warn(f"{type(exc).__name__}: {exc}")
         return exit_code(exc)
     except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
+        where = f": {exc.filename}" if exc.filename else f" (the store at {args.store})"
         _warn(f"{exc.strerror or type(exc).__name__}{where}")
+        return EXIT_USAGE
+    except lmdb.Error as exc:  # the index's disk failed where the store let LMDB's error through
+        _warn(f"the index failed: {type(exc).__name__}: {exc}")
         return EXIT_USAGE
 
 

@@ -69,6 +69,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lmdb
 from rich.text import Text
 
 from actors import Host, SessionSettings, WorkspaceTools, placement
@@ -963,13 +964,16 @@ class HeldLogs(logging.Handler):
         return lines
 
 
-def _error(error: BaseException) -> None:
+def _error(error: BaseException, store: str = "") -> None:
+    """The one line the demo ends with when it could not run (exit 2)."""
     message = str(error) or type(error).__name__
     if isinstance(error, OSError):
-        where = f": {error.filename}" if error.filename else ""
+        where = f": {error.filename}" if error.filename else f" (the store at {store})" if store else ""
         message = f"{error.strerror or type(error).__name__}{where}"
     elif isinstance(error, CairnError):
         message = f"{type(error).__name__}: {error}"
+    elif isinstance(error, lmdb.Error):  # the index's disk failed where the store let LMDB's error through
+        message = f"the index of the store failed: {type(error).__name__}: {error}"
     print(f"cairn demo: {_console.printable(message)}", file=sys.stderr)
 
 
@@ -997,8 +1001,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with HeldLogs() as held:
             report = run(Path(args.store), args.sessions, args.turns, show=interactive,
                          plain=not interactive and not args.json, setup=setup)
-    except (DemoSetupError, DemoStoreFailed, CairnError, OSError) as error:
-        _error(error)  # one line; what was logged meanwhile follows from it
+    except (DemoSetupError, DemoStoreFailed, CairnError, OSError, lmdb.Error) as error:
+        _error(error, args.store)  # one line; what was logged meanwhile follows from it
         return 2
     finally:
         setup.close()

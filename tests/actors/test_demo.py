@@ -172,7 +172,12 @@ def test_a_real_full_disk_ends_the_demo_with_one_line_and_exit_2(tmp_path: Path)
         assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
         # the log's write says ENOSPC; LMDB's commit on a full tmpfs may say EIO instead
         assert done.stderr.startswith("cairn demo: the store at ") and " failed while " in done.stderr
+        # again on the full disk: the recovery's own writes fail now, in one line too
         again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 2 and len(again.stderr.splitlines()) == 1, again.stderr
+        assert "Traceback" not in again.stderr
+        listed = subprocess.run([sys.executable, "-m", "scripts.cairn", "sessions", "--store",
+                                 str(small / "store")], cwd=root, capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr  # readers read
     finally:
         subprocess.run(["umount", str(small)], check=True)
