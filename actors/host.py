@@ -79,7 +79,7 @@ from events.errors import InputError
 from events.kinds import CheckpointCommitted, EventBase, SessionStarted
 from events.model import ImagePart, Part, TextPart
 from events.state import SessionState
-from store.errors import SeqConflict
+from store.errors import SeqConflict, StorageFailed
 from store.journal import Journal
 from store.segments import FsyncFn
 
@@ -363,7 +363,8 @@ class Host:
         `workspace` (and starts with `settings`, default the host's); for an
         existing one, `workspace` may be left out and must match when given.
         Problems the session finds (a wrong workspace, a store failure) come
-        back in the handle's result as `rejected`. Arguments of the wrong
+        back in the handle's result as `rejected`; once the store has failed
+        (a full disk, an I/O error), `send` raises `StorageFailed` at once. Arguments of the wrong
         kind (a dict for a message, bytes for a path, a malformed part or
         SessionSettings, text with lone surrogates) raise `InputError` here,
         before anything is written.
@@ -541,9 +542,15 @@ class Host:
     # -- the registry ---------------------------------------------------------------------
 
     def _check_store(self) -> None:
+        """`StorageFailed` once the store failed (a full disk, an I/O error): the host must be reopened.
+
+        A new error for each call, caused by the OS error behind the journal's: raising the
+        journal's one instance from every client thread would chain each caller's traceback
+        onto the same object, and print them all with it.
+        """
         failed = self.journal.failed
         if failed is not None:
-            raise failed
+            raise StorageFailed(str(failed)) from failed.__cause__
 
     def _live_count(self) -> int:
         return sum(1 for entry in self._entries.values() if entry.state != "stopping")
