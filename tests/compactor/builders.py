@@ -24,6 +24,18 @@ from events.state import SessionState, replay
 COUNTER = TokenCounter()
 
 
+#: C7's seven headings, in order, stated literally (tests never take them from the ledger module)
+C7_HEADINGS = (
+    "Objective and constraints",
+    "Decisions and rationale",
+    "Workspace mutations",
+    "Verification evidence",
+    "Active tasks and background work",
+    "Open risks or blockers",
+    "Exact next action",
+)
+
+
 class Log:
     """A session's records, numbered the way the journal numbers them."""
 

@@ -6,8 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.compactor.ledger import (
-    HEADINGS,
-    MAX_RECORDS,
     NO_EVIDENCE_LINE,
     ExactRecord,
     extract_records,
@@ -15,20 +13,20 @@ from actors.compactor.ledger import (
     rebuild_ledger,
 )
 from actors.provider.scripted import Reply, context_limit
-from tests.compactor.builders import Log, compactor, request, text
+from tests.compactor.builders import C7_HEADINGS, Log, compactor, request, text
 
 
 def _sections(ledger: str) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     current = None
     for line in ledger.splitlines():
-        if line.startswith("## ") and line[3:] in HEADINGS:
+        if line.startswith("## ") and line[3:] in C7_HEADINGS:
             assert line[3:] not in sections, "a heading appears twice"
             current = line[3:]
             sections[current] = []
         elif current is not None and line:
             sections[current].append(line)
-    assert list(sections) == list(HEADINGS)
+    assert list(sections) == list(C7_HEADINGS)
     return sections
 
 
@@ -38,6 +36,9 @@ def test_C8_record_syntax_heading_case_and_space_insensitive() -> None:
     )
     assert parse_record("EXACT CONTINUATION RECORD [Nonsense] :: x") is None
     assert parse_record("EXACT CONTINUATION RECORD [Exact next action] :: " + "p" * 2049) is None
+    longest = parse_record("EXACT CONTINUATION RECORD [Exact next action] :: " + "p" * 2048)  # 1..2,048 chars
+    assert longest is not None and longest.payload == "p" * 2048
+    assert parse_record("EXACT CONTINUATION RECORD [Exact next action] :: p") is not None
     assert parse_record("EXACT CONTINUATION RECORD [Exact next action] ::  ") is None
     assert parse_record("  EXACT CONTINUATION RECORD [Workspace mutations] :: wrote a.py") is not None
 
@@ -45,7 +46,7 @@ def test_C8_record_syntax_heading_case_and_space_insensitive() -> None:
 def test_C8_limits_duplicates_once_newest_win() -> None:
     lines = [f"EXACT CONTINUATION RECORD [Decisions and rationale] :: decision {n}" for n in range(40)]
     got = extract_records(["\n".join(lines), lines[39]])
-    assert len(got.records) == MAX_RECORDS and got.omitted == 40 - MAX_RECORDS
+    assert len(got.records) == 32 and got.omitted == 40 - 32  # C8: at most 32 records
     assert got.records[-1].payload == "decision 39" and got.records[0].payload == "decision 8"
     big = [f"EXACT CONTINUATION RECORD [Exact next action] :: {n:04d}" + "b" * 2000 for n in range(10)]
     got = extract_records(big)
@@ -119,8 +120,8 @@ _payload = st.text(
 
 
 @given(
-    records=st.lists(st.tuples(st.sampled_from(HEADINGS), _payload), max_size=12),
-    model_lines=st.lists(st.tuples(st.sampled_from(HEADINGS), st.text(max_size=40)), max_size=12),
+    records=st.lists(st.tuples(st.sampled_from(C7_HEADINGS), _payload), max_size=12),
+    model_lines=st.lists(st.tuples(st.sampled_from(C7_HEADINGS), st.text(max_size=40)), max_size=12),
     stray=st.lists(st.integers(min_value=0, max_value=11), max_size=6),
 )
 def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
@@ -132,7 +133,7 @@ def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
     lines = [(h, line) for h, line in model_lines]
     for index in stray:
         if index < len(kept):
-            lines.append((HEADINGS[index % len(HEADINGS)], f"- {kept[index].payload} (restated)"))
+            lines.append((C7_HEADINGS[index % len(C7_HEADINGS)], f"- {kept[index].payload} (restated)"))
     model = "\n".join(f"## {h}\n{line}" for h, line in lines)
     sections = _sections(rebuild_ledger(model, kept))
     everything = [line for body in sections.values() for line in body]
