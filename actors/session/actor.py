@@ -104,7 +104,7 @@ from actors.session.turn import (
 from actors.session.view import HistoryView
 from actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
 from events.codec import Record
-from events.errors import CairnError, LineTooLarge, MalformedEvent
+from events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
 from events.kinds import EventBase, FailedPhase, ProviderError, Trigger
 from events.model import Message, ToolCall
 from events.state import SessionState, replay
@@ -672,7 +672,7 @@ class SessionActor(pykka.ThreadingActor):
         result, used = tool_result_event(call, outcome, read_only=read_only, used=run.tool_chars)
         try:
             self._persist([result])
-        except (LineTooLarge, MalformedEvent) as exc:  # the outcome's fault, not the store's
+        except (LineTooLarge, InvalidEvent, MalformedEvent) as exc:  # the outcome's fault, not the store's
             refused = error_outcome(f"the tool {call.name!r} returned a result the log cannot hold: {exc}")
             result, used = tool_result_event(call, refused, read_only=read_only, used=run.tool_chars)
             if not self._try_persist([result], "tool"):
