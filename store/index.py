@@ -13,11 +13,18 @@ and checkpoints are contiguous and sorted by seq / epoch:
 | `corrupt`     | segment (>Q), offset (>Q)    | `CorruptEntry` (msgpack)                      |
 | `meta`        | b"format", b"through"        | format version; `IndexMeta` (msgpack)         |
 
+`index/` is made 0700 and LMDB's files 0600; none of them is opened through
+a link (LMDB opens its files by name, readers included: a link there is an
+`UnexpectedEntry`).
+
 Everything here is rebuilt from the segments: the log is authoritative. The
 index is committed after the log's fsync, in one transaction per batch
 together with `meta/through` (the position indexed through), with LMDB's own
 syncs off (`sync=False`, no writemap: a crash may lose the last commits but
 not the database's integrity, and start-up re-indexes past `through`).
+Since it is committed after the log's fsync, `through` is also evidence of
+what was acknowledged (it may lag, never lead): recovery reads it before it
+ever empties the index (see `store.loss`).
 
 Thread-safety: `Index` reads are safe from any thread (short read
 transactions); `commit` must only be called from one thread (the journal's

@@ -529,6 +529,12 @@ def open_for_reading(
     - No usable index, or one whose point cannot be trusted: a private index
       rebuilt from the whole log.
 
+    Whichever index it reads through, it also checks what was acknowledged
+    against what the log holds: missing lines are reported (a warning and
+    `Recovery.losses`), never a reason to refuse reading what is left.
+    Entries of `log/` that are not segments are skipped (never opened) and
+    named in `Recovery.unexpected`.
+
     The third value is the private index's directory (None for the store's
     own); the caller removes it after closing the index. Raises
     `CatchUpFailed` when the log cannot be checked or no private index can be

@@ -113,14 +113,14 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], tuple[int, int], list[tuple[str,
 
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_missing_acknowledged_lines_refuse_a_writer_and_fail_verify(tmp_path: Path, case: str) -> None:
-    from store.errors import AcknowledgedDataMissing
-
     damage, (first, last), sessions = DAMAGE[case]
     root = _store(tmp_path / "store")
     damage(root)
     before = _files(root)
     with pytest.raises(StorageError) as info:
         Journal.open(root)
+    from store.errors import AcknowledgedDataMissing
+
     assert isinstance(info.value, AcknowledgedDataMissing)
     [loss] = info.value.losses
     assert (loss.first_pos, loss.last_pos) == (first, last)

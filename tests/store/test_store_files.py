@@ -202,27 +202,37 @@ def umask(request: pytest.FixtureRequest) -> Iterator[int]:
         os.umask(old)
 
 
-def test_store_files_are_private_to_the_user_whatever_the_umask(tmp_path: Path, umask: int) -> None:
-    from store.repair import accept_loss
+def _modes(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """The modes of every directory and of every file of the store (the root included)."""
+    found = {str(p.relative_to(root)): p for p in root.rglob("*")} | {".": root}
+    dirs = {name: stat.S_IMODE(p.lstat().st_mode) for name, p in found.items() if p.is_dir()}
+    files = {name: stat.S_IMODE(p.lstat().st_mode) for name, p in found.items() if not p.is_dir()}
+    return dirs, files
 
-    root = tmp_path / "parent" / "store"
+
+def test_store_files_are_private_to_the_user_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    root = tmp_path / "store"  # made by cairn, in a directory of the user's
     with Journal.open(root, segment_bytes=1_500, blob_threshold=1_000) as journal:
         fill(journal, "a", 8)
         journal.append("a", [msg(10, "x" * 2_000)], expected_seq=9)  # a blob
+    dirs, files = _modes(root)
+    assert {"log", "index", "blobs", "."} <= set(dirs)
+    assert [name for name in dirs if name.startswith("blobs/")]  # a fan-out directory
+    assert {"LOCK", "index/data.mdb", "index/lock.mdb", "log/00000000000000000000.jsonl"} <= set(files)
+    assert dirs == dict.fromkeys(dirs, 0o700)
+    assert files == dict.fromkeys(files, 0o600)
+
+    from store.repair import accept_loss
+
     segments = sorted((root / "log").iterdir())
     os.truncate(segments[-1], segments[-1].stat().st_size - 10)  # a loss, so that repair writes its files
     accept_loss(root)
     with Journal.open(root) as journal:
         journal.append("b", [msg(1)], expected_seq=0)
-    modes = {str(p.relative_to(root)): stat.S_IMODE(p.lstat().st_mode) for p in root.rglob("*")}
-    modes["."] = stat.S_IMODE(root.lstat().st_mode)
-    dirs = {name for name in modes if (root / name).is_dir()}
-    assert {"log", "index", "blobs", "quarantine", "."} <= dirs
-    assert {name for name in modes if name.startswith("blobs/") and name in dirs}  # fan-out directories
-    assert {"LOCK", "ACKED", "operator.jsonl", "index/data.mdb", "index/lock.mdb"} <= set(modes)
-    assert {name: mode for name, mode in modes.items() if name in dirs} == dict.fromkeys(dirs, 0o700)
-    assert {name: mode for name, mode in modes.items() if name not in dirs} == {
-        name: 0o600 for name in modes if name not in dirs}
+    dirs, files = _modes(root)
+    assert {"quarantine"} <= set(dirs) and {"ACKED", "operator.jsonl"} <= set(files)
+    assert dirs == dict.fromkeys(dirs, 0o700)
+    assert files == dict.fromkeys(files, 0o600)
 
 
 def test_a_store_made_loose_keeps_its_modes_and_verify_says_so(tmp_path: Path) -> None:
