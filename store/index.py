@@ -51,7 +51,9 @@ from events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
 from store.errors import UnexpectedEntry
 from store.files import FILE_MODE, check_dir, describe, private_dir
 
-FORMAT = b"cairn-index-1"
+#: the index's format; an index of another format is rebuilt from the log when opened (a
+#: read-only open reads through a private rebuilt copy). 2: cumulative usage in the summaries.
+FORMAT = b"cairn-index-2"
 DEFAULT_MAP_SIZE = 1 << 36  # 64 GiB of address space; the file grows as needed
 _PAGE = 256  # keys per read transaction when paging
 
@@ -80,8 +82,17 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     `info_seq` is the seq of its latest `session-started`; `checkpoint_*`
     describe its latest `checkpoint-committed` (0 when none). `broken_seq` is
     the first seq past which the session cannot be read (a corrupt line, a
-    gap or a broken chain), 0 when it is sound. `usage_tokens` is the total
-    of its latest usage event, for listings.
+    gap or a broken chain), 0 when it is sound.
+
+    Usage, as providers reported it: `prompt_tokens` and `completion_tokens`
+    are sums over the usage events that carried each figure, and
+    `prompt_reports` / `completion_reports` count those events. A response
+    (an `assistant-message`, one per answered request) whose usage was never
+    reported leaves the sums short: the figures are complete only when the
+    reports equal `counts["assistant-message"]`, and unknown (not 0) when
+    responses came without any report. `last_usage_total_tokens` is the
+    `total_tokens` of the latest usage event, i.e. of the last request that
+    reported usage (None when none did, or it gave no total).
     """
 
     sid: str
@@ -98,8 +109,12 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_seq: int = 0
     checkpoint_pos: int = 0
     checkpoint_epoch: int = 0
-    usage_tokens: int | None = None
+    last_usage_total_tokens: int | None = None
     broken_seq: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_reports: int = 0
+    completion_reports: int = 0
 
 
 class CheckpointRef(msgspec.Struct, frozen=True):
@@ -225,8 +240,12 @@ class _Head(msgspec.Struct, dict=True):
     checkpoint_seq: int
     checkpoint_pos: int
     checkpoint_epoch: int
-    usage_tokens: int | None
+    last_usage_total_tokens: int | None
     broken_seq: int
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_reports: int
+    completion_reports: int
 
     def __post_init__(self) -> None:
         self.key = _prefix(self.sid)
@@ -318,7 +337,13 @@ class IndexBuilder:
         head.updated_ts = ts
         if kind in _BODY_KINDS:
             if isinstance(event, Usage):
-                head.usage_tokens = event.total_tokens
+                head.last_usage_total_tokens = event.total_tokens
+                if event.prompt_tokens is not None:
+                    head.prompt_tokens += event.prompt_tokens
+                    head.prompt_reports += 1
+                if event.completion_tokens is not None:
+                    head.completion_tokens += event.completion_tokens
+                    head.completion_reports += 1
             elif isinstance(event, CheckpointCommitted):
                 head.checkpoint_seq = seq
                 head.checkpoint_pos = pos
