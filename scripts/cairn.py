@@ -1,4 +1,4 @@
-"""The `cairn` command line: audit, repair-free maintenance and benchmarks of a store.
+"""The `cairn` command line: audit, maintenance (one explicit repair) and benchmarks of a store.
 
 Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 """
@@ -446,12 +446,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**msgspec.to_builtins(report), "ok": report.ok})
     else:
-        for note in report.info:
-            print(f"info: {note}")
+        for note in report.info:  # findings quote the store (paths, session ids, link targets): escaped
+            print(f"info: {_console.printable(note)}")
         for warning in report.warnings:
-            print(f"warning: {warning}")
+            print(f"warning: {_console.printable(warning)}")
         for problem in report.problems:
-            print(f"PROBLEM: {problem}")
+            print(f"PROBLEM: {_console.printable(problem)}")
         data = msgspec.to_builtins(report)
         counts = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
         print(("ok" if report.ok else "problems found") + " " + json.dumps(counts))
@@ -485,8 +485,8 @@ def cmd_repair(args: argparse.Namespace) -> int:
     for span in record.ranges:
         shown = f"pos {span.first_pos}" if span.first_pos == span.last_pos else \
             f"positions {span.first_pos}-{span.last_pos}"
-        print(f"accepted the loss of {shown} ({span.where})")
-    lost = ", ".join(str(s) for s in record.sessions)
+        print(f"accepted the loss of {shown} ({_console.printable(span.where)})")
+    lost = _console.printable(", ".join(str(s) for s in record.sessions))
     print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
     for kept in record.quarantined:
         print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
@@ -576,13 +576,15 @@ def exit_code(error: BaseException) -> int:
     """What an error that ends a command means for its exit status (see the module doc).
 
     1 for a problem the store holds (a corrupt line, a bad blob, a line that
-    does not decode); 2 for everything that kept the command from running:
+    does not decode, acknowledged lines missing, an entry cairn did not make
+    in place of its own); 2 for everything that kept the command from running:
     bad arguments, no or another writer's store (`StoreLocked`), a disk that
     failed (`StorageFailed`), an OS error on the path.
     """
-    from store.errors import BlobError, CorruptionError
+    from store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
 
-    if isinstance(error, CorruptionError | BlobError | DecodeError):
+    held = CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry
+    if isinstance(error, held):
         return EXIT_PROBLEMS
     return EXIT_USAGE
 
