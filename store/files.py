@@ -17,7 +17,6 @@ be a link: that is the operator's choice of where the store lives.)
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -45,6 +44,25 @@ def describe(mode: int) -> str:
     return "a device or special file"
 
 
+def link_target(path: Path) -> str:
+    """Where the link at `path` points, as text safe to print: non-printable characters escaped.
+
+    A link's target is whatever its maker wrote, terminal control sequences
+    included; messages and logs quote it through here.
+    """
+    try:
+        return shown(os.readlink(path))
+    except OSError:
+        return "?"
+
+
+def shown(text: str) -> str:
+    """`text` (a name or link target someone else chose) with non-printable characters escaped."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
 def _what(path: Path) -> str:
     try:
         mode = os.lstat(path).st_mode
@@ -52,8 +70,7 @@ def _what(path: Path) -> str:
         return "not a regular file"
     what = describe(mode)
     if stat.S_ISLNK(mode):
-        with contextlib.suppress(OSError):
-            what += f" to {os.readlink(path)}"
+        what += f" to {link_target(path)}"
     return what
 
 

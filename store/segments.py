@@ -26,7 +26,6 @@ from them.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import re
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from events.codec import decode_envelope
 from events.errors import DecodeError
-from store.files import describe, open_file
+from store.files import describe, link_target, open_file, shown
 
 SEGMENT_SUFFIX = ".jsonl"
 #: the largest position a segment may start at (a line's `pos` is a signed 64-bit integer at most)
@@ -99,13 +98,12 @@ def read_log_dir(log_dir: Path) -> LogDir:
             continue
         what = describe(mode)
         if stat.S_ISLNK(mode):
-            with contextlib.suppress(OSError):
-                what += f" to {os.readlink(log_dir / name)}"
+            what += f" to {link_target(log_dir / name)}"
         if _NAME_RE.match(name) and first is None:
             what += f", named past the largest position ({MAX_POSITION})"
         elif first is None and stat.S_ISREG(mode):
             what += " whose name is not a segment's"
-        unexpected.append((name, what))
+        unexpected.append((shown(name), what))
     segments.sort()
     unexpected.sort()
     return LogDir(segments, unexpected)

@@ -245,3 +245,14 @@ def test_a_store_made_loose_keeps_its_modes_and_verify_says_so(tmp_path: Path) -
     assert stat.S_IMODE((root / "log").stat().st_mode) == 0o755
     [warning] = [w for w in verify_store(root).warnings if w.code == "permissions"]
     assert "log (drwxr-xr-x)" in warning.message and f"log/{SEGMENT} (-rw-r--r--)" in warning.message
+
+
+def test_names_and_link_targets_someone_else_chose_are_quoted_escaped(tmp_path: Path) -> None:
+    root = _store(tmp_path / "store")
+    os.symlink("/tmp/\x1b[31mred\x07", root / "log" / f"{10**6:020d}.jsonl")
+    (root / "log" / "\x1b[2Jclear").write_bytes(b"")
+    with pytest.raises(StorageError) as info:
+        Journal.open(root)
+    said = [str(info.value), *(str(p) for p in verify_store(root).problems)]
+    assert all("\x1b" not in text and "\x07" not in text for text in said)
+    assert "/tmp/\\x1b[31mred\\x07" in said[0] and "log/\\x1b[2Jclear" in said[0]
