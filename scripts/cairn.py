@@ -1,4 +1,4 @@
-"""The `cairn` command line: audit, repair-free maintenance and benchmarks of a store.
+"""The `cairn` command line: audit, maintenance (one explicit repair) and benchmarks of a store.
 
 Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 """
@@ -436,22 +436,26 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Check the store; exit 1 for problems. Warnings (a torn tail, an accepted loss) and information (an
+    index that lags the log) leave the exit code 0."""
     from store.verify import verify_store
 
     root = _store_root(args)
     with _progress("verifying", not args.json) as progress:
         report = verify_store(root, progress=progress)
-    data = msgspec.to_builtins(report)
     if args.json:
-        _print_json(data)
+        _print_json({**msgspec.to_builtins(report), "ok": report.ok})
     else:
-        for warning in data.get("warnings", []):
-            print(f"warning: {warning if isinstance(warning, str) else json.dumps(warning)}")
-        for problem in data.get("problems", []):
-            print(f"PROBLEM: {problem if isinstance(problem, str) else json.dumps(problem)}")
-        counts = {k: v for k, v in data.items() if isinstance(v, int)}
-        print(("ok" if not data.get("problems") else "problems found") + " " + json.dumps(counts))
-    return EXIT_PROBLEMS if data.get("problems") else EXIT_OK
+        for note in report.info:  # findings quote the store (paths, session ids, link targets): escaped
+            print(f"info: {_console.printable(note)}")
+        for warning in report.warnings:
+            print(f"warning: {_console.printable(warning)}")
+        for problem in report.problems:
+            print(f"PROBLEM: {_console.printable(problem)}")
+        data = msgspec.to_builtins(report)
+        counts = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
+        print(("ok" if report.ok else "problems found") + " " + json.dumps(counts))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -462,6 +466,32 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         result = reindex(root, progress=progress)
     data = msgspec.to_builtins(result)
     _print_json(data) if args.json else print(f"reindexed: {json.dumps(data)}")
+    return EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """The one repair cairn makes on request: accept, and log, the loss of acknowledged lines."""
+    from store.repair import accept_loss
+
+    root = _store_root(args)
+    if not args.accept_loss:
+        raise UsageError("repair changes nothing unless told what to accept: pass --accept-loss to record "
+                         "that the acknowledged lines `cairn verify` reports missing are lost")
+    with _progress("repairing", not args.json) as progress:
+        record = accept_loss(root, reason=args.reason, progress=progress)
+    if args.json:
+        _print_json(msgspec.to_builtins(record))
+        return EXIT_OK
+    for span in record.ranges:
+        shown = f"pos {span.first_pos}" if span.first_pos == span.last_pos else \
+            f"positions {span.first_pos}-{span.last_pos}"
+        print(f"accepted the loss of {shown} ({_console.printable(span.where)})")
+    lost = _console.printable(", ".join(str(s) for s in record.sessions))
+    print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
+    for kept in record.quarantined:
+        print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
+    print("recorded in operator.jsonl; writers may open the store, and appends continue past the lost "
+          "positions")
     return EXIT_OK
 
 
@@ -530,6 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)
 
+    p = sub.add_parser("repair", parents=[common], help="accept (and log) the loss of acknowledged lines")
+    p.add_argument("--accept-loss", action="store_true", help="record that the missing lines are lost")
+    p.add_argument("--reason", default="", help="why, for the operator log")
+    p.set_defaults(func=cmd_repair)
+
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction")
@@ -541,13 +576,15 @@ def exit_code(error: BaseException) -> int:
     """What an error that ends a command means for its exit status (see the module doc).
 
     1 for a problem the store holds (a corrupt line, a bad blob, a line that
-    does not decode); 2 for everything that kept the command from running:
+    does not decode, acknowledged lines missing, an entry cairn did not make
+    in place of its own); 2 for everything that kept the command from running:
     bad arguments, no or another writer's store (`StoreLocked`), a disk that
     failed (`StorageFailed`), an OS error on the path.
     """
-    from store.errors import BlobError, CorruptionError
+    from store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
 
-    if isinstance(error, CorruptionError | BlobError | DecodeError):
+    held = CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry
+    if isinstance(error, held):
         return EXIT_PROBLEMS
     return EXIT_USAGE
 

@@ -7,6 +7,12 @@ Disk contract (under the store root):
 - `blobs/ab/cdef...` -- large parts, content-addressed (see `store.blobs`).
 - `index/` -- the LMDB index, derived and rebuildable (see `store.index`).
 - `LOCK` -- held with `flock` by the one process that writes the store.
+- `ACKED` -- the acknowledgement mark, rewritten in every group commit;
+  `operator.jsonl` and `quarantine/` -- an operator's accepted losses and
+  the bytes a repair moved aside (see `store.loss`).
+
+Directories are made 0700 and files 0600 whatever the umask, and nothing
+inside the store is opened through a link (see `store.files`).
 
 Write path (group commit): `append` validates the session id and the call,
 moves large parts to blobs (fsynced first, once the call's events are
@@ -15,11 +21,12 @@ queued, checks each event by encoding it and decoding it back equal
 (`events.codec.checked_body`: nothing the log could not read back is
 written, and a bad event refuses its whole call), checks each call's
 `expected_seq`, assigns pos, seq, ts and the hash chain, writes the batch
-with one `os.write` per segment and one `fsync`, commits the index in one
-LMDB transaction, and only then resolves the callers. A call's events
-are all written or none. An I/O error is fatal (fsyncgate): pending and later
-appends fail with `StorageFailed` until the store is reopened, and reopening
-recovers from the log.
+with one `os.write` per segment and one `fsync`, rewrites the
+acknowledgement mark (no fsync), commits the index in one LMDB transaction,
+and only then resolves the callers. A call's events are all written or
+none. An I/O error is fatal (fsyncgate): pending and later appends fail
+with `StorageFailed` until the store is reopened, and reopening recovers
+from the log.
 
 Read path: `read`, `load` and the listings go through the index to the exact
 lines; every line read is checked (checksum, envelope, hash chain) and a bad
@@ -73,6 +80,7 @@ from store.errors import (
     StoreClosed,
     StoreLocked,
 )
+from store.files import DIR_MODE, check_dir, check_file, open_file, private_dir
 from store.index import (
     DEFAULT_MAP_SIZE,
     CheckpointRef,
@@ -83,6 +91,7 @@ from store.index import (
     Loc,
     SessionSummary,
 )
+from store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
 from store.reader import Progress
 from store.recovery import Recovery, open_for_reading, recover
 from store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
@@ -139,6 +148,10 @@ class Journal:
 
     Open for writing takes the store's lock file (a second writer gets
     `StoreLocked`), runs recovery (`self.recovery`) and starts the writer.
+    It refuses, changing nothing in the log, when acknowledged lines are
+    missing and no operator accepted their loss (`AcknowledgedDataMissing`),
+    and when `log/` or one of cairn's own entries holds something cairn did
+    not make (`UnexpectedEntry`).
     `readonly=True` takes no lock and changes nothing on disk; it reads the
     index as the writer last committed it when that covers the whole log, and
     otherwise (a crash left it behind, no usable index) a private index in a
@@ -158,6 +171,7 @@ class Journal:
         blob_threshold: int,
         lock_fd: int | None,
         private_index: Path | None,
+        ack_mark: AckMarkWriter | None = None,
     ) -> None:
         self.root = root
         self.readonly = readonly
@@ -169,6 +183,7 @@ class Journal:
         self._blob_threshold = blob_threshold
         self._lock_fd = lock_fd
         self._private_index = private_index
+        self._ack_mark = ack_mark
         self._blobs = BlobStore(root, fsync=fsync)
         self._reader = SegmentReader(root / "log")
         self._queue: collections.deque[_Pending] = collections.deque()
@@ -191,6 +206,8 @@ class Journal:
             )
             self._next_pos = recovery.next_pos
             self._builder = IndexBuilder(index.summary, meta)
+            assert ack_mark is not None, "a writer keeps the acknowledgement mark"
+            self._write_mark = ack_mark.write
             self._thread = threading.Thread(target=self._run, name="cairn-journal-writer", daemon=True)
             self._thread.start()
 
@@ -216,7 +233,10 @@ class Journal:
         clock = clock_ms if clock_ms is not None else _wall_clock_ms
         if readonly:
             return cls._open_readonly(path, segment_bytes, fsync, clock, map_size, blob_threshold, progress)
-        (path / "log").mkdir(parents=True, exist_ok=True)
+        try:
+            _make_store_dirs(path)
+        except OSError as exc:
+            raise StorageFailed(f"cannot make the store at {path}: {exc}") from exc
         lock_fd = _take_lock(path)
         try:
             index_dir = path / "index"
@@ -228,10 +248,13 @@ class Journal:
                 log.warning("cairn: the index of %s is unusable, rebuilding it: %s", path, exc)
                 shutil.rmtree(index_dir, ignore_errors=True)
                 index = Index(index_dir, map_size=map_size)
+            ack_mark: AckMarkWriter | None = None
             try:
                 recovery = recover(path, index, fsync=fsync, progress=progress, rebuild=bool(rebuilt))
                 if rebuilt:
                     recovery = _with_reason(recovery, rebuilt)
+                mark = AckMark(recovery.next_pos, recovery.active_segment, recovery.active_size)
+                ack_mark = AckMarkWriter(path, mark, fsync=fsync)
                 return cls(
                     path,
                     index=index,
@@ -243,8 +266,11 @@ class Journal:
                     blob_threshold=blob_threshold,
                     lock_fd=lock_fd,
                     private_index=None,
+                    ack_mark=ack_mark,
                 )
             except BaseException:
+                if ack_mark is not None:
+                    ack_mark.close()
                 index.close()
                 raise
         except OSError as exc:
@@ -275,7 +301,7 @@ class Journal:
         `close`; `self.recovery` says what was caught up (`lines_indexed`,
         `scanned_from`, a torn tail left in place, corrupt lines).
         """
-        if not (path / "log").is_dir():
+        if not check_dir(path / "log"):  # a link in its place: UnexpectedEntry, never read through
             raise StorageError(f"no cairn store at {path} (no log directory)")
         index, recovery, private = open_for_reading(path, map_size=map_size, progress=progress)
         try:
@@ -602,6 +628,7 @@ class Journal:
                         segment.write(b"".join(lines_of_chunk))
                         segment.sync()
                 self._next_pos = pos
+                self._write_mark(pos, segment.first_pos, segment.size)  # evidence of what is acknowledged
                 builder.meta = IndexMeta(
                     segment=segment.first_pos,
                     offset=segment.size,
@@ -905,6 +932,9 @@ class Journal:
             self._closed = True
             if not self.readonly:
                 self._segment.close()
+            if self._ack_mark is not None:
+                with contextlib.suppress(OSError):  # the log is the truth: a mark left behind only lags
+                    self._ack_mark.close()
             self._reader.close()
             self._index.close()
             if self._private_index is not None:
@@ -963,9 +993,27 @@ def _resolve(pending: _Pending, records: list[Record] | None, error: BaseExcepti
         pending.future.set_result(records or [])
 
 
+def _make_store_dirs(root: Path) -> None:
+    """The store root (0700 when cairn makes it; its parents as `mkdir -p` would) and its `log/`.
+
+    Raises `UnexpectedEntry` when one of cairn's own entries is a link or of
+    the wrong type, before anything is changed.
+    """
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another opener made it meanwhile
+            os.mkdir(root, DIR_MODE)
+            os.chmod(root, DIR_MODE)
+    for name in ("LOCK", ACK_MARK, OPERATOR_LOG):
+        check_file(root / name)
+    for name in ("index", "blobs", QUARANTINE):
+        check_dir(root / name)
+    private_dir(root / "log")
+
+
 def _take_lock(root: Path) -> int:
     """The exclusive writer lock (flock on `<root>/LOCK`); StoreLocked if held."""
-    fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    fd, _ = open_file(root / "LOCK", os.O_RDWR, create=True)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
