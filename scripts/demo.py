@@ -85,6 +85,7 @@ from events.errors import CairnError
 from events.kinds import CheckpointCommitted, TurnFailed, Usage
 from events.model import TextPart, ToolCall
 from scripts import _console
+from store.files import private_dir
 from store.segments import FsyncFn
 
 DEFAULT_SESSIONS = 8
@@ -643,7 +644,8 @@ def _prepare_store(store: Path) -> None:
     if mode is not None and not stat.S_ISDIR(mode):
         raise DemoSetupError(f"--store {store} is not a directory")
     try:
-        store.mkdir(parents=True, exist_ok=True)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(store)  # the store holds conversations: 0700, as the journal makes its own
     except OSError as error:
         raise DemoSetupError(f"--store {store}: {error.strerror or error}") from error
 

@@ -35,6 +35,7 @@ def test_demo_shows_every_behaviour_and_continues_on_the_same_store(
     assert first["replayed_identically"] == first["sessions"] == 8
     assert all(first["seen"].values()) and first["continued_sessions"] == 0
     assert all(r["turns"] == 12 for r in first["reports"])
+    assert store.stat().st_mode & 0o777 == 0o700  # the store root the demo makes is private too
 
     assert demo.main(["--store", str(store), "--turns", "1", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
