@@ -48,3 +48,13 @@ class SessionExists(InputError):
 
 class WorkspaceMismatch(InputError):
     """A message named another workspace than the one the session was started with."""
+
+
+def describe_exception(exc: BaseException, limit: int = 1_000) -> str:
+    """`Class: message` of an exception from a host's code (clipped), even when its `str` fails."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message could not be read)"
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

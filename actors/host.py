@@ -48,7 +48,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -81,7 +81,7 @@ from events.errors import InputError
 from events.kinds import CheckpointCommitted, EventBase, SessionStarted
 from events.model import ImagePart, Part, TextPart
 from events.state import SessionState
-from store.errors import SeqConflict
+from store.errors import SeqConflict, StorageFailed
 from store.journal import Journal
 from store.segments import FsyncFn
 
@@ -114,29 +114,90 @@ class _Entry:
 
 
 
-def _user_content(message: str | Sequence[Part]) -> str | tuple[Part, ...]:
-    """A host's user message, checked: non-empty text, or text and image parts."""
+_parts_decoder = msgspec.json.Decoder(tuple[TextPart | ImagePart, ...])
+_settings_decoder = msgspec.json.Decoder(SessionSettings)
+
+
+def _user_content(message: object) -> str | tuple[Part, ...]:
+    """A host's user message, checked: non-empty text, or text and image parts.
+
+    Parts go through a JSON round trip (msgspec does not check field types
+    when a Struct is built), so a `TextPart(123)` is refused here, before
+    anything is written, not found later in an unreadable log line.
+    """
     if isinstance(message, str):
         if not message:
             raise InputError("a message needs some text")
+        _check_text(message, "the message")
         return message
+    if isinstance(message, Mapping):
+        raise InputError(
+            "a message is text (a str) or a sequence of TextPart and ImagePart, not a "
+            f"{type(message).__name__}: pass the text itself, e.g. send(session, 'hello')"
+        )
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        raise InputError(f"a message is text (a str), not {type(message).__name__}: decode it first")
     try:
-        parts = tuple(message)
+        parts: tuple[object, ...] = tuple(message)  # type: ignore[arg-type]
     except TypeError:
         raise InputError(f"a message is text or a sequence of parts, not {type(message).__name__}") from None
     if not parts:
         raise InputError("a message needs at least one part")
     for index, part in enumerate(parts):
-        if isinstance(part, TextPart):
-            continue
+        if not isinstance(part, (TextPart, ImagePart)):
+            raise InputError(
+                f"part {index} is a {type(part).__name__}; a message takes TextPart and ImagePart"
+            )
+    try:
+        checked: tuple[Part, ...] = _parts_decoder.decode(msgspec.json.encode(parts))
+    except msgspec.ValidationError as exc:
+        raise InputError(f"a malformed message part: {exc}") from None
+    except UnicodeEncodeError:
+        raise InputError("a message part has text that is not valid Unicode (a lone surrogate)") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"a message part cannot be recorded: {exc}") from None
+    for index, part in enumerate(checked):
         if isinstance(part, ImagePart):
             if not part.data and not part.url:
                 raise InputError(f"image part {index} has neither data nor a url")
             if not part.media_type.startswith("image/"):
                 raise InputError(f"image part {index} has media type {part.media_type!r}")
-            continue
-        raise InputError(f"part {index} is a {type(part).__name__}; a message takes TextPart and ImagePart")
-    return parts
+    return checked
+
+
+def _check_text(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{what} is not valid Unicode: a lone surrogate at index {exc.start}") from None
+
+
+def _workspace(workspace: object) -> str:
+    """A workspace as sessions record it (absolute, normalized); a str path or an os.PathLike of one."""
+    try:
+        path = os.fspath(workspace)  # type: ignore[call-overload]
+    except TypeError:
+        kind = type(workspace).__name__
+        raise InputError(f"a workspace is a path (str or os.PathLike), not {kind}") from None
+    if not isinstance(path, str):
+        raise InputError(f"a workspace is a str path, not {type(path).__name__}: decode it first")
+    if not path or "\x00" in path:
+        raise InputError(f"a workspace needs a path without NUL characters, not {path!r}")
+    _check_text(path, "the workspace path")
+    return normalize_workspace(path)
+
+
+def _settings(settings: object) -> SessionSettings:
+    """Settings for a new session, checked by a round trip (a Struct's types are not checked when built)."""
+    if not isinstance(settings, SessionSettings):
+        raise InputError(f"settings are a SessionSettings, not {type(settings).__name__}")
+    try:
+        return _settings_decoder.decode(msgspec.json.encode(settings))
+    except msgspec.ValidationError as exc:
+        raise InputError(f"malformed settings: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"settings that cannot be recorded: {exc}") from None
+
 
 class HostStats(msgspec.Struct, kw_only=True):
     """Counters of a host's registry (for tests, benchmarks and dashboards)."""
@@ -315,11 +376,16 @@ class Host:
         `workspace` (and starts with `settings`, default the host's); for an
         existing one, `workspace` may be left out and must match when given.
         Problems the session finds (a wrong workspace, a store failure) come
-        back in the handle's result as `rejected`.
+        back in the handle's result as `rejected`; once the store has failed
+        (a full disk, an I/O error), `send` raises `StorageFailed` at once. Arguments of the wrong
+        kind (a dict for a message, bytes for a path, a malformed part or
+        SessionSettings, text with lone surrogates) raise `InputError` here,
+        before anything is written.
         """
         validate_session_id(session)
         content = _user_content(text)
-        where = normalize_workspace(workspace) if workspace is not None else None
+        where = _workspace(workspace) if workspace is not None else None
+        chosen = _settings(settings) if settings is not None else self._settings
         self._check_store()
         for _ in range(3):
             entry = self._acquire(session)
@@ -328,7 +394,7 @@ class Host:
                 self._outstanding.add(turn)
             try:
                 assert entry.ref is not None
-                entry.ref.tell(Send(content, turn, workspace=where, settings=settings or self._settings))
+                entry.ref.tell(Send(content, turn, workspace=where, settings=chosen))
             except pykka.ActorDeadError:
                 with self._cond:
                     self._outstanding.discard(turn)
@@ -489,9 +555,15 @@ class Host:
     # -- the registry ---------------------------------------------------------------------
 
     def _check_store(self) -> None:
+        """`StorageFailed` once the store failed (a full disk, an I/O error): the host must be reopened.
+
+        A new error for each call, caused by the OS error behind the journal's: raising the
+        journal's one instance from every client thread would chain each caller's traceback
+        onto the same object, and print them all with it.
+        """
         failed = self.journal.failed
         if failed is not None:
-            raise failed
+            raise StorageFailed(str(failed)) from failed.__cause__
 
     def _live_count(self) -> int:
         return sum(1 for entry in self._entries.values() if entry.state != "stopping")

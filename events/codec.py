@@ -25,22 +25,25 @@ but `decode_envelope` still reads the envelope of an unknown kind for audit.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Sequence
 
 import crc32c
 import msgspec
+import msgspec.inspect
 
 from events.errors import (
     ChecksumMismatch,
     CorruptLine,
+    InvalidEvent,
     InvalidSessionId,
     LineTooLarge,
     MalformedEvent,
     UnknownKind,
     UnsupportedVersion,
 )
-from events.kinds import CHECKPOINT_VERSION, EVENT_TYPES, KINDS, Event, EventBase
+from events.kinds import CHECKPOINT_VERSION, EVENT_TYPES, KINDS, Event, EventBase, raw_object_problem
 
 SCHEMA_VERSION = 1
 #: Largest line accepted on write and on read: a 16 MiB checkpoint plus envelope room.
@@ -50,8 +53,9 @@ GENESIS = "0" * 32
 
 _CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
 #: a line's bytes up to its crc field: the content without its closing brace
+#: (sid, prev and kind come as JSON strings, quotes included: see `frame_line`)
 _PREFIX_FORMAT = (
-    b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":"%s","seq":%d,"ts":%d,"prev":"%s","kind":"%s","event":%s'
+    b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s,"kind":%s,"event":%s'
 )
 #: a line's last 19 bytes, given the crc of what comes before them
 _CRC_SUFFIX_FORMAT = b',"crc":"%08x"}\n'
@@ -59,7 +63,8 @@ _CRC_HEX = re.compile(rb"[0-9a-f]{8}")
 _crc32c = crc32c.crc32c
 _sha256 = hashlib.sha256
 _CRC_SUFFIX_HEAD = b',"crc":"'
-_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+#: used with fullmatch: with `^...$` and `match`, `$` also matches before a final newline
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 
 class Envelope(msgspec.Struct, frozen=True, gc=False):
     """The envelope of a line, readable whatever its kind."""
@@ -106,7 +111,7 @@ def validate_session_id(sid: str) -> str:
     1..128 characters of letters, digits and `._:@+=-`, starting with a letter
     or digit, and no `..`: ids name LMDB keys and appear in paths and shells.
     """
-    if not isinstance(sid, str) or not _SESSION_ID_RE.match(sid) or ".." in sid:
+    if not isinstance(sid, str) or not _SESSION_ID_RE.fullmatch(sid) or ".." in sid:
         shown = sid[:40] + "..." if isinstance(sid, str) and len(sid) > 40 else sid
         raise InvalidSessionId(
             f"invalid session id {shown!r}: use 1..128 of [A-Za-z0-9._:@+=-], "
@@ -115,8 +120,142 @@ def validate_session_id(sid: str) -> str:
     return sid
 
 
-#: an event's body as JSON bytes (no checks: see `encode_line`)
+#: an event's body as JSON bytes, unchecked (the journal writes `checked_body`'s)
 encode_body: Callable[[EventBase], bytes] = _body_encoder.encode
+
+#: a str as a JSON string token, quotes included: how every string enters a line
+json_string: Callable[[str], bytes] = _body_encoder.encode
+
+
+def checked_body(event: EventBase) -> tuple[EventBase, bytes]:
+    """The event as the log will read it back, and its body: refuse what would not read back equal.
+
+    msgspec checks no types at construction, and its encoder turns NaN and
+    infinities into null; so the body is encoded, decoded back with the kind's
+    typed decoder (its types, its `Int64` bounds, its `__post_init__`
+    invariants) and the result must equal the event. Returns the decoded
+    copy, which holds exactly the types a later read gives (plain str and
+    int, tuples), and the body to frame. Raises `InvalidEvent`, naming the
+    field's `$.path`, for anything else: not an event, a field of the wrong
+    type, a non-finite number, a lone surrogate, an int outside 64 bits, a
+    list where the schema has a tuple, a value with no JSON form.
+    """
+    decode = _BODY_DECODERS.get(type(event))
+    if decode is None:  # the event classes themselves: a subclass would encode another tag
+        raise InvalidEvent(f"not an event: {type(event).__name__}")
+    try:
+        body = _body_encoder.encode(event)
+        stored: EventBase = decode(body)
+        same = stored == event
+    except Exception as exc:  # msgspec's errors are ValueErrors; a value's own __eq__ may raise anything
+        raise _refusal(event, exc) from None
+    if not same:
+        raise _refusal(event, None, stored)
+    # msgspec escapes every control character of a string: only a Raw value could put a CR or LF
+    # in the body, where it would split the line
+    if type(event) in _RAW_KINDS and (b"\n" in body or b"\r" in body):
+        raise InvalidEvent(f"{kind_name(event)} event: a raw line break in its JSON")
+    return stored, body
+
+
+def _refusal(event: EventBase, error: BaseException | None, stored: object = None) -> InvalidEvent:
+    """The InvalidEvent for an event that failed `checked_body`: its kind, the field's path and why.
+
+    The slow path: values msgspec would silently change or cannot encode are
+    named first (they explain the decode error they cause), then msgspec's
+    own message with its `$.path`, then the first field that read back
+    different.
+    """
+    kind = kind_name(event)
+    try:
+        found = _bad_value(event, "$")
+        if found is None and isinstance(error, msgspec.ValidationError):
+            text = str(error)
+            match = _MSGSPEC_PATH.search(text)
+            return InvalidEvent(f"{kind} event: {text}", path=match.group(1) if match else "")
+        if found is None and error is None:
+            found = _first_difference(event, stored, "$")
+    except RecursionError:  # a container that holds itself
+        return InvalidEvent(f"{kind} event: nested too deeply (or holds itself)")
+    except Exception as exc:  # a value whose own methods fail: the refusal must not
+        return InvalidEvent(f"{kind} event: cannot be stored ({type(exc).__name__}: {exc})")
+    if found is None:
+        why = "does not read back equal" if error is None else f"{type(error).__name__}: {error}"
+        found = ("", f"cannot be stored ({why})")
+    path, problem = found
+    return InvalidEvent(f"{kind} event: {problem}" + (f" - at `{path}`" if path else ""), path=path)
+
+
+_MSGSPEC_PATH = re.compile(r"at `(\$[^`]*)`$")
+#: what the walkers below look into rather than try to encode
+_CONTAINERS = (msgspec.Struct, list, tuple, dict)
+
+
+def _children(value: object, path: str) -> list[tuple[str, object]]:
+    """The named parts of a Struct, list, tuple or dict, with their paths (none for a leaf)."""
+    if isinstance(value, msgspec.Struct):
+        return [(f"{path}.{name}", getattr(value, name)) for name in value.__struct_fields__]
+    if isinstance(value, list | tuple):
+        return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    if isinstance(value, dict):
+        return [(f"{path}[{key!r}]", item) for key, item in value.items()]
+    return []
+
+
+def _bad_value(value: object, path: str) -> tuple[str, str] | None:
+    """The first value in `value` that cannot read back: non-finite float, lone surrogate, no JSON form."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return path, f"non-finite number {value!r} (JSON has none: it would be stored as null)"
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            return path, (
+                f"lone surrogate U+{ord(value[exc.start]):04X} at character {exc.start} "
+                "(not valid Unicode: UTF-8 cannot hold it)"
+            )
+    elif isinstance(value, msgspec.Raw):
+        problem = raw_object_problem(value)
+        return None if problem is None else (path, problem)
+    elif isinstance(value, dict):
+        for key in value:
+            found = _bad_value(key, f"{path} key {key!r}")
+            if found is not None:
+                return found
+    for child_path, child in _children(value, path):
+        found = _bad_value(child, child_path)
+        if found is not None:
+            return found
+    if type(value) not in (str, int, bool, type(None)) and not isinstance(value, _CONTAINERS):
+        try:
+            _body_encoder.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            return path, f"a {type(value).__name__}, which has no JSON form ({exc})"
+    return None
+
+
+def _first_difference(original: object, stored: object, path: str) -> tuple[str, str] | None:
+    """Where `stored` (the decoded copy) first differs from `original`, and how."""
+    if original == stored:
+        return None
+    if type(original) is not type(stored):
+        return path, f"a {type(original).__name__} where the schema reads back a {type(stored).__name__}"
+    theirs = _children(original, path)
+    ours = _children(stored, path)
+    if len(theirs) != len(ours):
+        return path, f"{len(theirs)} items read back as {len(ours)}"
+    for (child_path, left), (_, right) in zip(theirs, ours, strict=True):
+        found = _first_difference(left, right, child_path)
+        if found is not None:
+            return found
+    return path, f"{_shown(original)} reads back as {_shown(stored)}"
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def encode_line(
@@ -124,12 +263,18 @@ def encode_line(
 ) -> tuple[bytes, str]:
     """Encode one line (with its newline) and return it with its chain digest.
 
-    Raises LineTooLarge before anything could be written.
+    The event is checked as the journal checks it (`checked_body`); the session
+    id is written as a JSON string whatever it is (the journal validates it).
+    Raises InvalidEvent, InvalidSessionId or LineTooLarge before anything could be written.
     """
-    if not isinstance(event, EVENT_TYPES):
-        raise MalformedEvent(f"not an event: {type(event).__name__}")
-    tag = kind_name(event)
-    return frame_line(pos, sid.encode(), seq, ts, prev, tag.encode(), _body_encoder.encode(event))
+    _, body = checked_body(event)
+    try:
+        sid_json = json_string(sid) if isinstance(sid, str) else b""
+    except ValueError:  # a lone surrogate
+        sid_json = b""
+    if not sid_json:
+        raise InvalidSessionId(f"session id {sid!r} is not a str that JSON can hold")
+    return frame_line(pos, sid_json, seq, ts, prev, _TAG_JSON[type(event)], body)
 
 
 def frame_line(
@@ -138,10 +283,12 @@ def frame_line(
     """The line of an already encoded body, and its chain digest: the writer's hot path.
 
     Positional arguments, no checks of the event: the caller has them (see
-    `encode_line`). Raises LineTooLarge for a line over MAX_LINE_BYTES.
+    `checked_body`). `sid` and `kind` are JSON string tokens (`json_string`),
+    `prev` a str that is encoded here the same way, so no string enters the
+    line unescaped. Raises LineTooLarge for a line over MAX_LINE_BYTES.
     """
     # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
-    prefix = _PREFIX_FORMAT % (pos, sid, seq, ts, prev.encode(), kind, body)
+    prefix = _PREFIX_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev), kind, body)
     size = len(prefix) + _CRC_SUFFIX_LEN + 1  # the whole line, newline included
     if size > MAX_LINE_BYTES:
         raise LineTooLarge(
@@ -156,6 +303,34 @@ def frame_line(
 
 
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
+#: each kind's tag as a JSON string token, for the envelope
+_TAG_JSON: dict[type, bytes] = {cls: json_string(tag) for tag, cls in KINDS.items()}
+def _holds_raw(info: msgspec.inspect.Type, seen: set[type]) -> bool:
+    """Whether a value of this type may hold a msgspec.Raw (written into a line as it is)."""
+    if isinstance(info, msgspec.inspect.RawType):
+        return True
+    if isinstance(info, msgspec.inspect.StructType):
+        if info.cls in seen:
+            return False
+        seen.add(info.cls)
+        return any(_holds_raw(field.type, seen) for field in info.fields)
+    inner: list[msgspec.inspect.Type] = []
+    for name in ("item_type", "key_type", "value_type"):
+        if isinstance(getattr(info, name, None), msgspec.inspect.Type):
+            inner.append(getattr(info, name))
+    for name in ("types", "item_types"):
+        inner.extend(getattr(info, name, ()))
+    return any(_holds_raw(item, seen) for item in inner)
+
+
+#: the kinds with a Raw field somewhere (the hand-off): their bodies are scanned for line breaks
+_RAW_KINDS: frozenset[type] = frozenset(
+    cls for cls in EVENT_TYPES if _holds_raw(msgspec.inspect.type_info(cls), set())
+)
+#: each kind's typed decoder, for the round trip of `checked_body`
+_BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
+    cls: msgspec.json.Decoder(cls).decode for cls in EVENT_TYPES
+}
 
 
 def kind_name(event: EventBase) -> str:

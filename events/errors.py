@@ -21,7 +21,17 @@ class InvalidSessionId(InputError):
 
 
 class InvalidEvent(InputError):
-    """An event whose fields break the rules of its kind."""
+    """An event the log refuses to store: it would not read back equal (see `events.codec.checked_body`).
+
+    A field of the wrong type, a value outside its kind's rules, a non-finite
+    number, a lone surrogate, an int outside 64 bits, a blob that is not in
+    the store. `path` names the field the way msgspec does (`$.content[0].text`),
+    or is empty when the whole event is at fault.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class DecodeError(InputError):

@@ -6,16 +6,22 @@ a field never changes type, a tag is never reused.
 
 Invariants that make an event unusable are checked in `__post_init__`, which
 msgspec runs on construction and on decode alike, so a bad event is refused
-when it is written and again when it is replayed (K1).
+when it is written and again when it is replayed (K1); they raise
+`InvalidEvent` (a ValueError, which msgspec's decode reports as a
+ValidationError). msgspec checks no types at construction: the journal
+refuses an event whose fields have the wrong type when it round-trips it
+before writing (`events.codec.checked_body`). Every int is a signed 64-bit
+integer (`Int64`); epochs are never negative.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
-from events.model import Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
+from events.errors import InvalidEvent
+from events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
 
 #: K1 limits on a checkpoint's replacement.
 MAX_REPLACEMENT_MESSAGES = 4096
@@ -31,6 +37,8 @@ FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", 
 Trigger = Literal["threshold", "reactive", "manual"]
 Strategy = Literal["llm", "fallback"]
 FileOp = Literal["read", "write", "delete"]
+#: a compaction epoch: 0, 1, 2, ... (the index keys checkpoints by it as an unsigned integer)
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class EventBase(msgspec.Struct, frozen=True, gc=False, tag_field="kind", kw_only=True):
@@ -42,14 +50,14 @@ class FileAccess(msgspec.Struct, frozen=True, gc=False):
 
     path: str
     op: FileOp = "read"
-    ts: int = 0
+    ts: Int64 = 0
 
 
 class OpenTurn(msgspec.Struct, frozen=True, gc=False):
     """The turn in progress: its id and the user texts that make its task (C11)."""
 
     turn_id: str
-    started_seq: int
+    started_seq: Int64
     task: tuple[str, ...] = ()
 
 
@@ -60,11 +68,11 @@ class Carried(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     starts at the checkpoint takes them from here (DESIGN §2.6).
     """
 
-    revision: int = 0
+    revision: Int64 = 0
     recent_files: tuple[FileAccess, ...] = ()
-    compaction_failures: int = 0
-    last_compaction_failure_ts: int | None = None
-    last_response_ts: int | None = None
+    compaction_failures: Int64 = 0
+    last_compaction_failure_ts: Int64 | None = None
+    last_response_ts: Int64 | None = None
     open_turn: OpenTurn | None = None
     reactive_since_response: bool = False
 
@@ -72,10 +80,10 @@ class Carried(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 class SessionStarted(EventBase, frozen=True, tag="session-started"):
     workspace: str
     model: str
-    context_window: int | None = None
-    max_output_tokens: int | None = None
+    context_window: Int64 | None = None
+    max_output_tokens: Int64 | None = None
     parent_session: str | None = None
-    parent_seq: int | None = None
+    parent_seq: Int64 | None = None
     system_prompt: str = ""
     #: tool schemas as canonical JSON strings, in the order they are sent
     tool_schemas: tuple[str, ...] = ()
@@ -95,7 +103,7 @@ class TurnStarted(EventBase, frozen=True, tag="turn-started"):
 
 class TurnCompleted(EventBase, frozen=True, tag="turn-completed"):
     turn_id: str
-    requests: int = 0
+    requests: Int64 = 0
 
 
 class TurnFailed(EventBase, frozen=True, tag="turn-failed"):
@@ -108,16 +116,16 @@ class TurnFailed(EventBase, frozen=True, tag="turn-failed"):
 class Request(EventBase, frozen=True, tag="request"):
     request_id: str
     turn_id: str
-    attempt: int
+    attempt: Int64
     fingerprint: str
-    history_revision: int
-    projected_tokens: int | None
+    history_revision: Int64
+    projected_tokens: Int64 | None
     phase: str
-    message_count: int
+    message_count: Int64
     #: P3 baseline pieces: history messages sent, model, fixed tokens, source
-    history_length: int = 0
+    history_length: Int64 = 0
     model: str = ""
-    fixed_tokens: int = 0
+    fixed_tokens: Int64 = 0
     projection_source: str = ""
     handoff_included: bool = False
 
@@ -133,10 +141,10 @@ class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):
 
 class Usage(EventBase, frozen=True, tag="usage"):
     request_id: str
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-    cached_prompt_tokens: int | None = None
+    prompt_tokens: Int64 | None = None
+    completion_tokens: Int64 | None = None
+    total_tokens: Int64 | None = None
+    cached_prompt_tokens: Int64 | None = None
 
 
 class ToolResult(EventBase, frozen=True, tag="tool-result"):
@@ -145,7 +153,7 @@ class ToolResult(EventBase, frozen=True, tag="tool-result"):
     status: ToolStatus
     effect: ToolEffect
     content: tuple[Part, ...]
-    original_chars: int = 0
+    original_chars: Int64 = 0
     truncated: bool = False
     files: tuple[FileAccess, ...] = ()
 
@@ -155,17 +163,17 @@ class ProviderError(EventBase, frozen=True, tag="provider-error"):
     error_class: ErrorClass
     output_delivered: bool
     message: str = ""
-    status_code: int | None = None
+    status_code: Int64 | None = None
     #: the server's hint of when to try again (`retry-after-ms` / `Retry-After`), in ms
-    retry_after_ms: int | None = None
+    retry_after_ms: Int64 | None = None
     #: the wait before the request was sent again, in ms; None when it was not retried
-    retry_wait_ms: int | None = None
+    retry_wait_ms: Int64 | None = None
 
 
 class ContextSlimmed(EventBase, frozen=True, tag="context-slimmed"):
     mode: SlimMode
     removed_call_ids: tuple[str, ...]
-    tokens_saved: int
+    tokens_saved: Int64
     #: S1: the system marker put where the first removed message was
     marker_id: str = ""
     marker_text: str = ""
@@ -179,15 +187,49 @@ class Handoff(EventBase, frozen=True, tag="handoff"):
     only files it under its epoch.
     """
 
-    epoch: int
+    epoch: Epoch
     record: msgspec.Raw
+
+    def __post_init__(self) -> None:
+        problem = raw_object_problem(self.record)
+        if problem is not None:
+            raise InvalidEvent(f"hand-off record: {problem}")
+
+
+def raw_object_problem(raw: object) -> str | None:
+    """Why `raw` cannot stand in a line as a raw JSON object, or None when it can.
+
+    msgspec writes a Raw's bytes into the line as they are, and on decode checks
+    little more than where the value ends: so the bytes must be one JSON object
+    in valid UTF-8, with no lone surrogate escape, and with no raw line break
+    (JSON allows one between tokens; it would split the log line in two).
+    """
+    if not isinstance(raw, msgspec.Raw):
+        return f"expected msgspec.Raw, got {type(raw).__name__}"
+    data = bytes(raw)
+    if b"\n" in data or b"\r" in data:
+        return "a raw line break (CR or LF) between JSON tokens"
+    if data[:1] != b"{" or data[-1:] != b"}":
+        return "not a JSON object (it must start with '{' and end with '}', no whitespace around)"
+    try:
+        value = _raw_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        return f"not valid JSON of valid Unicode ({exc})"
+    except RecursionError:
+        return "JSON nested too deeply"
+    if not isinstance(value, dict):
+        return "not a JSON object"
+    return None
+
+
+_raw_decoder = msgspec.json.Decoder()
 
 
 class CompactionFailed(EventBase, frozen=True, tag="compaction-failed"):
-    epoch: int
-    attempt: int
+    epoch: Epoch
+    attempt: Int64
     reason: FailureReason
-    consecutive_failures: int
+    consecutive_failures: Int64
     trigger: Trigger = "threshold"
     detail: str = ""
     #: the breaker's key (C4): the normalized workspace the failure counts for
@@ -197,40 +239,40 @@ class CompactionFailed(EventBase, frozen=True, tag="compaction-failed"):
 class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """What an auditor needs to see how a checkpoint came to be."""
 
-    attempts: int = 0
+    attempts: Int64 = 0
     reductions: tuple[str, ...] = ()
-    omitted_messages: int = 0
+    omitted_messages: Int64 = 0
     omitted_files: tuple[str, ...] = ()
-    images_omitted: int = 0
-    target_tokens: int = 0
+    images_omitted: Int64 = 0
+    target_tokens: Int64 = 0
     failure_reason: str | None = None
-    model_usage_tokens: int = 0
+    model_usage_tokens: Int64 = 0
     #: C5: the retry delays asked of the injected sleep, in milliseconds
-    retry_delays_ms: tuple[int, ...] = ()
+    retry_delays_ms: tuple[Int64, ...] = ()
     #: the server's hint (429, 503) behind each of those delays, None where it gave none
-    retry_after_ms: tuple[int | None, ...] = ()
+    retry_after_ms: tuple[Int64 | None, ...] = ()
     #: C6: the chars of each summary prompt sent, in call order
-    prompt_chars: tuple[int, ...] = ()
+    prompt_chars: tuple[Int64, ...] = ()
     #: C8: exact records kept, and those left out by the limits
-    records: int = 0
-    records_omitted: int = 0
+    records: Int64 = 0
+    records_omitted: Int64 = 0
     #: C4: the breaker's state when the compaction began (closed, open, half-open)
     breaker: str = ""
     #: F4: tail messages cut to fit
-    truncated_messages: int = 0
+    truncated_messages: Int64 = 0
     failure_detail: str = ""
     #: R3's snip-only checkpoint: the tool calls whose turns the snip removed (for audits)
     snipped_call_ids: tuple[str, ...] = ()
 
 
 class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
-    version: int
-    epoch: int
-    through_seq: int
+    version: Int64
+    epoch: Epoch
+    through_seq: Int64
     trigger: Trigger
     strategy: Strategy
-    source_tokens: int
-    replacement_tokens: int
+    source_tokens: Int64
+    replacement_tokens: Int64
     replacement_messages: tuple[Message, ...]
     files_restored: tuple[str, ...] = ()
     source_hash: str = ""
@@ -241,19 +283,22 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
 
     def __post_init__(self) -> None:
         if self.version != CHECKPOINT_VERSION:
-            raise ValueError(f"unsupported checkpoint version {self.version}")
+            raise InvalidEvent(f"unsupported checkpoint version {self.version}")
         count = len(self.replacement_messages)
         if not 1 <= count <= MAX_REPLACEMENT_MESSAGES:
-            raise ValueError(
+            raise InvalidEvent(
                 f"a checkpoint needs 1..{MAX_REPLACEMENT_MESSAGES} replacement messages, got {count}"
             )
         for index, message in enumerate(self.replacement_messages):
             problem = shape_problem(message)
             if problem is not None:
-                raise ValueError(f"replacement message {index}: {problem}")
-        size = len(msgspec.json.encode(self.replacement_messages))
+                raise InvalidEvent(f"replacement message {index}: {problem}")
+        try:
+            size = len(msgspec.json.encode(self.replacement_messages))
+        except (TypeError, ValueError) as exc:  # a lone surrogate, a value with no JSON form
+            raise InvalidEvent(f"replacement messages cannot be encoded: {exc}") from None
         if size > MAX_REPLACEMENT_BYTES:
-            raise ValueError(
+            raise InvalidEvent(
                 f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}"
             )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -19,7 +19,14 @@ ToolEffect = Literal["read", "write"]
 #: M4: what an image becomes in compaction text.
 IMAGE_PLACEHOLDER = "[image omitted from compaction]"
 
-_ID_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+#: a message or tool call id: 1..128 characters, none of them a control character (used with fullmatch:
+#: `$` would let a final newline through)
+_ID_RE = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+
+#: Every int of the log is a signed 64-bit integer: what JSON readers, the LMDB index (msgpack,
+#: big-endian u64 keys) and SQL exports can hold. msgspec checks the bound on decode, so the
+#: journal's round trip refuses a larger int before it is written.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class TextPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
@@ -42,9 +49,9 @@ class BlobPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="blo
     """
 
     sha256: str
-    size: int
+    size: Int64
     media_type: str = "text/plain"
-    chars: int = 0
+    chars: Int64 = 0
     preview: str = ""
 
 
@@ -70,13 +77,13 @@ class MessageMeta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     `original_chars` and `truncated` describe a tool result (S2, X1).
     """
 
-    seq: int = 0
+    seq: Int64 = 0
     hidden: bool = False
     origin: str = ""
     record: str = ""
     tool_status: ToolStatus | None = None
     tool_effect: ToolEffect | None = None
-    original_chars: int | None = None
+    original_chars: Int64 | None = None
     truncated: bool = False
 
 
@@ -121,12 +128,12 @@ def shape_problem(message: Message) -> str | None:
         return "only an assistant message can carry reasoning"
     seen: set[str] = set()
     for call in message.tool_calls:
-        if not _ID_RE.match(call.id) or not call.name:
+        if not _ID_RE.fullmatch(call.id) or not call.name:
             return "a tool call needs an id (1..128 chars) and a name"
         if call.id in seen:
             return f"duplicate tool call id {call.id!r}"
         seen.add(call.id)
-    if message.id and not _ID_RE.match(message.id):
+    if message.id and not _ID_RE.fullmatch(message.id):
         return "message id must be 1..128 chars without control characters"
     return None
 

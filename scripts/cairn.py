@@ -1,4 +1,4 @@
-"""The `cairn` command line: audit, repair-free maintenance and benchmarks of a store.
+"""The `cairn` command line: audit, maintenance (one explicit repair) and benchmarks of a store.
 
 Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 """
@@ -13,16 +13,18 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lmdb
 import msgspec
 
 from events.codec import Record, decode_line
-from events.errors import CairnError, InputError, UnknownKind
+from events.errors import CairnError, DecodeError, InputError, UnknownKind
 from events.kinds import (
+    KINDS,
     AssistantMessage,
     CheckpointCommitted,
     CompactionFailed,
@@ -43,6 +45,9 @@ from events.model import text_of
 from events.state import replay
 from scripts import _console
 
+if TYPE_CHECKING:
+    from store.index import SessionSummary
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
 
@@ -54,28 +59,44 @@ class UsageError(Exception):
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    """Unix milliseconds as ISO 8601 UTC; as the number itself when no date has it."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
 
 
 def _print_json(obj: Any) -> None:
-    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    """One JSON document on one line; a terminal cannot act on anything in it (`_console.json_line`)."""
+    sys.stdout.write(_console.json_line(msgspec.json.encode(obj)) + "\n")
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A table on stdout: rich on a terminal, aligned plain text otherwise.
+
+    Every cell is shown through `_console.printable` (control characters
+    escaped) and, on a terminal, as a rich `Text` (never parsed as markup):
+    cells carry conversation text.
+    """
+    cells = [[_console.printable(cell) for cell in row] for row in rows]
     if sys.stdout.isatty():
         from rich.table import Table
 
-        table = Table(title=title)
+        table = Table(title=_console.text(title))
         for column in columns:
             table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(str(cell) for cell in row))
+        for row in cells:
+            table.add_row(*(_console.text(cell) for cell in row))
         _console.console().print(table)
         return
-    widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(columns)]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for row in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _warn(message: str) -> None:
+    print(f"cairn: {_console.printable(message)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -130,13 +151,14 @@ def describe(event: EventBase) -> str:
         case ContextSlimmed():
             return f"{event.mode} removed={len(event.removed_call_ids)} saved={event.tokens_saved}"
         case Handoff():
-            return f"epoch={event.epoch}"
+            return f"epoch={event.epoch} " + _clip(bytes(event.record).decode(errors="replace"), 60)
         case CompactionFailed():
             return f"epoch={event.epoch} {event.reason} consecutive={event.consecutive_failures}"
         case CheckpointCommitted():
             return (f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
                     f"tokens {event.source_tokens}->{event.replacement_tokens}")
-    return ""
+        case _:
+            return ""
 
 
 def text_of_parts(event: UserMessage) -> str:
@@ -151,7 +173,12 @@ def _clip(text: str, width: int = 70) -> str:
 
 
 def record_json(record: Record) -> dict[str, Any]:
-    body = msgspec.to_builtins(record.event)
+    """A record as a JSON object: its envelope's place, then the event as the log spells it.
+
+    Through the JSON codec rather than `msgspec.to_builtins`, so that every
+    field the log holds (a hand-off's raw `record` included) comes out.
+    """
+    body = msgspec.json.decode(msgspec.json.encode(record.event))
     return {"pos": record.pos, "sid": record.sid, "seq": record.seq, "ts": record.ts, **body}
 
 
@@ -172,20 +199,54 @@ def _open(args: argparse.Namespace) -> Any:
     return Journal.open(_store_root(args), readonly=True)
 
 
+def usage_of(summary: SessionSummary) -> dict[str, Any]:
+    """A session's provider-reported usage: cumulative figures, None where unknown.
+
+    `prompt_tokens` / `completion_tokens` sum the usage events that reported
+    each; None (unknown, not 0) when the session got responses and none of
+    them reported the figure. `usage_complete` says whether every response
+    (`responses`) reported both; `responses_without_usage` how many did not,
+    so a figure with some missing is a lower bound.
+    `last_usage_total_tokens` is the last reported request's total.
+    """
+    responses = summary.counts.get("assistant-message", 0)
+    reported = min(summary.prompt_reports, summary.completion_reports)
+    return {
+        "prompt_tokens": summary.prompt_tokens if summary.prompt_reports or not responses else None,
+        "completion_tokens": (summary.completion_tokens
+                              if summary.completion_reports or not responses else None),
+        "usage_complete": reported >= responses,
+        "responses": responses,
+        "responses_without_usage": max(0, responses - reported),
+        "last_usage_total_tokens": summary.last_usage_total_tokens,
+    }
+
+
+def _tokens_cell(value: int | None, complete: bool) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:,}" if complete else f"≥{value:,}"
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as journal:
         summaries = list(journal.sessions())
     if args.json:
-        _print_json([msgspec.to_builtins(s) for s in summaries])
+        fields = ("prompt_reports", "completion_reports")
+        _print_json([{**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
+                     for s in summaries])
         return EXIT_OK
     rows = []
     for s in summaries:
-        data = msgspec.to_builtins(s)
-        rows.append([data.get("sid"), data.get("last_seq"), data.get("model", ""),
-                     _iso(data["updated_ts"]) if data.get("updated_ts") else "",
-                     data.get("checkpoint_seq") or data.get("latest_checkpoint_seq") or "",
-                     data.get("workspace", "")])
-    _table("sessions", ["session", "events", "model", "updated", "checkpoint", "workspace"], rows)
+        usage = usage_of(s)
+        complete = usage["usage_complete"]
+        rows.append([s.sid, s.last_seq, s.model, _iso(s.updated_ts) if s.updated_ts else "",
+                     s.checkpoint_seq or "", _tokens_cell(usage["prompt_tokens"], complete),
+                     _tokens_cell(usage["completion_tokens"], complete), s.workspace])
+    _table("sessions", ["session", "events", "model", "updated", "checkpoint", "prompt tokens",
+                        "completion tokens", "workspace"], rows)
+    if any(not usage_of(s)["usage_complete"] for s in summaries):
+        print("unknown: the provider reported no usage; ≥: some responses came without usage")
     return EXIT_OK
 
 
@@ -201,6 +262,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     from store.reader import iter_records
 
     kinds = set(args.kind or ())
+    _check_range(args.from_seq, args.to_seq)
     rows: list[list[Any]] = []
 
     def emit(seq: int, ts: int, kind: str, what: str, data: dict[str, Any]) -> None:
@@ -213,8 +275,10 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     try:
         with _open(args) as journal:
-            if journal.last_seq(args.session) == 0:
+            summary = journal.session(args.session)
+            if summary is None or summary.last_seq == 0:
                 raise UsageError(f"no session {args.session!r} in {args.store}")
+            _check_kinds(kinds, summary)
             next_seq = args.from_seq
             try:
                 for record in journal.read(args.session, args.from_seq, args.to_seq):
@@ -224,8 +288,8 @@ def cmd_log(args: argparse.Namespace) -> int:
                 unknown = _unknown_kind_at(Path(args.store), exc)
                 if unknown is None:
                     raise
-                print(f"cairn: warning: seq {next_seq} of {args.session} is of a kind this cairn does not "
-                      f"know ({unknown}); listing the rest from the raw log", file=sys.stderr)
+                _warn(f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
+                      f"({unknown}); listing the rest from the raw log")
                 for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
                     env = line.envelope
                     if env.seq != next_seq:  # a line the raw reader could not read at all
@@ -246,6 +310,24 @@ def cmd_log(args: argparse.Namespace) -> int:
     if not args.json:
         _table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
     return EXIT_OK
+
+
+def _check_range(from_seq: int, to_seq: int | None) -> None:
+    if from_seq < 1:
+        raise UsageError(f"--from {from_seq}: seqs start at 1")
+    if to_seq is not None and to_seq < from_seq:
+        raise UsageError(f"--to {to_seq} is before --from {from_seq}: nothing to list")
+
+
+def _check_kinds(kinds: set[str], summary: SessionSummary) -> None:
+    """A usage error for a `--kind` that no cairn event has and the session's log does not hold.
+
+    A kind this cairn does not know is accepted when the session holds it
+    (a log written by a newer cairn); a typo is not silently an empty listing.
+    """
+    wrong = sorted(kind for kind in kinds if kind not in KINDS and kind not in summary.counts)
+    if wrong:
+        raise UsageError(f"no event kind {', '.join(map(repr, wrong))}; the kinds are: {', '.join(KINDS)}")
 
 
 def _unknown_kind_at(root: Path, error: Exception) -> str | None:
@@ -269,6 +351,8 @@ def _unknown_kind_at(root: Path, error: Exception) -> str | None:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     out = []
     with _open(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
         for ref in journal.checkpoints(args.session):
             record = next(journal.read(args.session, ref.seq, ref.seq))
             cp = record.event
@@ -288,10 +372,12 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.until is not None and args.until < 1:
+        raise UsageError(f"--until {args.until}: seqs start at 1 (--until 1 replays the first event)")
     with _open(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
         state = replay(journal.read(args.session, 1, args.until))
-    if state.last_seq == 0:
-        raise UsageError(f"no session {args.session!r} in {args.store}")
     summary = {
         "sid": state.sid, "last_seq": state.last_seq, "epoch": state.epoch, "revision": state.revision,
         "context_messages": len(state.context), "handoffs_in_epoch": len(state.epoch_handoffs),
@@ -350,22 +436,26 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Check the store; exit 1 for problems. Warnings (a torn tail, an accepted loss) and information (an
+    index that lags the log) leave the exit code 0."""
     from store.verify import verify_store
 
     root = _store_root(args)
     with _progress("verifying", not args.json) as progress:
         report = verify_store(root, progress=progress)
-    data = msgspec.to_builtins(report)
     if args.json:
-        _print_json(data)
+        _print_json({**msgspec.to_builtins(report), "ok": report.ok})
     else:
-        for warning in data.get("warnings", []):
-            print(f"warning: {warning if isinstance(warning, str) else json.dumps(warning)}")
-        for problem in data.get("problems", []):
-            print(f"PROBLEM: {problem if isinstance(problem, str) else json.dumps(problem)}")
-        counts = {k: v for k, v in data.items() if isinstance(v, int)}
-        print(("ok" if not data.get("problems") else "problems found") + " " + json.dumps(counts))
-    return EXIT_PROBLEMS if data.get("problems") else EXIT_OK
+        for note in report.info:  # findings quote the store (paths, session ids, link targets): escaped
+            print(f"info: {_console.printable(note)}")
+        for warning in report.warnings:
+            print(f"warning: {_console.printable(warning)}")
+        for problem in report.problems:
+            print(f"PROBLEM: {_console.printable(problem)}")
+        data = msgspec.to_builtins(report)
+        counts = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
+        print(("ok" if report.ok else "problems found") + " " + json.dumps(counts))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -376,6 +466,32 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         result = reindex(root, progress=progress)
     data = msgspec.to_builtins(result)
     _print_json(data) if args.json else print(f"reindexed: {json.dumps(data)}")
+    return EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """The one repair cairn makes on request: accept, and log, the loss of acknowledged lines."""
+    from store.repair import accept_loss
+
+    root = _store_root(args)
+    if not args.accept_loss:
+        raise UsageError("repair changes nothing unless told what to accept: pass --accept-loss to record "
+                         "that the acknowledged lines `cairn verify` reports missing are lost")
+    with _progress("repairing", not args.json) as progress:
+        record = accept_loss(root, reason=args.reason, progress=progress)
+    if args.json:
+        _print_json(msgspec.to_builtins(record))
+        return EXIT_OK
+    for span in record.ranges:
+        shown = f"pos {span.first_pos}" if span.first_pos == span.last_pos else \
+            f"positions {span.first_pos}-{span.last_pos}"
+        print(f"accepted the loss of {shown} ({_console.printable(span.where)})")
+    lost = _console.printable(", ".join(str(s) for s in record.sessions))
+    print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
+    for kept in record.quarantined:
+        print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
+    print("recorded in operator.jsonl; writers may open the store, and appends continue past the lost "
+          "positions")
     return EXIT_OK
 
 
@@ -444,11 +560,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)
 
+    p = sub.add_parser("repair", parents=[common], help="accept (and log) the loss of acknowledged lines")
+    p.add_argument("--accept-loss", action="store_true", help="record that the missing lines are lost")
+    p.add_argument("--reason", default="", help="why, for the operator log")
+    p.set_defaults(func=cmd_repair)
+
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction")
     p.set_defaults(func=cmd_bench)
     return parser
+
+
+def exit_code(error: BaseException) -> int:
+    """What an error that ends a command means for its exit status (see the module doc).
+
+    1 for a problem the store holds (a corrupt line, a bad blob, a line that
+    does not decode, acknowledged lines missing, an entry cairn did not make
+    in place of its own); 2 for everything that kept the command from running:
+    bad arguments, no or another writer's store (`StoreLocked`), a disk that
+    failed (`StorageFailed`), an OS error on the path.
+    """
+    from store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
+
+    held = CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry
+    if isinstance(error, held):
+        return EXIT_PROBLEMS
+    return EXIT_USAGE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -459,17 +597,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.func(args))
-    except UsageError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except InputError as exc:
-        print(f"cairn: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except CairnError as exc:
-        print(f"cairn: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
     except BrokenPipeError:
         return EXIT_OK
+    except UsageError as exc:
+        _warn(str(exc))
+        return EXIT_USAGE
+    except InputError as exc:
+        code = exit_code(exc)
+        _warn(str(exc) if code == EXIT_USAGE else f"{type(exc).__name__}: {exc}")
+        return code
+    except CairnError as exc:
+        _warn(f"{type(exc).__name__}: {exc}")
+        return exit_code(exc)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else f" (the store at {args.store})"
+        _warn(f"{exc.strerror or type(exc).__name__}{where}")
+        return EXIT_USAGE
+    except lmdb.Error as exc:  # the index's disk failed where the store let LMDB's error through
+        _warn(f"the index failed: {type(exc).__name__}: {exc}")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

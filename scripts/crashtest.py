@@ -4,12 +4,18 @@
 
 A child process appends events of 200 B to 64 KiB to many sessions from
 several threads and reports each acknowledgement (sid, seq, pos, content
-hash) to this parent over a pipe as soon as `append` returns. The parent
-SIGKILLs it at a random moment. In `lose-unsynced` rounds it then also cuts
-the active segment at a random byte after the last acknowledged line, as a
-power loss would drop writes that were never fsynced (PITFALLS 30). It then
-reopens the store and checks:
+hash) to this parent over a pipe as soon as `append` returns, and each
+fsync of a segment (its size then) from inside the fsync, before the writer
+goes on. The parent SIGKILLs it at a random moment. In `lose-unsynced`
+rounds it then also damages the active segment from a random byte past the
+last fsync, as a power loss would: the bytes are cut, or left as zeros
+(blocks whose size reached the disk but whose data did not); and the
+`ACKED` mark goes back to what it was at the child's open (its last fsync),
+as a power loss may undo its later, unsynced rewrites (PITFALLS 30). It
+then reopens the store and checks:
 
+- the writer opens: nothing acknowledged is missing (a damaged tail past the
+  last fsync is never taken for a loss);
 - recovery found no corruption, and any invalid bytes it cut were the final
   ones of the last segment (only a final line can be torn);
 - every acknowledged event is present with identical content;
@@ -45,6 +51,8 @@ from events.errors import DecodeError
 from events.kinds import EventBase, SessionStarted, UserMessage
 from events.model import TextPart
 from store import Journal, verify_store
+from store.errors import AcknowledgedDataMissing
+from store.loss import ACK_MARK
 from store.segments import iter_lines, list_segments, segment_name
 
 SEGMENT_BYTES = 256 * 1024
@@ -66,11 +74,22 @@ def _payload(rng: random.Random) -> str:
 
 
 def run_child(store: Path, seed: int) -> int:
-    journal = Journal.open(store, segment_bytes=SEGMENT_BYTES)
     out = sys.stdout.fileno()
 
     def report(line: str) -> None:
         os.write(out, line.encode())  # one write per ack line (< PIPE_BUF: atomic)
+
+    def reporting_fsync(fd: int) -> None:
+        """fsync, then tell the parent how much of which segment is durable, before the writer goes on."""
+        os.fsync(fd)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return
+        if target.endswith(".jsonl"):
+            report(f"synced {os.path.basename(target)} {os.fstat(fd).st_size}\n")
+
+    journal = Journal.open(store, segment_bytes=SEGMENT_BYTES, fsync=reporting_fsync)
 
     def work(thread: int) -> None:
         rng = random.Random(seed * 1000 + thread)
@@ -106,6 +125,7 @@ class Campaign:
     kills: int = 0
     lost_unsynced_bytes: int = 0
     lose_rounds: int = 0
+    zeroed_rounds: int = 0
     torn_tails: int = 0
     torn_bytes: int = 0
     index_rebuilds: int = 0
@@ -115,13 +135,17 @@ class Campaign:
         self.failures.append(f"round {round_no}: {message}")
 
 
-def _read_acks(pipe: object, acks: list[tuple[str, int, int, str]], ready: threading.Event) -> None:
+def _read_acks(
+    pipe: object, acks: list[tuple[str, int, int, str]], synced: dict[str, int], ready: threading.Event
+) -> None:
     for raw in pipe:  # type: ignore[attr-defined]
         parts = raw.split()
         if parts == ["ready"]:
             ready.set()
         elif len(parts) == 5 and parts[0] == "ack":
             acks.append((parts[1], int(parts[2]), int(parts[3]), parts[4]))
+        elif len(parts) == 3 and parts[0] == "synced":
+            synced[parts[1]] = max(synced.get(parts[1], 0), int(parts[2]))
 
 
 def _last_acked_end(log_dir: Path, max_pos: int) -> tuple[Path, int]:
@@ -147,14 +171,16 @@ def run_round(campaign: Campaign, round_no: int, rng: random.Random, mode: str) 
         text=True,
     )
     acks: list[tuple[str, int, int, str]] = []
+    synced: dict[str, int] = {}
     ready = threading.Event()
-    reader = threading.Thread(target=_read_acks, args=(child.stdout, acks, ready), daemon=True)
+    reader = threading.Thread(target=_read_acks, args=(child.stdout, acks, synced, ready), daemon=True)
     reader.start()
     if not ready.wait(60):
         child.kill()
         child.wait()
         campaign.fail(round_no, "the child never became ready")
         return
+    mark_at_open = (campaign.store / ACK_MARK).read_bytes()  # fsynced by the open, rewritten unsynced later
     time.sleep(rng.uniform(0.0, 0.35))
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -167,12 +193,20 @@ def run_round(campaign: Campaign, round_no: int, rng: random.Random, mode: str) 
     if lose:
         max_pos = max((pos for pos, _ in campaign.acked.values()), default=-1)
         path, floor = _last_acked_end(campaign.store / "log", max_pos)
+        floor = max(floor, synced.get(path.name, 0))  # only what was never fsynced may be lost
         size = path.stat().st_size
         if size > floor:
             cut = rng.randint(floor, size)
-            os.truncate(path, cut)
+            if rng.random() < 0.5:
+                os.truncate(path, cut)
+            else:  # the size reached the disk, the data did not: zeros from the cut on
+                with open(path, "r+b") as segment:
+                    segment.seek(cut)
+                    segment.write(bytes(size - cut))
+                campaign.zeroed_rounds += 1
             campaign.lost_unsynced_bytes += size - cut
             campaign.lose_rounds += 1
+        (campaign.store / ACK_MARK).write_bytes(mark_at_open)
 
     check(campaign, round_no)
 
@@ -180,7 +214,12 @@ def run_round(campaign: Campaign, round_no: int, rng: random.Random, mode: str) 
 def check(campaign: Campaign, round_no: int) -> None:
     store = campaign.store
     last_segment = segment_name(list_segments(store / "log")[-1])
-    with Journal.open(store, segment_bytes=SEGMENT_BYTES) as journal:
+    try:
+        journal = Journal.open(store, segment_bytes=SEGMENT_BYTES)
+    except AcknowledgedDataMissing as exc:
+        campaign.fail(round_no, f"the writer does not open: {exc}")
+        return
+    with journal:
         recovery = journal.recovery
         if recovery.corruptions:
             campaign.fail(round_no, f"recovery found corruption: {recovery.corruptions[:3]}")
@@ -244,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         f"crashtest: {campaign.kills} kills ({args.mode}, seed {args.seed}) in {elapsed:.1f}s; "
         f"{len(campaign.acked)} acknowledged events in {sessions} sessions all present; "
         f"torn tails cut: {campaign.torn_tails} ({campaign.torn_bytes} bytes); "
-        f"unsynced writes dropped: {campaign.lose_rounds} rounds ({campaign.lost_unsynced_bytes} bytes); "
+        f"unsynced writes dropped: {campaign.lose_rounds} rounds ({campaign.lost_unsynced_bytes} bytes, "
+        f"{campaign.zeroed_rounds} of them left as zeros); "
         f"index rebuilds: {campaign.index_rebuilds}"
     )
     for failure in campaign.failures:

@@ -16,9 +16,6 @@ every session must replay to exactly the state and next request it had live.
 Run again on the same store, it continues the same sessions from their logs
 (after a crash too: an unfinished turn is marked interrupted first).
 
-Exit 0 when every session replayed identically and the log shows a hand-off,
-an LLM checkpoint, a fallback and a reactive recovery; 1 otherwise.
-
 `--provider openai` runs the same sessions against an OpenAI-compatible
 endpoint configured by the `CAIRN_*` variables (`CAIRN_BASE_URL`,
 `CAIRN_API_KEY`, `CAIRN_MODEL`, `CAIRN_CONTEXT_WINDOW`, optionally
@@ -29,8 +26,26 @@ so the context grows whatever the model says and, within about eight turns,
 every session crosses the hand-off band and compacts through the endpoint
 (an LLM summary, or the fallback when the model's summary fails the gates).
 No faults are injected: what the endpoint does is reported as it happened.
-Exit 0 when every session replayed identically, crossed the hand-off band
-and compacted; 1 otherwise; 2 when the endpoint is not configured.
+
+The report lists every turn of this run that did not complete, with its
+reason (rejected: the session refused the message, e.g. `WorkspaceMismatch`
+on a copied store, whose sessions work in the original's workspaces;
+failed: the phase and error; error: what sending raised). Tokens are what
+the provider reported: `unknown` when it reported no usage, `≥` when some
+responses came without it.
+
+Exit status. The run is healthy, and the demo exits 0, when all of these hold:
+1. every turn it sent (N x M) completed;
+2. after reopening, every session replayed to the same state and next request;
+3. the log shows what the demo is for. Scripted: a hand-off, an LLM
+   checkpoint, a fallback checkpoint and a reactive recovery (they need the
+   defaults' sessions and turns). OpenAI: every session crossed the hand-off
+   band and compacted.
+Otherwise it exits 1: the run did not do what it says. It exits 2, with one
+line on stderr, when it could not run: a `--store` that cannot be a
+directory, a store another process writes (`StoreLocked`), an endpoint not
+configured, or a store that failed during the run (a full disk): the sessions
+stop, and a later run on the same store recovers from the log.
 """
 
 from __future__ import annotations
@@ -38,8 +53,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import re
+import shlex
+import stat
 import sys
 import threading
 import time
@@ -51,6 +69,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import lmdb
+from rich.text import Text
+
 from actors import Host, SessionSettings, WorkspaceTools, placement
 from actors.provider.base import Provider, ProviderRequest, TextDelta
 from actors.provider.config import ProviderConfigError
@@ -60,9 +81,12 @@ from actors.session.budget import budget_for
 from actors.session.profile import tools_json
 from actors.session.tokens import TokenCounter
 from events.codec import Record
+from events.errors import CairnError
 from events.kinds import CheckpointCommitted, TurnFailed, Usage
 from events.model import TextPart, ToolCall
 from scripts import _console
+from store.files import private_dir
+from store.segments import FsyncFn
 
 DEFAULT_SESSIONS = 8
 DEFAULT_TURNS = 12
@@ -406,6 +430,37 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
 # --- progress and the report ------------------------------------------------------------------
 
 
+class DemoStoreFailed(Exception):
+    """The store failed during the run (a full disk, an I/O error): the demo stopped its sessions."""
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How one turn of this run ended for its client: the turn's result, or what `send` raised.
+
+    `status` is the result's (`completed`, `failed` in `phase`, `rejected`),
+    or `error` when sending or waiting raised (`error_class` says what).
+    """
+
+    turn: int
+    status: str
+    phase: str | None = None
+    error_class: str = ""
+    error: str = ""
+    requests: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def reason(self) -> str:
+        """`rejected: WorkspaceMismatch: session ... works in ...`, `failed in provider: ...`."""
+        what = f"{self.status} in {self.phase}" if self.phase else self.status
+        detail = ": ".join(part for part in (self.error_class, self.error) if part)
+        return f"{what}: {detail}" if detail else what
+
+
 @dataclass
 class Live:
     """What each session is doing, for the progress view (written by the client threads)."""
@@ -416,9 +471,13 @@ class Live:
     requests: int = 0
     handoffs: int = 0
     checkpoints: int = 0
-    failed: int = 0
     chars: int = 0
     done: bool = False
+    outcomes: list[TurnOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(not outcome.ok for outcome in self.outcomes)
 
 
 @dataclass
@@ -426,12 +485,19 @@ class SessionReport:
     session: str
     turns: int = 0
     requests: int = 0
-    tokens: int = 0
+    #: provider-reported tokens summed over usage events; None (unknown) when no response reported any
+    tokens: int | None = 0
+    responses: int = 0
+    responses_without_usage: int = 0
     handoffs: int = 0
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     provider_errors: int = 0
     replayed: bool = False
+    #: this run: the turns sent, those completed, and every other one with its reason
+    sent: int = 0
+    completed: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def crossed_handoff(self) -> bool:
@@ -449,11 +515,10 @@ def _describe(record: Record) -> str:
     return kind
 
 
-def _client(host: Host, setup: Setup, sid: str, workspace: Path, first: int, turns: int, live: Live,
-            lock: threading.Lock, plain: bool) -> None:
-    for n in range(first, first + turns):
-        with lock:
-            live.turn, live.doing = n - first + 1, "sending"
+def _one_turn(host: Host, setup: Setup, sid: str, workspace: Path, n: int, live: Live,
+              lock: threading.Lock) -> TurnOutcome:
+    """Send turn `n` and follow it to its end; what sending or waiting raised is its outcome."""
+    try:
         turn = host.send(sid, setup.message(sid, n, workspace), workspace=workspace)
         for item in turn.events(timeout=setup.wait_s):
             with lock:
@@ -469,33 +534,58 @@ def _client(host: Host, setup: Setup, sid: str, workspace: Path, first: int, tur
                 elif item.line_kind == "checkpoint-committed":
                     live.checkpoints += 1
         result = turn.result(timeout=setup.wait_s)
+    except Exception as error:  # a client thread reports, never dies with a traceback
+        return TurnOutcome(turn=n, status="error", error_class=type(error).__name__, error=str(error))
+    return TurnOutcome(turn=n, status=result.status, phase=result.phase, error_class=result.error_class,
+                       error=result.error, requests=result.requests)
+
+
+def _client(host: Host, setup: Setup, sid: str, workspace: Path, first: int, turns: int, live: Live,
+            lock: threading.Lock, plain: bool) -> None:
+    """Send the session's turns one after the other, keeping how each ended in `live.outcomes`.
+
+    Once the store has failed, the session sends nothing more: every send
+    would fail the same way.
+    """
+    try:
+        for n in range(first, first + turns):
+            with lock:
+                live.turn, live.doing = n - first + 1, "sending"
+            outcome = _one_turn(host, setup, sid, workspace, n, live, lock)
+            with lock:
+                live.outcomes.append(outcome)
+                live.doing = "completed" if outcome.ok else outcome.status
+            if plain:
+                said = f"completed ({outcome.requests} requests)" if outcome.ok else outcome.reason
+                print(_console.printable(f"  {sid} turn {n} ({n - first + 1}/{turns} of this run): {said}"),
+                      flush=True)
+            if host.journal.failed is not None:
+                break
+    finally:
         with lock:
-            live.failed += 0 if result.ok else 1
-            live.doing = "completed" if result.ok else f"failed ({result.phase})"
-        if plain:
-            print(f"  {sid} turn {n - first + 1}/{turns}: {result.status}"
-                  f"{'' if result.ok else ' in ' + str(result.phase)} ({result.requests} requests)",
-                  flush=True)
-    with lock:
-        live.done, live.doing = True, "done"
+            live.done = True
+            live.doing = "done" if not live.failed else f"done, {live.failed} not completed"
 
 
 def _progress_table(lives: dict[str, Live], lock: threading.Lock, elapsed: float) -> Any:
     from rich.table import Table
 
     table = Table(title=f"cairn demo: {len(lives)} sessions ({elapsed:.1f} s)")
-    for column in ("session", "turn", "now", "requests", "checkpoints", "streamed chars", "failed"):
+    for column in ("session", "turn", "now", "requests", "checkpoints", "streamed chars", "not completed"):
         table.add_column(column)
     with lock:
         for sid, live in lives.items():
-            style = "green" if live.done else ""
-            table.add_row(sid, f"{live.turn}/{live.of}", live.doing, str(live.requests),
-                          str(live.checkpoints), f"{live.chars:,}", str(live.failed), style=style)
+            style = ("green" if not live.failed else "red") if live.done else ""
+            table.add_row(*(_console.text(cell) for cell in (
+                sid, f"{live.turn}/{live.of}", live.doing, live.requests, live.checkpoints, f"{live.chars:,}",
+                live.failed)), style=style)
     return table
 
 
 def _report_for(host: Host, sid: str) -> SessionReport:
     report = SessionReport(session=sid)
+    reports = 0
+    tokens = 0
     for record in host.journal.read(sid):
         event = record.event
         kind = record.line_kind
@@ -503,13 +593,18 @@ def _report_for(host: Host, sid: str) -> SessionReport:
             report.turns += 1
         elif kind == "request":
             report.requests += 1
+        elif kind == "assistant-message":
+            report.responses += 1
         elif kind == "handoff":
             report.handoffs += 1
         elif kind == "provider-error":
             report.provider_errors += 1
         elif isinstance(event, Usage):
-            summed = (event.prompt_tokens or 0) + (event.completion_tokens or 0)
-            report.tokens += max(event.total_tokens or 0, summed)
+            figures = (event.total_tokens, event.prompt_tokens, event.completion_tokens)
+            if any(figure is not None for figure in figures):
+                reports += 1
+                summed = (event.prompt_tokens or 0) + (event.completion_tokens or 0)
+                tokens += max(event.total_tokens or 0, summed)
         elif isinstance(event, TurnFailed):
             report.failures.append(event.phase)
         elif isinstance(event, CheckpointCommitted):
@@ -518,6 +613,8 @@ def _report_for(host: Host, sid: str) -> SessionReport:
                 "source_tokens": event.source_tokens, "replacement_tokens": event.replacement_tokens,
                 "reduction": 1 - event.replacement_tokens / max(1, event.source_tokens),
             })
+    report.tokens = tokens if reports or not report.responses else None
+    report.responses_without_usage = max(0, report.responses - reports)
     return report
 
 
@@ -536,21 +633,45 @@ def _check_sessions(host: Host, sids: list[str], settings: SessionSettings) -> N
             )
 
 
+def _prepare_store(store: Path) -> None:
+    """The store's directory, created when missing; DemoSetupError when the path cannot be one."""
+    try:
+        mode: int | None = store.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:  # a symlink loop, a file on the way, no permission
+        raise DemoSetupError(f"--store {store}: {error.strerror or error}") from error
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise DemoSetupError(f"--store {store} is not a directory")
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(store)  # the store holds conversations: 0700, as the journal makes its own
+    except OSError as error:
+        raise DemoSetupError(f"--store {store}: {error.strerror or error}") from error
+
+
 def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
-        setup: Setup | None = None) -> dict[str, Any]:
-    """Run the demo; returns the report (see `main` for its use)."""
+        setup: Setup | None = None, fsync: FsyncFn = os.fsync) -> dict[str, Any]:
+    """Run the demo; returns the report (see `main` for its use).
+
+    Raises `DemoSetupError` when the demo cannot start on `store`, a
+    `CairnError` of the store (`StoreLocked`: another process writes it) or
+    `OSError`, and `DemoStoreFailed` when the store failed during the run.
+    `fsync` is the disk sync the store uses (a seam for tests of a failing disk).
+    """
     setup = setup if setup is not None else scripted_setup()
     settings = setup.settings
     started = time.perf_counter()
     sids = [f"demo-{n}" for n in range(1, sessions + 1)]
     spaces = store / "demo-workspaces"
-    for n, sid in enumerate(sids, 1):
-        make_workspace(spaces / sid, n)
-    store.mkdir(parents=True, exist_ok=True)
+    _prepare_store(store)
     host = Host.open(store, settings=settings, tools=WorkspaceTools(), max_live_sessions=max(sessions, 8),
-                     provider_factory=setup.adapter_for)
+                     provider_factory=setup.adapter_for, fsync=fsync)
     firsts: dict[str, int] = {}
+    failed: Exception | None = None
     try:
+        for n, sid in enumerate(sids, 1):
+            make_workspace(spaces / sid, n)
         _check_sessions(host, sids, settings)
         for sid in sids:  # continue where the log ends: turns already run keep their numbers
             summary = host.journal.session(sid)
@@ -579,13 +700,19 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
         for thread in threads:
             thread.join()
         ran = time.perf_counter() - started
-        live_states = {sid: host.state(sid) for sid in sids}
-        live_requests = {sid: host.next_request(sid) for sid in sids}
+        failed = host.journal.failed
+        if failed is None:
+            live_states = {sid: host.state(sid) for sid in sids}
+            live_requests = {sid: host.next_request(sid) for sid in sids}
     finally:
         host.close()  # stop: every actor, then the store
+    outcomes = {sid: lives[sid].outcomes for sid in sids}
+    if failed is not None:
+        done = sum(outcome.ok for sid in sids for outcome in outcomes[sid])
+        raise DemoStoreFailed(f"{failed}; {done} of {sessions * turns} turns completed before it")
 
     reopened = Host.open(store, settings=settings, tools=WorkspaceTools(), sweep=False,
-                         provider_factory=setup.adapter_for)
+                         provider_factory=setup.adapter_for, fsync=fsync)
     try:
         reports = []
         for sid in sids:
@@ -595,6 +722,11 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
                 and reopened.next_request(sid) == live_requests[sid]
                 and reopened.journal.replay_full(sid) == live_states[sid]
             )
+            report.sent = len(outcomes[sid])
+            report.completed = sum(outcome.ok for outcome in outcomes[sid])
+            report.problems = [{"turn": o.turn, "status": o.status, "phase": o.phase,
+                                "error_class": o.error_class, "error": o.error, "reason": o.reason}
+                               for o in outcomes[sid] if not o.ok]
             reports.append(report)
     finally:
         reopened.close()
@@ -611,6 +743,18 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
             "hand-off band crossed by every session": all(r.crossed_handoff for r in reports),
             "compaction in every session": all(r.checkpoints for r in reports),
         }
+    sent = sum(r.sent for r in reports)
+    completed = sum(r.completed for r in reports)
+    known = [r.tokens for r in reports if r.tokens is not None]
+    unhealthy = []  # why the run did not do what it says (the module doc's three conditions)
+    if completed < sessions * turns:
+        unhealthy.append(f"{sessions * turns - completed} of {sessions * turns} turns did not complete")
+    differ = [r.session for r in reports if not r.replayed]
+    if differ:
+        unhealthy.append(f"{', '.join(differ)} replayed to another state or request")
+    missing = [name for name, ok in seen.items() if not ok]
+    if missing:
+        unhealthy.append(f"not seen: {', '.join(missing)}")
     return {
         "provider": setup.provider,
         "endpoint": setup.endpoint,
@@ -622,11 +766,14 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
         "continued_sessions": continued,
         "run_seconds": round(ran, 2),
         "total_seconds": round(time.perf_counter() - started, 2),
+        "turns_sent": sent,
+        "turns_completed": completed,
         "replayed_identically": sum(r.replayed for r in reports),
         "seen": seen,
         "observed": {
             "requests": sum(r.requests for r in reports),
-            "provider tokens": sum(r.tokens for r in reports),
+            "provider tokens": sum(known) if known else None,
+            "responses without usage": sum(r.responses_without_usage for r in reports),
             "hand-offs": sum(r.handoffs for r in reports),
             "sessions that crossed the hand-off band": sum(r.crossed_handoff for r in reports),
             "LLM checkpoints": sum(c["strategy"] == "llm" for c in checkpoints),
@@ -635,7 +782,8 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
             "failed turns": sum(len(r.failures) for r in reports),
             "provider errors": sum(r.provider_errors for r in reports),
         },
-        "ok": all(r.replayed for r in reports) and all(seen.values()),
+        "ok": not unhealthy,
+        "unhealthy_because": unhealthy,
         "reports": [{**r.__dict__, "crossed_handoff": r.crossed_handoff} for r in reports],
     }
 
@@ -649,52 +797,110 @@ def _checkpoint_cell(checkpoints: list[dict[str, Any]]) -> str:
     )
 
 
+def _tokens_cell(report: dict[str, Any]) -> str:
+    """Provider-reported tokens: `unknown` when no response reported usage, `≥` when some did not."""
+    tokens = report["tokens"]
+    if tokens is None:
+        return "unknown"
+    return f"≥{tokens:,}" if report["responses_without_usage"] else f"{tokens:,}"
+
+
+def _figure(value: Any) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def _turn_numbers(turns: list[int]) -> str:
+    """`13`, `13-14`, `13, 15`: the turn numbers of one reason, runs collapsed."""
+    runs: list[list[int]] = []
+    for turn in sorted(turns):
+        if runs and turn == runs[-1][-1] + 1:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def problem_lines(report: dict[str, Any]) -> list[str]:
+    """One line per session and reason for every turn of this run that did not complete."""
+    lines: list[str] = []
+    for r in report["reports"]:
+        by_reason: dict[str, list[int]] = {}
+        for problem in r["problems"]:
+            by_reason.setdefault(problem["reason"], []).append(problem["turn"])
+        for reason, turns in by_reason.items():
+            which = f"turn {turns[0]}" if len(turns) == 1 else f"turns {_turn_numbers(turns)}"
+            lines.append(f"{r['session']} {which}: {reason}")
+    return lines
+
+
 def render(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = _console.console()
+
+    def say(line: str = "", style: str = "") -> None:  # never parsed as markup: it may quote the log
+        console.print(_console.text(line, style), soft_wrap=True)  # one line: the terminal wraps it
+
     table = Table(title="sessions (from the log, after reopening the store)")
-    for column in ("session", "turns", "requests", "tokens", "hand-offs", "checkpoints (reduction)",
-                   "failures", "replay"):
+    for column in ("session", "turns", "this run", "requests", "tokens", "hand-offs",
+                   "checkpoints (reduction)", "failures", "replay"):
         table.add_column(column)
     for r in report["reports"]:
         failures = ", ".join(r["failures"]) or "-"
         if r["provider_errors"]:
             failures += f" ({r['provider_errors']} provider errors)"
-        table.add_row(r["session"], str(r["turns"]), str(r["requests"]), f"{r['tokens']:,}",
-                      str(r["handoffs"]), _checkpoint_cell(r["checkpoints"]), failures,
-                      "[green]identical[/]" if r["replayed"] else "[red]DIFFERS[/]")
+        this_run = f"{r['completed']}/{r['sent']} completed"
+        table.add_row(
+            *(_console.text(cell) for cell in (r["session"], r["turns"])),
+            _console.text(this_run, "" if r["completed"] == r["sent"] else "red"),
+            *(_console.text(cell) for cell in (r["requests"], _tokens_cell(r), r["handoffs"])),
+            Text("\n".join(map(_console.printable, _checkpoint_cell(r["checkpoints"]).split("\n")))),
+            _console.text(failures),
+            _console.text("identical", "green") if r["replayed"] else _console.text("DIFFERS", "red"),
+        )
     console.print(table)
+    if any(r["tokens"] is None or r["responses_without_usage"] for r in report["reports"]):
+        say("tokens: as the provider reported them; unknown: it reported no usage, ≥: some responses "
+            "came without usage")
     if report.get("provider") == "openai":
-        observed = ", ".join(f"{name} {value:,}" for name, value in report["observed"].items())
-        console.print(f"Endpoint {report['endpoint']}, model {report['model']}, context window "
-                      f"{report['context_window']:,}: {observed}.", highlight=False)
+        observed = ", ".join(f"{name} {_figure(value)}" for name, value in report["observed"].items())
+        say(f"Endpoint {report['endpoint']}, model {report['model']}, context window "
+            f"{report['context_window']:,}: {observed}.")
     if report.get("placement") == "one-cpu":
-        console.print(f"The host's threads ran on CPU {report['cpu']}, batch-scheduled (CAIRN_CPU=off leaves "
-                      "them to the OS).", highlight=False)
+        say(f"The host's threads ran on CPU {report['cpu']}, batch-scheduled (CAIRN_CPU=off leaves "
+            "them to the OS).")
     elif report.get("placement") == "batch":
-        console.print("The host's threads were batch-scheduled on every CPU (CAIRN_CPU=batch).",
-                      highlight=False)
+        say("The host's threads were batch-scheduled on every CPU (CAIRN_CPU=batch).")
     seen = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in report["seen"].items())
-    console.print(
+    say(
         f"{report['sessions']} sessions x {report['turns_per_session']} turns in {report['run_seconds']} s"
-        f" ({report['continued_sessions']} continued from an earlier run); reopened the store: "
+        f" ({report['continued_sessions']} continued from an earlier run): {report['turns_completed']} of "
+        f"{report['turns_sent']} turns completed; reopened the store: "
         f"{report['replayed_identically']}/{report['sessions']} sessions replayed to the same state "
         f"and next request. Seen: {seen}."
     )
+    problems = problem_lines(report)
+    if problems:
+        say("Turns of this run that did not complete:", "red")
+        for line in problems:
+            say(f"  {line}")
     openai = report.get("provider") == "openai"
     if not all(report["seen"].values()) and openai:
-        console.print(
+        say(
             "Not every session crossed the hand-off band and compacted: run more turns (--turns), or a "
             "smaller CAIRN_CONTEXT_WINDOW; the table shows what each session did."
         )
     elif not all(report["seen"].values()):
-        console.print(
+        say(
             f"Not everything was seen: the fallback happens in demo-{FALLBACK_SESSION}, the reactive "
             f"recovery in demo-{REACTIVE_SESSION}, and the first compactions after about 6 turns; "
             "run with the defaults (8 sessions, 12 turns) to see them all."
         )
-    store = report["store"]
+    if report["ok"]:
+        say("The run is healthy.", "green")
+    else:
+        say(f"The run is NOT healthy: {'; '.join(report['unhealthy_because'])}.", "red")
+    store = shlex.quote(report["store"])
     fallback = f"demo-{FALLBACK_SESSION}"
     reactive = f"demo-{REACTIVE_SESSION}"
     present = {r["session"] for r in report["reports"]}
@@ -702,8 +908,16 @@ def render(report: dict[str, Any]) -> None:
         fallback = "demo-1"
     if openai or reactive not in present:
         reactive = "demo-1"
-    console.print("\nAudit what happened:")
-    for command in (
+    say()
+    say("Audit what happened:")
+    for command in audit_commands(store, fallback, reactive):
+        say(f"  {command}")
+
+
+def audit_commands(store: str, fallback: str = f"demo-{FALLBACK_SESSION}",
+                   reactive: str = f"demo-{REACTIVE_SESSION}") -> list[str]:
+    """The `cairn` commands the demo prints to audit its store (`store` quoted for a shell)."""
+    return [
         f"cairn sessions --store {store}",
         f"cairn checkpoints {fallback} --store {store}",
         f"cairn log {fallback} --store {store} --kind compaction-failed --kind checkpoint-committed",
@@ -712,8 +926,57 @@ def render(report: dict[str, Any]) -> None:
         f"cairn context demo-1 --store {store}",
         f"cairn replay demo-1 --store {store}",
         f"cairn verify --store {store}",
-    ):
-        console.print(f"  {command}", highlight=False)
+    ]
+
+
+class HeldLogs(logging.Handler):
+    """Log records of the run (cairn's warnings, pykka's errors), held back from the live view.
+
+    Once the run is over they are shown one line each, without tracebacks, and
+    alike ones (the same message template) once with a count. Installed on the
+    root logger for the run only.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> HeldLogs:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+
+    def lines(self) -> list[str]:
+        alike: dict[tuple[str, object], list[logging.LogRecord]] = {}
+        for record in self.records:
+            alike.setdefault((record.name, record.msg), []).append(record)
+        lines = []
+        for group in alike.values():
+            first = group[0]
+            line = first.getMessage()
+            if first.exc_info and first.exc_info[1] is not None:
+                line += f" ({type(first.exc_info[1]).__name__}: {first.exc_info[1]})"
+            line = line.removeprefix("cairn: ") if line.startswith("cairn: ") else f"{first.name}: {line}"
+            lines.append(line + (f" (and {len(group) - 1} more like it)" if len(group) > 1 else ""))
+        return lines
+
+
+def _error(error: BaseException, store: str = "") -> None:
+    """The one line the demo ends with when it could not run (exit 2)."""
+    message = str(error) or type(error).__name__
+    if isinstance(error, OSError):
+        where = f": {error.filename}" if error.filename else f" (the store at {store})" if store else ""
+        message = f"{error.strerror or type(error).__name__}{where}"
+    elif isinstance(error, CairnError):
+        message = f"{type(error).__name__}: {error}"
+    elif isinstance(error, lmdb.Error):  # the index's disk failed where the store let LMDB's error through
+        message = f"the index of the store failed: {type(error).__name__}: {error}"
+    print(f"cairn demo: {_console.printable(message)}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -733,18 +996,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         placed = placement.place_from_env()  # a host's threads on one CPU, unless CAIRN_CPU says otherwise
         setup = openai_setup() if args.provider == "openai" else scripted_setup()
     except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
-        print(f"cairn demo: {error}", file=sys.stderr)
+        _error(error)
         return 2
     interactive = sys.stderr.isatty() and not args.json
     try:
-        report = run(Path(args.store), args.sessions, args.turns, show=interactive,
-                     plain=not interactive and not args.json, setup=setup)
-    except DemoSetupError as error:
-        print(f"cairn demo: {error}", file=sys.stderr)
+        with HeldLogs() as held:
+            report = run(Path(args.store), args.sessions, args.turns, show=interactive,
+                         plain=not interactive and not args.json, setup=setup)
+    except (DemoSetupError, DemoStoreFailed, CairnError, OSError, lmdb.Error) as error:
+        _error(error, args.store)  # one line; what was logged meanwhile follows from it
         return 2
     finally:
         setup.close()
     report["placement"], report["cpu"] = placed.mode, placed.cpu
+    report["warnings"] = held.lines()
+    for line in report["warnings"]:
+        print(f"cairn demo: warning: {_console.printable(line)}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

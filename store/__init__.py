@@ -1,12 +1,14 @@
 """cairn's durable event log: JSONL segments, LMDB index, group commit, recovery."""
 
 from store.errors import (
+    AcknowledgedDataMissing,
     CorruptionError,
     SeqConflict,
     StorageError,
     StorageFailed,
     StoreClosed,
     StoreLocked,
+    UnexpectedEntry,
 )
 from store.index import CheckpointRef, SessionSummary
 from store.journal import Journal
@@ -14,6 +16,7 @@ from store.recovery import Recovery
 from store.verify import VerifyReport, index_dump, reindex, verify_store
 
 __all__ = [
+    "AcknowledgedDataMissing",
     "CheckpointRef",
     "CorruptionError",
     "Journal",
@@ -24,6 +27,7 @@ __all__ = [
     "StorageFailed",
     "StoreClosed",
     "StoreLocked",
+    "UnexpectedEntry",
     "VerifyReport",
     "index_dump",
     "reindex",

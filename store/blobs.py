@@ -7,7 +7,9 @@ directory, fsynced, renamed into place, and the directory fsynced (and the
 parent when the directory is new), all before the event that names it is
 appended; so an event in the log never names a blob that is not durable.
 Blobs are immutable and never deleted by cairn; a crash can leave a `*.tmp`
-file behind, which is ignored.
+file behind, which is ignored. Directories are made 0700 and files 0600,
+and none is reached through a link (a link in their place is an
+`UnexpectedEntry` on write, a `BlobError` on read).
 
 Which parts go to blobs is decided by `externalize`: any text or image part
 of a `user-message` or `tool-result` whose JSON encoding is over the
@@ -25,6 +27,7 @@ import binascii
 import hashlib
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +36,8 @@ import msgspec
 
 from events.kinds import EventBase, ToolResult, UserMessage
 from events.model import BlobPart, ImagePart, Part, TextPart
-from store.errors import BlobError
+from store.errors import BlobError, UnexpectedEntry
+from store.files import check_dir, open_file, private_dir, read_file
 from store.segments import FsyncFn, fsync_dir, write_all
 
 BLOB_THRESHOLD = 256 * 1024
@@ -58,12 +62,16 @@ class BlobStore:
         """Store `data` durably (file and directory fsynced); return its SHA-256."""
         sha = hashlib.sha256(data).hexdigest()
         final = self.path(sha)
-        if final.exists() and final.stat().st_size == len(data):
-            return sha
-        new_dirs = [d for d in (self.dir, final.parent) if not d.exists()]
-        final.parent.mkdir(parents=True, exist_ok=True)
+        new_dirs = [d for d in (self.dir, final.parent) if private_dir(d)]
+        try:
+            st = os.lstat(final)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISREG(st.st_mode) and st.st_size == len(data):
+                return sha
         tmp = final.parent / f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd, _ = open_file(tmp, os.O_WRONLY | os.O_TRUNC, create=True)
         try:
             write_all(fd, data)
             self._fsync(fd)
@@ -79,9 +87,13 @@ class BlobStore:
         """The blob's bytes, checked against its hash (BlobError if missing or altered)."""
         path = self.path(sha256)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise BlobError(f"blob {sha256} is missing ({path})") from None
+            if not (check_dir(self.dir) and check_dir(path.parent)):
+                raise BlobError(f"blob {sha256} is missing ({path})")
+            data = read_file(path)
+        except UnexpectedEntry as exc:
+            raise BlobError(f"blob {sha256} cannot be read: {exc}") from None
+        if data is None:
+            raise BlobError(f"blob {sha256} is missing ({path})")
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha256:
             raise BlobError(f"blob {sha256} is altered: its content hashes to {actual} ({path})")

@@ -7,7 +7,13 @@ segment, byte offset or session involved.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from events.errors import CairnError, InputError
+
+if TYPE_CHECKING:
+    from store.loss import Loss
 
 
 class StorageError(CairnError):
@@ -38,6 +44,39 @@ class CatchUpFailed(StorageError):
     index that shows the lines past it (in the temporary directory), failed.
     Nothing in the store was changed; a writer's next open indexes them.
     """
+
+
+class AcknowledgedDataMissing(StorageError):
+    """Lines the store acknowledged are gone from its log (DESIGN §2.5).
+
+    `losses` names each missing range of positions, and the sessions and
+    seqs it held when the store still knows them. A writer refuses to open
+    until an operator accepts the loss (`cairn repair --accept-loss`, which
+    records it); read-only opens and `cairn verify` show what is left.
+    """
+
+    def __init__(self, message: str, losses: Sequence[Loss] = ()) -> None:
+        self.losses = tuple(losses)
+        super().__init__(message)
+
+
+class UnexpectedEntry(StorageError):
+    """The store holds an entry cairn did not make where it keeps its own.
+
+    A symbolic link, a directory or a file under a segment's name, a name
+    past the largest position, anything else in `log/`, or a link in place
+    of one of cairn's own files and directories. cairn never follows, cuts
+    or removes such an entry: `entries` names each one and what it is, for
+    the operator to deal with.
+    """
+
+    def __init__(self, message: str, entries: Sequence[str] = ()) -> None:
+        self.entries = tuple(entries)
+        super().__init__(message)
+
+
+class NothingToRepair(InputError):
+    """A repair was asked of a store that does not need it (nothing was changed)."""
 
 
 class ReadOnlyStore(InputError):

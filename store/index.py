@@ -13,11 +13,18 @@ and checkpoints are contiguous and sorted by seq / epoch:
 | `corrupt`     | segment (>Q), offset (>Q)    | `CorruptEntry` (msgpack)                      |
 | `meta`        | b"format", b"through"        | format version; `IndexMeta` (msgpack)         |
 
+`index/` is made 0700 and LMDB's files 0600; none of them is opened through
+a link (LMDB opens its files by name, readers included: a link there is an
+`UnexpectedEntry`).
+
 Everything here is rebuilt from the segments: the log is authoritative. The
 index is committed after the log's fsync, in one transaction per batch
 together with `meta/through` (the position indexed through), with LMDB's own
 syncs off (`sync=False`, no writemap: a crash may lose the last commits but
 not the database's integrity, and start-up re-indexes past `through`).
+Since it is committed after the log's fsync, `through` is also evidence of
+what was acknowledged (it may lag, never lead): recovery reads it before it
+ever empties the index (see `store.loss`).
 
 Thread-safety: `Index` reads are safe from any thread (short read
 transactions); `commit` must only be called from one thread (the journal's
@@ -27,6 +34,8 @@ this process is active (PITFALLS 12).
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -39,8 +48,12 @@ import msgspec
 
 from events.codec import GENESIS
 from events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
+from store.errors import UnexpectedEntry
+from store.files import FILE_MODE, check_dir, describe, private_dir
 
-FORMAT = b"cairn-index-1"
+#: the index's format; an index of another format is rebuilt from the log when opened (a
+#: read-only open reads through a private rebuilt copy). 2: cumulative usage in the summaries.
+FORMAT = b"cairn-index-2"
 DEFAULT_MAP_SIZE = 1 << 36  # 64 GiB of address space; the file grows as needed
 _PAGE = 256  # keys per read transaction when paging
 
@@ -69,8 +82,17 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     `info_seq` is the seq of its latest `session-started`; `checkpoint_*`
     describe its latest `checkpoint-committed` (0 when none). `broken_seq` is
     the first seq past which the session cannot be read (a corrupt line, a
-    gap or a broken chain), 0 when it is sound. `usage_tokens` is the total
-    of its latest usage event, for listings.
+    gap or a broken chain), 0 when it is sound.
+
+    Usage, as providers reported it: `prompt_tokens` and `completion_tokens`
+    are sums over the usage events that carried each figure, and
+    `prompt_reports` / `completion_reports` count those events. A response
+    (an `assistant-message`, one per answered request) whose usage was never
+    reported leaves the sums short: the figures are complete only when the
+    reports equal `counts["assistant-message"]`, and unknown (not 0) when
+    responses came without any report. `last_usage_total_tokens` is the
+    `total_tokens` of the latest usage event, i.e. of the last request that
+    reported usage (None when none did, or it gave no total).
     """
 
     sid: str
@@ -87,8 +109,12 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_seq: int = 0
     checkpoint_pos: int = 0
     checkpoint_epoch: int = 0
-    usage_tokens: int | None = None
+    last_usage_total_tokens: int | None = None
     broken_seq: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_reports: int = 0
+    completion_reports: int = 0
 
 
 class CheckpointRef(msgspec.Struct, frozen=True):
@@ -128,6 +154,61 @@ _corrupt_decoder = msgspec.msgpack.Decoder(CorruptEntry)
 _meta_decoder = msgspec.msgpack.Decoder(IndexMeta)
 
 
+def decode_meta(raw: bytes) -> IndexMeta:
+    """The `IndexMeta` stored under `meta/through`."""
+    return _meta_decoder.decode(raw)
+
+
+def explain_entry(db: str, key: bytes, value: bytes | None) -> tuple[str, int, str]:
+    """An index entry in the words of the log: (session, seq or epoch, what it says).
+
+    `value` None: the entry is absent. For messages that speak of sessions,
+    seqs, positions, segments and offsets, never of raw LMDB keys.
+    """
+    try:
+        if db in ("events", "checkpoints"):
+            sid = key[:-9].decode(errors="replace")  # sid, NUL, 8 bytes of seq or epoch (NULs among them)
+            number = _U64.unpack(key[-8:])[0] if len(key) >= 9 else 0
+            if db == "events":
+                if value is None:
+                    return sid, number, f"seq {number}: not indexed"
+                segment, offset, length, pos = _LOC.unpack(value)
+                place = f"{_segment_name(segment)}@{offset}"
+                return sid, number, f"seq {number} at pos {pos}, {place} ({length} bytes)"
+            if value is None:
+                return sid, 0, f"checkpoint of epoch {number}: not indexed"
+            seq, pos = _CKPT.unpack(value)
+            return sid, seq, f"checkpoint of epoch {number} at seq {seq}, pos {pos}"
+        if db == "sessions":
+            sid = key.decode(errors="replace")
+            if value is None:
+                return sid, 0, "no summary"
+            summary = _summary_decoder.decode(value)
+            broken = summary.broken_seq or "-"
+            return sid, summary.last_seq, (f"summary: last seq {summary.last_seq} at pos {summary.last_pos}, "
+                                           f"{summary.events} events, broken from seq {broken}")
+        if db == "corrupt":
+            segment, offset = _SEG_OFF.unpack(key)
+            entry = _corrupt_decoder.decode(value) if value is not None else None
+            who = entry.sid if entry is not None else ""
+            said = f"a corrupt line at {_segment_name(segment)}@{offset}"
+            return who, entry.seq if entry is not None else 0, said + (" recorded" if value is not None else
+                                                                       ": not recorded")
+        if db == "meta":
+            if key == b"through" and value is not None:
+                meta = _meta_decoder.decode(value)
+                return "", 0, (f"recovery point {_segment_name(meta.segment)}@{meta.offset}, "
+                               f"next pos {meta.next_pos}")
+            return "", 0, f"meta {key.decode(errors='replace')}" + ("" if value is not None else ": absent")
+    except (struct.error, msgspec.DecodeError, UnicodeDecodeError):
+        pass
+    return "", 0, f"an unreadable {db} entry"
+
+
+def _segment_name(first_pos: int) -> str:
+    return f"{first_pos:020d}.jsonl"
+
+
 def event_key(sid: str, seq: int) -> bytes:
     return sid.encode() + b"\x00" + _U64.pack(seq)
 
@@ -159,8 +240,12 @@ class _Head(msgspec.Struct, dict=True):
     checkpoint_seq: int
     checkpoint_pos: int
     checkpoint_epoch: int
-    usage_tokens: int | None
+    last_usage_total_tokens: int | None
     broken_seq: int
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_reports: int
+    completion_reports: int
 
     def __post_init__(self) -> None:
         self.key = _prefix(self.sid)
@@ -252,7 +337,13 @@ class IndexBuilder:
         head.updated_ts = ts
         if kind in _BODY_KINDS:
             if isinstance(event, Usage):
-                head.usage_tokens = event.total_tokens
+                head.last_usage_total_tokens = event.total_tokens
+                if event.prompt_tokens is not None:
+                    head.prompt_tokens += event.prompt_tokens
+                    head.prompt_reports += 1
+                if event.completion_tokens is not None:
+                    head.completion_tokens += event.completion_tokens
+                    head.completion_reports += 1
             elif isinstance(event, CheckpointCommitted):
                 head.checkpoint_seq = seq
                 head.checkpoint_pos = pos
@@ -371,13 +462,13 @@ def _acquire_env(path: Path, readonly: bool, map_size: int) -> _Env:
                 raise IndexUnusable(f"index at {path} is open read-only in this process; close its readers")
             shared.refs += 1
             return shared
+        made = _check_files(path, readonly)
         try:
-            if not readonly:
-                path.mkdir(parents=True, exist_ok=True)
             env = lmdb.open(
                 str(path),
                 subdir=True,
                 readonly=readonly,
+                mode=FILE_MODE,
                 map_size=map_size,
                 max_dbs=len(_DBS) + 1,
                 max_readers=1024,
@@ -408,9 +499,43 @@ def _acquire_env(path: Path, readonly: bool, map_size: int) -> _Env:
         except IndexUnusable:
             env.close()
             raise
+        for name in made:  # LMDB's mode went through the umask: make the files it created exactly private
+            os.chmod(path / name, FILE_MODE)
         shared = _Env(env, dbs, readonly)
         _ENVS[key] = shared
         return shared
+
+
+def _check_files(path: Path, readonly: bool) -> list[str]:
+    """The index directory (made 0700 for a writer) and its LMDB files, none of them a link; return
+    the names of the LMDB files a writer's open will create.
+
+    LMDB opens `data.mdb` and `lock.mdb` by name, and even a reader writes
+    its slot into `lock.mdb`: a link there would have it write outside the
+    store. `UnexpectedEntry` names what is in the way; nothing is opened.
+    """
+    if readonly:
+        if not check_dir(path):
+            raise IndexUnusable(f"no index at {path}")
+    else:
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
+        private_dir(path)
+    made: list[str] = []
+    for name in ("data.mdb", "lock.mdb"):
+        try:
+            mode = os.lstat(path / name).st_mode
+        except FileNotFoundError:
+            if not readonly:
+                made.append(name)
+            continue
+        if not stat.S_ISREG(mode):
+            what = describe(mode)
+            raise UnexpectedEntry(
+                f"{path / name} is {what}, where LMDB keeps its file; the index is not opened",
+                [f"{path / name}: {what}"],
+            )
+    return made
 
 
 def _release_env(path: Path, shared: _Env) -> None:
@@ -537,6 +662,56 @@ class Index:
                 if len(result) >= limit:
                     break
         return result
+
+    def seqs_at_positions(self, sid: str, first_pos: int, last_pos: int) -> tuple[int, int] | None:
+        """The first and last seq of the session's lines with first_pos <= pos <= last_pos (None: none).
+
+        Binary searches over the session's seqs (its positions grow with its
+        seqs) in one short read transaction: what a loss report needs to name
+        the seqs a range of missing positions held.
+        """
+        prefix = _prefix(sid)
+        plen = len(prefix)
+        width = plen + 8
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs[b"events"])
+
+            def here() -> tuple[int, int] | None:
+                """(seq, pos) under the cursor when it is a line of this session."""
+                key = cursor.key()
+                if len(key) != width or key[:plen] != prefix:
+                    return None
+                return _U64.unpack_from(key, plen)[0], _LOC.unpack(cursor.value())[3]
+
+            def first_from(pos: int) -> int | None:
+                """The smallest indexed seq of the session whose line is at `pos` or later."""
+                lo, hi, found = 0, (1 << 64) - 1, None
+                while lo <= hi:
+                    mid = (lo + hi) // 2
+                    hit = here() if cursor.set_range(prefix + _U64.pack(mid)) else None
+                    if hit is None:
+                        hi = mid - 1
+                    elif hit[1] >= pos:
+                        found, hi = hit[0], mid - 1
+                    else:
+                        lo = hit[0] + 1
+                return found
+
+            first = first_from(first_pos)
+            if first is None:
+                return None
+            beyond = first_from(last_pos + 1)
+            if beyond is not None:
+                cursor.set_range(prefix + _U64.pack(beyond))
+                moved = cursor.prev()
+            elif cursor.set_range(prefix + b"\xff" * 8):
+                moved = cursor.prev()
+            else:
+                moved = cursor.last()
+            hit = here() if moved else None
+            if hit is None or hit[0] < first:
+                return None
+            return first, hit[0]
 
     def checkpoints(self, sid: str) -> list[CheckpointRef]:
         prefix = _prefix(sid)

@@ -7,15 +7,26 @@ Disk contract (under the store root):
 - `blobs/ab/cdef...` -- large parts, content-addressed (see `store.blobs`).
 - `index/` -- the LMDB index, derived and rebuildable (see `store.index`).
 - `LOCK` -- held with `flock` by the one process that writes the store.
+- `ACKED` -- the acknowledgement mark, rewritten in every group commit;
+  `operator.jsonl` and `quarantine/` -- an operator's accepted losses and
+  the bytes a repair moved aside (see `store.loss`).
 
-Write path (group commit): `append` validates the session id, moves large
-parts to blobs (fsynced first), and queues the call. One writer thread
-drains everything queued, checks each call's `expected_seq`, assigns pos,
-seq, ts and the hash chain, writes the batch with one `os.write` per segment
-and one `fsync`, commits the index in one LMDB transaction, and only then
-resolves the callers. A call's events are all written or none. An I/O error
-is fatal (fsyncgate): pending and later appends fail with `StorageFailed`
-until the store is reopened, and reopening recovers from the log.
+Directories are made 0700 and files 0600 whatever the umask, and nothing
+inside the store is opened through a link (see `store.files`).
+
+Write path (group commit): `append` validates the session id and the call,
+moves large parts to blobs (fsynced first, once the call's events are
+checked as below), and queues the call. One writer thread drains everything
+queued, checks each event by encoding it and decoding it back equal
+(`events.codec.checked_body`: nothing the log could not read back is
+written, and a bad event refuses its whole call), checks each call's
+`expected_seq`, assigns pos, seq, ts and the hash chain, writes the batch
+with one `os.write` per segment and one `fsync`, rewrites the
+acknowledgement mark (no fsync), commits the index in one LMDB transaction,
+and only then resolves the callers. A call's events are all written or
+none. An I/O error is fatal (fsyncgate): pending and later appends fail
+with `StorageFailed` until the store is reopened, and reopening recovers
+from the log.
 
 Read path: `read`, `load` and the listings go through the index to the exact
 lines; every line read is checked (checksum, envelope, hash chain) and a bad
@@ -34,7 +45,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,18 +57,21 @@ from events.codec import (
     SCHEMA_VERSION,
     Record,
     chain_digest,
+    checked_body,
     decode_line,
     decode_run,
-    encode_body,
     frame_line,
+    json_string,
     validate_session_id,
 )
-from events.errors import DecodeError, InputError, MalformedEvent
-from events.kinds import KINDS, EventBase
+from events.errors import DecodeError, InputError, InvalidEvent
+from events.kinds import KINDS, EventBase, ToolResult, UserMessage
+from events.model import BlobPart, ImagePart, TextPart
 from events.state import Replayer, SessionState
 from store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, BlobStore, externalize
 from store.errors import (
     AppendTimeout,
+    BlobError,
     CorruptionError,
     ReadOnlyStore,
     SeqConflict,
@@ -66,6 +80,7 @@ from store.errors import (
     StoreClosed,
     StoreLocked,
 )
+from store.files import DIR_MODE, check_dir, check_file, open_file, private_dir
 from store.index import (
     DEFAULT_MAP_SIZE,
     CheckpointRef,
@@ -76,6 +91,7 @@ from store.index import (
     Loc,
     SessionSummary,
 )
+from store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
 from store.reader import Progress
 from store.recovery import Recovery, open_for_reading, recover
 from store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
@@ -86,7 +102,7 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _READ_PAGE = 256
 _MAX_SEQ = (1 << 63) - 1
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
-_TAG_BYTES: dict[str, bytes] = {tag: tag.encode() for tag in KINDS}
+_TAG_JSON: dict[type, bytes] = {cls: json_string(tag) for tag, cls in KINDS.items()}
 
 
 def _wall_clock_ms() -> int:
@@ -96,18 +112,20 @@ def _wall_clock_ms() -> int:
 class _Pending:
     """One queued append call; resolved by the writer thread exactly once."""
 
-    __slots__ = ("done", "error", "events", "expected", "future", "lock", "result", "sid", "ts")
+    __slots__ = ("bodies", "done", "error", "events", "expected", "future", "lock", "result", "sid", "ts")
 
     def __init__(
         self,
         sid: str,
         events: list[EventBase],
+        bodies: list[bytes | None],
         expected: int,
         ts: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
     ) -> None:
         self.sid = sid
-        self.events = events
+        self.events = events  # once checked, as `checked_body` decoded them: what a read gives back
+        self.bodies = bodies  # their JSON once checked (None before: see `Journal._check_call`)
         self.expected = expected
         self.ts = ts
         self.future = future
@@ -130,6 +148,10 @@ class Journal:
 
     Open for writing takes the store's lock file (a second writer gets
     `StoreLocked`), runs recovery (`self.recovery`) and starts the writer.
+    It refuses, changing nothing in the log, when acknowledged lines are
+    missing and no operator accepted their loss (`AcknowledgedDataMissing`),
+    and when `log/` or one of cairn's own entries holds something cairn did
+    not make (`UnexpectedEntry`).
     `readonly=True` takes no lock and changes nothing on disk; it reads the
     index as the writer last committed it when that covers the whole log, and
     otherwise (a crash left it behind, no usable index) a private index in a
@@ -149,6 +171,7 @@ class Journal:
         blob_threshold: int,
         lock_fd: int | None,
         private_index: Path | None,
+        ack_mark: AckMarkWriter | None = None,
     ) -> None:
         self.root = root
         self.readonly = readonly
@@ -160,6 +183,7 @@ class Journal:
         self._blob_threshold = blob_threshold
         self._lock_fd = lock_fd
         self._private_index = private_index
+        self._ack_mark = ack_mark
         self._blobs = BlobStore(root, fsync=fsync)
         self._reader = SegmentReader(root / "log")
         self._queue: collections.deque[_Pending] = collections.deque()
@@ -182,6 +206,8 @@ class Journal:
             )
             self._next_pos = recovery.next_pos
             self._builder = IndexBuilder(index.summary, meta)
+            assert ack_mark is not None, "a writer keeps the acknowledgement mark"
+            self._write_mark = ack_mark.write
             self._thread = threading.Thread(target=self._run, name="cairn-journal-writer", daemon=True)
             self._thread.start()
 
@@ -207,7 +233,10 @@ class Journal:
         clock = clock_ms if clock_ms is not None else _wall_clock_ms
         if readonly:
             return cls._open_readonly(path, segment_bytes, fsync, clock, map_size, blob_threshold, progress)
-        (path / "log").mkdir(parents=True, exist_ok=True)
+        try:
+            _make_store_dirs(path)
+        except OSError as exc:
+            raise StorageFailed(f"cannot make the store at {path}: {exc}") from exc
         lock_fd = _take_lock(path)
         try:
             index_dir = path / "index"
@@ -219,10 +248,13 @@ class Journal:
                 log.warning("cairn: the index of %s is unusable, rebuilding it: %s", path, exc)
                 shutil.rmtree(index_dir, ignore_errors=True)
                 index = Index(index_dir, map_size=map_size)
+            ack_mark: AckMarkWriter | None = None
             try:
                 recovery = recover(path, index, fsync=fsync, progress=progress, rebuild=bool(rebuilt))
                 if rebuilt:
                     recovery = _with_reason(recovery, rebuilt)
+                mark = AckMark(recovery.next_pos, recovery.active_segment, recovery.active_size)
+                ack_mark = AckMarkWriter(path, mark, fsync=fsync)
                 return cls(
                     path,
                     index=index,
@@ -234,8 +266,11 @@ class Journal:
                     blob_threshold=blob_threshold,
                     lock_fd=lock_fd,
                     private_index=None,
+                    ack_mark=ack_mark,
                 )
             except BaseException:
+                if ack_mark is not None:
+                    ack_mark.close()
                 index.close()
                 raise
         except OSError as exc:
@@ -266,7 +301,7 @@ class Journal:
         `close`; `self.recovery` says what was caught up (`lines_indexed`,
         `scanned_from`, a torn tail left in place, corrupt lines).
         """
-        if not (path / "log").is_dir():
+        if not check_dir(path / "log"):  # a link in its place: UnexpectedEntry, never read through
             raise StorageError(f"no cairn store at {path} (no log directory)")
         index, recovery, private = open_for_reading(path, map_size=map_size, progress=progress)
         try:
@@ -301,9 +336,13 @@ class Journal:
     ) -> list[Record]:
         """Append `events` to session `sid` atomically; return them as stored.
 
-        Returns once the lines are fsynced and indexed. Raises `SeqConflict`
-        when `expected_seq` is not the session's last seq, `LineTooLarge` /
-        `MalformedEvent` / `InvalidSessionId` for bad input (nothing written),
+        Returns once the lines are fsynced and indexed; the records hold the
+        events as a read gives them back (equal to those given). Raises
+        `SeqConflict` when `expected_seq` is not the session's last seq,
+        `InvalidEvent` (an event that would not read back equal: a field of the
+        wrong type, NaN, a lone surrogate, a missing blob; it names the field),
+        `LineTooLarge`, `InvalidSessionId` or `InputError` for bad input: the
+        whole call is refused and nothing of it written,
         `StorageFailed` after an I/O error, `AppendTimeout` when no answer came
         within `timeout` seconds (the append may still become durable).
         """
@@ -326,7 +365,11 @@ class Journal:
     ) -> concurrent.futures.Future[list[Record]]:
         """Queue an append; the future resolves as `append` would return or raise.
 
-        Bad input raises here, before anything is queued. Calls queued in
+        A bad session id, `expected_seq` or `ts_ms`, or an object that is not
+        an event, raises here, before anything is queued; an event whose
+        fields would not read back equal fails the future with `InvalidEvent`
+        (the writer checks it before anything of the call is written), as an
+        oversized line fails it with `LineTooLarge`. Calls queued in
         order are applied in order, so a caller may pipeline appends of one
         session with increasing `expected_seq`.
         """
@@ -350,17 +393,36 @@ class Journal:
         if self._closing:
             raise StoreClosed(f"the journal of {self.root} is closed")
         validate_session_id(sid)
-        if not isinstance(expected_seq, int) or expected_seq < 0:
+        if type(expected_seq) is not int or expected_seq < 0:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
-        prepared: list[EventBase] = []
-        for event in events:
+        if ts_ms is not None and (type(ts_ms) is not int or not 0 <= ts_ms <= _MAX_SEQ):
+            raise InputError(f"ts_ms must be None or an int in 0..2**63-1 (unix ms), got {ts_ms!r}")
+        if type(events) is not list and (
+            isinstance(events, EventBase | str | bytes) or not isinstance(events, Iterable)
+        ):
+            raise InvalidEvent(f"events must be a sequence of events, got {type(events).__name__}")
+        prepared: list[EventBase] = list(events)
+        # None: not checked yet. The writer checks each event (`_check_call`), warm and batched;
+        # a call that may hold a part for the blob store is checked here, all of it, before
+        # any of its blobs is written.
+        bodies: list[bytes | None] = [None] * len(prepared)
+        threshold = self._blob_threshold
+        blobs = False
+        for index, event in enumerate(prepared):
             kind = type(event)
             if kind not in _TAG_OF:  # the event classes themselves: a subclass would encode another tag
-                raise MalformedEvent(f"not an event: {kind.__name__}")
-            if kind in BLOB_CARRIERS:
-                event = externalize(event, self._put_blob, self._blob_threshold)
-            prepared.append(event)
-        pending = _Pending(sid, prepared, expected_seq, ts_ms, future)
+                raise InvalidEvent(f"event {index} of the call: not an event: {kind.__name__}")
+            if kind in BLOB_CARRIERS and not blobs:
+                blobs = _may_hold_a_blob_part(event, threshold)
+        if blobs:
+            for index, event in enumerate(prepared):
+                prepared[index], bodies[index] = self._checked_event(index, event)
+            for index, body in enumerate(bodies):
+                if body is not None and len(body) > threshold:  # only then can a part be over it
+                    moved = externalize(prepared[index], self._put_blob, threshold)
+                    if moved is not prepared[index]:
+                        prepared[index], bodies[index] = checked_body(moved)
+        pending = _Pending(sid, prepared, bodies, expected_seq, ts_ms, future)
         queue = self._queue
         queue.append(pending)
         if not self._work.is_set():
@@ -372,6 +434,59 @@ class Journal:
                 queue.remove(pending)
                 _resolve(pending, None, StoreClosed(f"the journal of {self.root} is closed"))
         return pending
+
+    def _checked_event(self, index: int, event: EventBase) -> tuple[EventBase, bytes]:
+        """`checked_body`, and every blob part it names present; InvalidEvent naming the event's index."""
+        try:
+            stored, body = checked_body(event)
+            if type(stored) in BLOB_CARRIERS:
+                self._check_blob_parts(stored)
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
+        return stored, body
+
+    def _check_blob_parts(self, event: EventBase) -> None:
+        """Refuse a blob part (of a checked event) that names no blob of this store of its size.
+
+        Blob parts are written by `externalize`, or copied by a caller from an
+        earlier event: one that names a missing blob would be acknowledged and
+        then reported by `verify`. A stat, not a re-hash (blobs are immutable).
+        """
+        assert isinstance(event, UserMessage | ToolResult)
+        for position, part in enumerate(event.content):
+            if type(part) is BlobPart:
+                try:
+                    present = self._blobs.path(part.sha256).stat().st_size == part.size
+                except (BlobError, OSError):
+                    present = False
+                if not present:
+                    raise InvalidEvent(
+                        f"no {part.size}-byte blob {part.sha256} in the store at {self.root}",
+                        path=f"$.content[{position}]",
+                    )
+
+    def _check_call(self, pending: _Pending) -> None:
+        """Runs on the writer thread: check each event of the call `_submit` left unchecked.
+
+        Raises InvalidEvent for the first bad one (the call is then refused
+        whole, nothing of it written). Here rather than on the caller's thread
+        because there it would run cold: with hundreds of appending threads,
+        each switch evicts the caches, and the same encode and decode cost a
+        caller several times what they cost the writer, which runs them back
+        to back.
+        """
+        events, bodies = pending.events, pending.bodies
+        check = checked_body
+        carriers = BLOB_CARRIERS
+        for index, body in enumerate(bodies):
+            if body is None:
+                try:
+                    stored, bodies[index] = check(events[index])
+                    if type(stored) in carriers:
+                        self._check_blob_parts(stored)
+                except InvalidEvent as exc:
+                    raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
+                events[index] = stored
 
     def _put_blob(self, data: bytes) -> str:
         try:
@@ -417,7 +532,7 @@ class Journal:
         return self._failed
 
     def _write_batch(self, batch: list[_Pending]) -> None:
-        """Runs on the writer thread: encode, write, fsync, index, then resolve.
+        """Runs on the writer thread: frame the checked bodies, write, fsync, index, then resolve.
 
         This loop runs once per appended event under heavy concurrency, so it
         is written for speed: locals, positional calls, no per-event objects
@@ -444,12 +559,19 @@ class Journal:
         meta = builder.meta
         last = (meta.last_segment, meta.last_offset, meta.last_length)
         tag_of = _TAG_OF
-        tag_bytes = _TAG_BYTES
-        encode = encode_body
+        tag_json = _TAG_JSON
+        check = self._check_call
         frame = frame_line
         version = SCHEMA_VERSION
 
         for pending in batch:
+            try:
+                check(pending)
+            except Exception as exc:  # bad input must never reach `_fail`: it fails its own call only
+                if not isinstance(exc, InputError):
+                    exc = InvalidEvent(f"an event of the call cannot be checked ({type(exc).__name__})")
+                rejected.append((pending, exc))
+                continue
             sid = pending.sid
             head = head_of(sid)
             if head.broken_seq:
@@ -461,17 +583,18 @@ class Journal:
             ts = pending.ts if pending.ts is not None else now
             seq = head.last_seq
             prev = head.head or GENESIS
-            sid_bytes = sid.encode()
+            sid_json = json_string(sid)
             lines: list[bytes] = []
             digests: list[str] = []
             records: list[Record] = []
             call_pos = pos
             size = 0
             try:
-                for event in pending.events:
+                for event, body in zip(pending.events, pending.bodies, strict=True):
                     seq += 1
-                    tag = tag_of[type(event)]
-                    line, digest = frame(call_pos, sid_bytes, seq, ts, prev, tag_bytes[tag], encode(event))
+                    kind = type(event)
+                    tag = tag_of[kind]
+                    line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], body)  # type: ignore[arg-type]
                     lines.append(line)
                     digests.append(digest)
                     records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag))  # type: ignore[arg-type]
@@ -505,6 +628,7 @@ class Journal:
                         segment.write(b"".join(lines_of_chunk))
                         segment.sync()
                 self._next_pos = pos
+                self._write_mark(pos, segment.first_pos, segment.size)  # evidence of what is acknowledged
                 builder.meta = IndexMeta(
                     segment=segment.first_pos,
                     offset=segment.size,
@@ -808,6 +932,9 @@ class Journal:
             self._closed = True
             if not self.readonly:
                 self._segment.close()
+            if self._ack_mark is not None:
+                with contextlib.suppress(OSError):  # the log is the truth: a mark left behind only lags
+                    self._ack_mark.close()
             self._reader.close()
             self._index.close()
             if self._private_index is not None:
@@ -828,6 +955,30 @@ class Journal:
         self.close()
 
 
+def _may_hold_a_blob_part(event: EventBase, threshold: int) -> bool:
+    """Whether `externalize` might move a part of this unchecked event: a cheap superset of its test.
+
+    A part's JSON is at most six bytes a character plus its keys, so a part
+    whose strings are short enough cannot be over the threshold. (Exact
+    types and no getattr defaults: a missing attribute costs an exception.)
+    """
+    content = event.content  # type: ignore[attr-defined]  # a blob carrier
+    if type(content) is not tuple:  # not checked yet: the writer refuses anything but a tuple
+        return False
+    for part in content:
+        kind = type(part)
+        if kind is TextPart:
+            values: tuple[object, ...] = (part.text,)
+        elif kind is ImagePart:
+            values = (part.data, part.url, part.media_type)
+        else:
+            continue
+        chars = sum(len(value) for value in values if type(value) is str)
+        if chars * 6 + 64 > threshold:
+            return True
+    return False
+
+
 def _resolve(pending: _Pending, records: list[Record] | None, error: BaseException | None) -> None:
     if pending.done:
         return
@@ -842,9 +993,27 @@ def _resolve(pending: _Pending, records: list[Record] | None, error: BaseExcepti
         pending.future.set_result(records or [])
 
 
+def _make_store_dirs(root: Path) -> None:
+    """The store root (0700 when cairn makes it; its parents as `mkdir -p` would) and its `log/`.
+
+    Raises `UnexpectedEntry` when one of cairn's own entries is a link or of
+    the wrong type, before anything is changed.
+    """
+    if not root.is_dir():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another opener made it meanwhile
+            os.mkdir(root, DIR_MODE)
+            os.chmod(root, DIR_MODE)
+    for name in ("LOCK", ACK_MARK, OPERATOR_LOG):
+        check_file(root / name)
+    for name in ("index", "blobs", QUARANTINE):
+        check_dir(root / name)
+    private_dir(root / "log")
+
+
 def _take_lock(root: Path) -> int:
     """The exclusive writer lock (flock on `<root>/LOCK`); StoreLocked if held."""
-    fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    fd, _ = open_file(root / "LOCK", os.O_RDWR, create=True)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -36,6 +36,9 @@ from store.segments import iter_lines, list_segments, segment_name
 Progress = Callable[[int, int], None]
 
 _SID_RE = re.compile(rb'"sid":"([^"\\]{1,128})"')
+#: how every line ends: the crc field (8 lowercase hex digits), the closing brace and the newline
+_WHOLE_END = re.compile(rb',"crc":"[0-9a-f]{8}"}\n')
+_WHOLE_END_LEN = 19
 _SEQ_RE = re.compile(rb'"seq":(\d{1,19})[,}]')
 
 
@@ -68,6 +71,36 @@ class LogLine:
     @property
     def length(self) -> int:
         return len(self.raw)
+
+    @property
+    def whole(self) -> bool:
+        """Framed, or shaped like a complete line at both ends with no NUL byte: never what a crash leaves.
+
+        A crash loses the bytes after the last fsync or leaves blocks of
+        zeros; it cannot make a newline-terminated piece that starts like a
+        line and ends in a crc field. An invalid whole piece (a wrong crc:
+        a flipped bit, an edit) is corruption wherever it is, never a torn tail.
+        """
+        if self.framed:
+            return True
+        raw = self.raw
+        return (
+            raw.startswith(b'{"v":')
+            and _WHOLE_END.fullmatch(raw, len(raw) - _WHOLE_END_LEN) is not None
+            and b"\x00" not in raw
+        )
+
+
+def split_tail(pieces: list[LogLine]) -> tuple[list[LogLine], list[LogLine]]:
+    """Invalid pieces that end the log, as (corrupt, torn): the torn tail is what follows the last whole one.
+
+    `pieces` are the invalid pieces after the last valid line of the last
+    segment, in order. Those up to the last whole piece are corruption (each
+    held a line); the run after it -- partial lines, zeros, garbage -- is
+    the torn tail a crash may leave (see `LogLine.whole`).
+    """
+    last_whole = max((i for i, piece in enumerate(pieces) if piece.whole), default=-1)
+    return pieces[: last_whole + 1], pieces[last_whole + 1 :]
 
 
 def classify(segment: int, offset: int, raw: bytes) -> LogLine:
@@ -123,20 +156,25 @@ def scan_log(
     start_offset: int = 0,
     progress: Progress | None = None,
     segments: Iterable[int] | None = None,
+    stop: tuple[int, int] | None = None,
 ) -> Iterator[LogLine]:
     """Every piece of the log from (start_segment, start_offset), in position order.
 
     `segments` is the list of segments to read (default: those there now), so
     that a caller that listed them already scans exactly what it listed.
+    `stop` (segment, byte offset) ends the scan there instead of at the end.
     """
     segments = list(segments) if segments is not None else list_segments(log_dir)
     if start_segment is not None:
         segments = [s for s in segments if s >= start_segment]
+    if stop is not None:
+        segments = [s for s in segments if s <= stop[0]]
     total = log_size(log_dir, segments) - start_offset
     done = 0
     for first in segments:
         begin = start_offset if first == start_segment else 0
-        for offset, raw in iter_lines(log_dir / segment_name(first), begin):
+        end = stop[1] if stop is not None and first == stop[0] else None
+        for offset, raw in iter_lines(log_dir / segment_name(first), begin, end):
             yield classify(first, offset, raw)
             done += len(raw)
             if progress is not None:

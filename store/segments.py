@@ -13,6 +13,12 @@ Disk contract:
 - A new segment's directory entry is fsynced when the file is created, and
   its bytes are fsynced before any line in them is acknowledged. Bytes after
   the last fsync may be lost or torn by a crash; recovery cuts them.
+- `log/` holds segments and nothing else. Anything else there -- a symbolic
+  link or a directory under a segment's name, a 20-digit name past the
+  largest position, any other name or kind of entry -- is reported by
+  `read_log_dir` and never opened: a writer refuses to open the store,
+  `verify` names it, read-only opens skip it. Segment files are opened with
+  `O_NOFOLLOW` and checked to be regular files; new ones are made 0600.
 
 The files are the source of truth; everything else (the index) is rebuilt
 from them.
@@ -23,12 +29,21 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from events.codec import decode_envelope
+from events.errors import DecodeError
+from store.files import describe, link_target, open_file, shown
+
 SEGMENT_SUFFIX = ".jsonl"
+#: the largest position a segment may start at (a line's `pos` is a signed 64-bit integer at most)
+MAX_POSITION = (1 << 63) - 1
 _NAME_RE = re.compile(r"^(\d{20})\.jsonl$")
+_LAST_LINE_WINDOW = 64 * 1024
 
 FsyncFn = Callable[[int], None]
 
@@ -41,17 +56,116 @@ def segment_name(first_pos: int) -> str:
 def parse_segment_name(name: str) -> int | None:
     """The first position encoded in a segment file name, or None if it is not one."""
     match = _NAME_RE.match(name)
-    return int(match.group(1)) if match else None
+    if not match:
+        return None
+    first = int(match.group(1))
+    return first if first <= MAX_POSITION else None
 
 
-def list_segments(log_dir: Path) -> list[int]:
-    """First positions of every segment in `log_dir`, ascending (missing dir: none)."""
+@dataclass(frozen=True)
+class LogDir:
+    """What `log/` holds: the segments (first positions, ascending) and every other entry."""
+
+    segments: list[int]
+    #: (name, what it is) of each entry that is not a segment file; never opened
+    unexpected: list[tuple[str, str]]
+
+    def describe_unexpected(self) -> list[str]:
+        return [f"log/{name}: {what}" for name, what in self.unexpected]
+
+
+def read_log_dir(log_dir: Path) -> LogDir:
+    """Sort the entries of `log_dir` into segment files and unexpected entries (missing dir: empty).
+
+    An entry is a segment when its name is a segment name of a position up
+    to `MAX_POSITION` and it is a regular file (`lstat`: a link is never
+    followed). Everything else is unexpected, with what it is.
+    """
     try:
         names = os.listdir(log_dir)
     except FileNotFoundError:
-        return []
-    found = (parse_segment_name(name) for name in names)
-    return sorted(pos for pos in found if pos is not None)
+        return LogDir([], [])
+    segments: list[int] = []
+    unexpected: list[tuple[str, str]] = []
+    for name in names:
+        try:
+            mode = os.lstat(log_dir / name).st_mode
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        first = parse_segment_name(name)
+        if first is not None and stat.S_ISREG(mode):
+            segments.append(first)
+            continue
+        what = describe(mode)
+        if stat.S_ISLNK(mode):
+            what += f" to {link_target(log_dir / name)}"
+        if _NAME_RE.match(name) and first is None:
+            what += f", named past the largest position ({MAX_POSITION})"
+        elif first is None and stat.S_ISREG(mode):
+            what += " whose name is not a segment's"
+        unexpected.append((shown(name), what))
+    segments.sort()
+    unexpected.sort()
+    return LogDir(segments, unexpected)
+
+
+def list_segments(log_dir: Path) -> list[int]:
+    """First positions of every segment file in `log_dir`, ascending (missing dir: none).
+
+    Only regular files with a segment's name: other entries are left out
+    (`read_log_dir` reports them).
+    """
+    return read_log_dir(log_dir).segments
+
+
+def segment_end(path: Path, first_pos: int) -> int | None:
+    """The position after the last complete line of the segment at `path` (never through a link).
+
+    `first_pos` (the segment's own first position) when it holds no complete
+    line; None when its last complete line cannot be read (a damaged line:
+    where the segment ends is then unknown). Reads the file from its end, a
+    window at a time: cheap whatever the segment's size.
+    """
+    fd, _ = open_file(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        window = _LAST_LINE_WINDOW
+        while True:
+            start = max(0, size - window)
+            data = os.pread(fd, size - start, start)
+            end = data.rfind(b"\n")  # a partial piece after the last newline holds no line
+            if end < 0:
+                if start == 0:
+                    return first_pos
+                window *= 2
+                continue
+            begin = data.rfind(b"\n", 0, end) + 1
+            if begin == 0 and start > 0:
+                window *= 2
+                continue
+            try:
+                return decode_envelope(data[begin : end + 1]).pos + 1
+            except DecodeError:
+                return None
+    finally:
+        os.close(fd)
+
+
+def partial_end(path: Path) -> tuple[int, int] | None:
+    """(offset, length) of the bytes after the last newline of a segment (a partial line), None if none."""
+    fd, _ = open_file(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        window = _LAST_LINE_WINDOW
+        while True:
+            start = max(0, size - window)
+            newline = os.pread(fd, size - start, start).rfind(b"\n")
+            if newline >= 0 or start == 0:
+                offset = start + newline + 1
+                return (offset, size - offset) if size > offset else None
+            window *= 2
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: Path, fsync: FsyncFn = os.fsync) -> None:
@@ -78,11 +192,12 @@ def iter_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[t
     line still being written by another process) is yielded as it is. `end`
     bounds the bytes considered (default: the size when the scan starts).
     """
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size if end is None else end
+    fd, _ = open_file(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb"):  # owns the fd: closes it however the loop ends
+        size = os.fstat(fd).st_size if end is None else end
         if size <= start:
             return
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
             offset = start
             size = min(size, len(view))
             while offset < size:
@@ -114,7 +229,7 @@ class SegmentReader:
                 raise ValueError("segment reader is closed")
             fd = self._fds.get(segment)
             if fd is None:
-                fd = os.open(self._log_dir / segment_name(segment), os.O_RDONLY)
+                fd, _ = open_file(self._log_dir / segment_name(segment), os.O_RDONLY)
                 self._fds[segment] = fd
             return fd
 
@@ -156,8 +271,7 @@ class SegmentWriter:
 
     def _open(self, first_pos: int) -> None:
         path = self.log_dir / segment_name(first_pos)
-        created = not path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd, created = open_file(path, os.O_WRONLY | os.O_APPEND, create=True)
         self.fd = fd
         self.first_pos = first_pos
         self.size = os.fstat(fd).st_size

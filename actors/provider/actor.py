@@ -17,24 +17,57 @@ the time spent inside the adapter, so a host can tell the provider's time
 from its own. Setting `cancel` stops forwarding at the next item (the job
 then ends with a `ProviderFailed` of class `network`, message `cancelled`).
 
-The actor never raises out of a message: an adapter bug is reported as a
-failure of class `server` naming the exception type. A dead `reply_to`
-cancels the job. The thread is a daemon: nothing here must run at stop.
+The adapter is the host's code, so what comes out of it is checked where it
+enters: every item must be a well-formed `ProviderOutput` (a JSON round
+trip, as the log will make; else the job fails, class `server`), a
+`ProviderFailure` keeps its message but an unknown class becomes `server`
+and a status outside 100-599 none. The actor never raises out of a message:
+any other exception, BaseExceptions included (let through, pykka would stop
+every actor of the process), is a failure of class `server` with the
+exception's class and its own message. Every message from the adapter is
+redacted first (`redact`: the configured keys and anything shaped like a
+credential) and clipped to `MAX_MESSAGE_CHARS`. A dead `reply_to` cancels
+the job. The thread is a daemon: nothing here must run at stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pykka
 
-from actors.provider.base import Provider, ProviderFailure, ProviderOutput, ProviderRequest
+from actors.errors import describe_exception
+from actors.provider.base import (
+    Finished,
+    Provider,
+    ProviderFailure,
+    ProviderOutput,
+    ProviderRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+)
+from actors.provider.redact import redact
 from events.kinds import ErrorClass
+
+#: longest message kept from an adapter's exception
+MAX_MESSAGE_CHARS = 1_000
+#: environment variables whose values are keys, redacted from every adapter message
+KEY_VARIABLES = ("CAIRN_API_KEY", "OPENAI_API_KEY")
+
+_ERROR_CLASSES: frozenset[str] = frozenset(get_args(ErrorClass))
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {
+    kind: msgspec.json.Decoder(kind)
+    for kind in (TextDelta, ReasoningDelta, ToolCallReady, UsageReport, Finished)
+}
 
 
 class StreamJob:
@@ -82,6 +115,11 @@ class ProviderActor(pykka.ThreadingActor):
         super().__init__()
         self._adapter = adapter
         self._perf = perf
+        key = getattr(adapter, "api_key", None)
+        self._secrets = tuple(
+            value for value in (key, *(os.environ.get(name) for name in KEY_VARIABLES))
+            if isinstance(value, str) and value
+        )
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, StreamJob):
@@ -110,31 +148,26 @@ class ProviderActor(pykka.ThreadingActor):
                 if job.cancel.is_set():
                     self._tell(job, _cancelled(job.job, delivered, spent))
                     return
+                problem = malformed(item)
+                if problem:
+                    self._tell(job, ProviderFailed(
+                        job=job.job, error_class="server", delivered=delivered, seconds=spent,
+                        message=self._clean(f"the provider adapter yielded {problem}"),
+                    ))
+                    return
                 delivered = True
                 if not self._tell(job, ProviderItem(job.job, item)):
                     return
             self._tell(job, ProviderDone(job.job, spent))
         except ProviderFailure as failure:
-            self._tell(
-                job,
-                ProviderFailed(
-                    job=job.job,
-                    error_class=failure.error_class,
-                    message=failure.detail,
-                    status_code=failure.status_code,
-                    retryable=failure.retryable,
-                    delivered=delivered or failure.output_delivered,
-                    seconds=spent,
-                    retry_after_ms=_hint(failure),
-                ),
-            )
-        except Exception as exc:  # an adapter bug must still end the job
+            self._tell(job, self._from_failure(job.job, failure, delivered, spent))
+        except BaseException as exc:  # an adapter bug must still end the job, and only the job
             self._tell(
                 job,
                 ProviderFailed(
                     job=job.job,
                     error_class="server",
-                    message=f"the provider adapter raised {type(exc).__name__}",
+                    message=self._clean(f"the provider adapter raised {describe_exception(exc)}"),
                     delivered=delivered,
                     seconds=spent,
                 ),
@@ -144,6 +177,31 @@ class ProviderActor(pykka.ThreadingActor):
             if close is not None:
                 with contextlib.suppress(Exception):  # closing must not hide the outcome
                     close()
+
+    def _clean(self, text: str) -> str:
+        """An adapter's message as it may be kept: redacted, then clipped."""
+        text = redact(text, self._secrets)
+        return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
+
+    def _from_failure(
+        self, job: int, failure: ProviderFailure, delivered: bool, spent: float
+    ) -> ProviderFailed:
+        """A `ProviderFailure` of the adapter, its fields checked (it may come from a host's own code)."""
+        error_class = failure.error_class if failure.error_class in _ERROR_CLASSES else "server"
+        status = failure.status_code
+        if not (isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599):
+            status = None
+        detail = failure.detail if isinstance(failure.detail, str) else describe_exception(failure)
+        return ProviderFailed(
+            job=job,
+            error_class=error_class,
+            message=self._clean(detail),
+            status_code=status,
+            retryable=failure.retryable is True,
+            delivered=delivered or failure.output_delivered is True,
+            seconds=spent,
+            retry_after_ms=_hint(failure),
+        )
 
     @staticmethod
     def _tell(job: StreamJob, message: Any) -> bool:
@@ -161,9 +219,26 @@ def _cancelled(job: int, delivered: bool, spent: float) -> ProviderFailed:
     )
 
 
+def malformed(item: object) -> str:
+    """What is wrong with an item an adapter yielded, in words; empty when it is a well-formed output."""
+    decoder = _decoders.get(type(item))
+    if decoder is None:
+        return f"a {type(item).__name__}, not a provider output"
+    try:
+        decoder.decode(_encoder.encode(item))
+    except msgspec.ValidationError as exc:
+        return f"a malformed {type(item).__name__}: {exc}"
+    except UnicodeEncodeError:
+        return f"a {type(item).__name__} with text that is not valid Unicode (a lone surrogate)"
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return f"a {type(item).__name__} that cannot be recorded: {type(exc).__name__}"
+    return ""
+
+
 def _hint(failure: ProviderFailure) -> int | None:
     """The failure's retry hint when it is a non-negative int (an adapter may set anything)."""
     hint = getattr(failure, "retry_after_ms", None)
     if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
         return None
     return hint
+

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import itertools
 import logging
 import random
@@ -63,7 +62,13 @@ from actors.compactor.errors import CompactionIneffective
 from actors.compactor.gates import manual_compaction_due, shrink_gate
 from actors.compactor.hooks import PreCompactionHook
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
-from actors.errors import SessionCrashed, SessionStopped, UnknownSession, WorkspaceMismatch
+from actors.errors import (
+    SessionCrashed,
+    SessionStopped,
+    UnknownSession,
+    WorkspaceMismatch,
+    describe_exception,
+)
 from actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
 from actors.provider.base import (
     Finished,
@@ -101,9 +106,9 @@ from actors.session.turn import (
     unique_calls,
 )
 from actors.session.view import HistoryView
-from actors.tools import ToolExecutor, ToolInvocation, ToolOutcome
+from actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
 from events.codec import Record
-from events.errors import CairnError
+from events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
 from events.kinds import EventBase, FailedPhase, ProviderError, Trigger
 from events.model import Message, ToolCall
 from events.state import SessionState, replay
@@ -243,11 +248,6 @@ class _Compaction:
         self.overflow = overflow  # R3: the provider error a reactive compaction answers
 
 
-def session_hash(sid: str) -> str:
-    """A session named in logs without its id (H7's style)."""
-    return "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 class SessionActor(pykka.ThreadingActor):
     """One conversation's turn loop (see the module doc). Started, loaded and stopped by the host."""
 
@@ -331,8 +331,10 @@ class SessionActor(pykka.ThreadingActor):
             elif isinstance(message, RetryRequest):
                 self._on_retry(message)
         except Exception as exc:
-            log.error("cairn: session %s crashed on %s: %s", session_hash(self._sid),
-                      type(message).__name__, type(exc).__name__)
+            # named by its id (ids are validated safe to print), so an operator can find it
+            # with `cairn log`; only H7's hand-off lines name a session by a hash
+            log.error("cairn: session %r crashed on %s: %s", self._sid, type(message).__name__,
+                      describe_exception(exc))
             # dead before anyone hears of it: a message sent after the failed turn's result
             # finds this actor stopped, and the host rebuilds the session by replay
             self.actor_stopped.set()
@@ -693,16 +695,36 @@ class SessionActor(pykka.ThreadingActor):
             return
         run.tool_chars = 0
         for call in calls:
-            result, run.tool_chars = tool_result_event(
-                call, self._run_tool(call, run), read_only=read_only_tools(self._state.info),
-                used=run.tool_chars,
-            )
-            if not self._try_persist([result], "tool"):
+            if not self._record_tool(call, self._run_tool(call, run), run):
                 return
         self._next_request()
 
+    def _record_tool(self, call: ToolCall, outcome: ToolOutcome, run: _Run) -> bool:
+        """Persist one call's result; an outcome the log refuses (too large) becomes an error result.
+
+        False when the turn failed (phase `tool`): the journal could not write.
+        """
+        read_only = read_only_tools(self._state.info)
+        result, used = tool_result_event(call, outcome, read_only=read_only, used=run.tool_chars)
+        try:
+            self._persist([result])
+        except (LineTooLarge, InvalidEvent, MalformedEvent) as exc:  # the outcome's fault, not the store's
+            refused = error_outcome(f"the tool {call.name!r} returned a result the log cannot hold: {exc}")
+            result, used = tool_result_event(call, refused, read_only=read_only, used=run.tool_chars)
+            if not self._try_persist([result], "tool"):
+                return False
+        except CairnError as exc:
+            self._fail("tool", type(exc).__name__, str(exc))
+            return False
+        run.tool_chars = used
+        return True
+
     def _run_tool(self, call: ToolCall, run: _Run) -> ToolOutcome:
-        """The host's executor for one call; its failures become error results the model sees."""
+        """The host's executor for one call, checked; whatever goes wrong is an error result the model sees.
+
+        Even a BaseException (KeyboardInterrupt, SystemExit) the tool raises
+        is one: let through, pykka would stop every actor of the process.
+        """
         tools = self._rt.tools
         info = self._state.info
         if tools is None or info is None:
@@ -711,12 +733,15 @@ class SessionActor(pykka.ThreadingActor):
             session=self._sid, workspace=info.workspace, turn_id=run.turn_id, call=call
         )
         try:
-            outcome = tools(invocation)
-        except Exception as exc:
-            return error_outcome(f"the tool {call.name!r} failed: {type(exc).__name__}: {exc}")
-        if not isinstance(outcome, ToolOutcome):
-            kind = type(outcome).__name__
-            return error_outcome(f"the tool {call.name!r} returned {kind}, not a ToolOutcome")
+            value = tools(invocation)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                log.warning("cairn: session %r: the tool %r raised %s; recorded as its error result",
+                            self._sid, call.name, type(exc).__name__)
+            return error_outcome(f"the tool {call.name!r} failed: {describe_exception(exc)}")
+        outcome = check_outcome(value)
+        if isinstance(outcome, str):
+            return error_outcome(f"the tool {call.name!r} {outcome}")
         return outcome
 
     def _on_failed(self, message: ProviderFailed) -> None:
@@ -872,9 +897,9 @@ class SessionActor(pykka.ThreadingActor):
         try:
             self._persist(failure_events(self._state, run.turn_id, phase, error_class, error))
         except CairnError as exc:
-            log.warning("cairn: session %s: the failed turn could not be recorded (%s); it is marked "
-                        "interrupted when the session is next loaded", session_hash(self._sid),
-                        type(exc).__name__)
+            log.warning("cairn: session %r: the failed turn could not be recorded (%s); it is marked "
+                        "interrupted when the session is next loaded", self._sid,
+                        describe_exception(exc))
         self._finish("failed", phase, error_class, error)
 
     def _finish(self, status: TurnStatus, phase: FailedPhase | None = None, error_class: str = "",

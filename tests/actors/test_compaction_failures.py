@@ -7,10 +7,10 @@ from pathlib import Path
 
 import msgspec
 
-from actors.compactor.ledger import HEADINGS
 from actors.provider.scripted import Reply, ScriptedProvider
 from events.kinds import CheckpointCommitted, CompactionFailed, Request, TurnFailed
 from tests.actors.helpers import SETTINGS, WAIT, Agent, Seed, open_host, reopen_and_compare, words
+from tests.compactor.builders import C7_HEADINGS
 
 
 def _events(host, kind):  # type: ignore[no-untyped-def]
@@ -51,7 +51,7 @@ def test_C7_a_free_text_summary_is_a_malformed_failure_and_the_fallback_is_commi
 
 
 def test_C7_a_summary_missing_one_heading_is_malformed_and_names_it(tmp_path: Path) -> None:
-    sections = "\n".join(f"## {h}\n- noted." for h in HEADINGS if h != "Verification evidence")
+    sections = "\n".join(f"## {h}\n- noted." for h in C7_HEADINGS if h != "Verification evidence")
     provider = ScriptedProvider(summaries=(Reply(text=f"<summary>\n{sections}\n</summary>"),),
                                 responder=Agent())
     host = open_host(tmp_path / "store", provider)
@@ -67,7 +67,7 @@ def test_C7_a_summary_missing_one_heading_is_malformed_and_names_it(tmp_path: Pa
 
 
 def test_C7_headings_out_of_order_or_repeated_are_repaired_by_the_rebuild(tmp_path: Path) -> None:
-    shuffled = [*reversed(HEADINGS), HEADINGS[0]]
+    shuffled = [*reversed(C7_HEADINGS), C7_HEADINGS[0]]
     body = "\n".join(f"## {h}\n- point under {h}." for h in shuffled)
     provider = ScriptedProvider(summaries=(Reply(text=f"<summary>\n{body}\n</summary>"),), responder=Agent())
     host = open_host(tmp_path / "store", provider)
@@ -80,8 +80,8 @@ def test_C7_headings_out_of_order_or_repeated_are_repaired_by_the_rebuild(tmp_pa
     assert checkpoint.strategy == "llm"
     text = checkpoint.replacement_messages[0].content
     assert isinstance(text, str)
-    positions = [text.index(f"## {h}") for h in HEADINGS]
-    assert positions == sorted(positions) and all(text.count(f"## {h}\n") == 1 for h in HEADINGS)
+    positions = [text.index(f"## {h}") for h in C7_HEADINGS]
+    assert positions == sorted(positions) and all(text.count(f"## {h}\n") == 1 for h in C7_HEADINGS)
     host.close()
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from actors.session.settings import SessionSettings
-from actors.session.tool_budget import PREVIEW_CHARS, RESULT_LIMIT, TURN_LIMIT
+from actors.session.tracker import occupancy
 from actors.session.turn import (
     INTERRUPTED_RESULT,
     interrupted_events,
     is_overflow,
+    reactive_snip,
     reactive_verdict,
     start_events,
     steering_events,
@@ -22,6 +23,7 @@ from events.codec import GENESIS, Record
 from events.kinds import Carried, EventBase, SessionStarted, ToolResult, TurnFailed, TurnStarted, UserMessage
 from events.model import Message, TextPart, ToolCall
 from events.state import SessionState, replay
+from tests.session.builders import Session, new_view
 
 
 def _fold(events: list[EventBase], state: SessionState | None = None) -> SessionState:
@@ -82,14 +84,14 @@ def test_tool_results_are_recorded_whole_and_flagged_when_the_model_sees_less() 
     small, used = tool_result_event(ToolCall("c1", "read"), ToolOutcome(content="abc"),
                                     read_only=read_only, used=0)
     assert isinstance(small, ToolResult) and not small.truncated and used == 3 and small.effect == "read"
-    huge_text = "x" * (RESULT_LIMIT + 1)
+    huge_text = "x" * (100_000 + 1)
     huge, used = tool_result_event(ToolCall("c2", "edit"), ToolOutcome(content=huge_text),
                                    read_only=read_only, used=used)
-    assert huge.truncated and huge.original_chars == RESULT_LIMIT + 1 and huge.effect == "write"  # X1
+    assert huge.truncated and huge.original_chars == 100_000 + 1 and huge.effect == "write"  # X1
     assert huge.content == (TextPart(huge_text),)  # recorded whole (X3)
-    assert used == 3 + PREVIEW_CHARS
+    assert used == 3 + 2_000
     late, _ = tool_result_event(ToolCall("c3", "read"), ToolOutcome(content="y" * 5_000), read_only=read_only,
-                                used=TURN_LIMIT)
+                                used=200_000)
     assert late.truncated  # X2: the turn's budget is spent, only the preview is shown
 
 
@@ -100,3 +102,29 @@ def test_repeated_call_ids_keep_the_first() -> None:
 
 def test_interrupted_result_text_is_what_the_model_reads() -> None:
     assert "interrupted" in INTERRUPTED_RESULT and "unknown" in INTERRUPTED_RESULT
+
+
+def test_R3_the_reactive_snip_keeps_three_tool_turns_from_ten_messages() -> None:
+    def session(turns: int, *, extra_user: bool) -> Session:
+        built = Session(window=None, cap=None)
+        built.user("make the build pass")
+        for n in range(turns):
+            built.tool_turn(output=f"output {n}")
+        if extra_user:
+            built.user("and hurry")
+        return built
+
+    # R3's numbers stated literally: keep 3 tool turns, only from 10 messages up
+    nine = session(4, extra_user=False)  # 1 + 8 = 9 messages
+    assert len(nine.state.context) == 9
+    view = new_view()
+    assert reactive_snip(nine.state, view, occupancy(nine.state, view)) is None
+    ten = session(4, extra_user=True)  # 1 + 8 + 1 = 10 messages
+    assert len(ten.state.context) == 10
+    view = new_view()
+    plan = reactive_snip(ten.state, view, occupancy(ten.state, view))
+    assert plan is not None and plan.event.removed_call_ids == ("c0",)
+    many = session(9, extra_user=False)
+    view = new_view()
+    plan = reactive_snip(many.state, view, occupancy(many.state, view))
+    assert plan is not None and plan.event.removed_call_ids == ("c0", "c1", "c2", "c3", "c4", "c5")

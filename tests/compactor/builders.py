@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 
 from actors.compactor import CompactionConfig, CompactionRequest, Compactor
-from actors.compactor.ledger import HEADINGS
 from actors.compactor.service import FileReader
 from actors.provider.scripted import Outcome, ScriptedProvider
 from actors.session.tokens import TokenCounter
@@ -23,6 +22,18 @@ from events.model import ImagePart, Message, Part, TextPart, ToolCall
 from events.state import SessionState, replay
 
 COUNTER = TokenCounter()
+
+
+#: C7's seven headings, in order, stated literally (tests never take them from the ledger module)
+C7_HEADINGS = (
+    "Objective and constraints",
+    "Decisions and rationale",
+    "Workspace mutations",
+    "Verification evidence",
+    "Active tasks and background work",
+    "Open risks or blockers",
+    "Exact next action",
+)
 
 
 class Log:
@@ -147,8 +158,8 @@ def ledger(objective: str = "- fix the test", *, padding: int = 0, analysis: str
     """A model's summary that follows C7: the seven headings in order, `objective` under the first
     (then `padding` filler lines), "No evidence observed." under the rest."""
     lines = [objective, *("- padding line" for _ in range(padding))]
-    sections = [f"## {HEADINGS[0]}", *lines]
-    for heading in HEADINGS[1:]:
+    sections = [f"## {C7_HEADINGS[0]}", *lines]
+    for heading in C7_HEADINGS[1:]:
         sections += [f"## {heading}", "- No evidence observed."]
     body = "\n".join(sections)
     return f"<analysis>{analysis}</analysis>\n<summary>\n{body}\n</summary>"

@@ -43,8 +43,8 @@ def test_C4_half_open_after_the_cooldown_and_success_resets() -> None:
     start = 10**9
     for n in (1, 2, 3):
         log.add(CompactionFailed(epoch=0, attempt=1, reason="empty", consecutive_failures=n), ts=start)
-    service, provider = compactor(Auto(), config=CompactionConfig(breaker_cooldown_ms=10 * MINUTE))
-    early = service.compact(request(log.state(), now_ms=start + 9 * MINUTE))
+    service, provider = compactor(Auto(), config=CompactionConfig())  # the default cooldown: 10 minutes
+    early = service.compact(request(log.state(), now_ms=start + 10 * MINUTE - 1))
     assert early.breaker.mode == "open" and provider.calls == 0
     late = service.compact(request(log.state(), now_ms=start + 10 * MINUTE))
     assert late.breaker.mode == "half-open" and provider.calls == 1

@@ -56,7 +56,10 @@ def test_K1_4097_messages_are_refused_on_write_and_on_replay() -> None:
 
 
 def test_K1_over_16_mib_is_refused_on_write_and_on_replay() -> None:
-    huge = "h" * (16 * 1024 * 1024 + 1)
+    envelope = len(b'[{"role":"user","content":""}]')  # the replacement's JSON around the text
+    exactly = "h" * (16_777_216 - envelope)  # K1: at most 16 MiB encoded, stated literally
+    assert len(_checkpoint((Message(role="user", content=exactly),)).replacement_messages) == 1
+    huge = exactly + "h"
     with pytest.raises(ValueError, match="bytes"):
         _checkpoint((Message(role="user", content=huge),))
     line = _tampered(_line(_checkpoint()), lambda e: e["replacement_messages"][0].update(content=huge))

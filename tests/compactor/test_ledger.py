@@ -6,8 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.compactor.ledger import (
-    HEADINGS,
-    MAX_RECORDS,
     NO_EVIDENCE_LINE,
     ExactRecord,
     extract_records,
@@ -16,20 +14,20 @@ from actors.compactor.ledger import (
     rebuild_ledger,
 )
 from actors.provider.scripted import Reply, context_limit
-from tests.compactor.builders import Log, compactor, request, text
+from tests.compactor.builders import C7_HEADINGS, Log, compactor, request, text
 
 
 def _sections(ledger: str) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     current = None
     for line in ledger.splitlines():
-        if line.startswith("## ") and line[3:] in HEADINGS:
+        if line.startswith("## ") and line[3:] in C7_HEADINGS:
             assert line[3:] not in sections, "a heading appears twice"
             current = line[3:]
             sections[current] = []
         elif current is not None and line:
             sections[current].append(line)
-    assert list(sections) == list(HEADINGS)
+    assert list(sections) == list(C7_HEADINGS)
     return sections
 
 
@@ -39,6 +37,9 @@ def test_C8_record_syntax_heading_case_and_space_insensitive() -> None:
     )
     assert parse_record("EXACT CONTINUATION RECORD [Nonsense] :: x") is None
     assert parse_record("EXACT CONTINUATION RECORD [Exact next action] :: " + "p" * 2049) is None
+    longest = parse_record("EXACT CONTINUATION RECORD [Exact next action] :: " + "p" * 2048)  # 1..2,048 chars
+    assert longest is not None and longest.payload == "p" * 2048
+    assert parse_record("EXACT CONTINUATION RECORD [Exact next action] :: p") is not None
     assert parse_record("EXACT CONTINUATION RECORD [Exact next action] ::  ") is None
     assert parse_record("  EXACT CONTINUATION RECORD [Workspace mutations] :: wrote a.py") is not None
 
@@ -46,7 +47,7 @@ def test_C8_record_syntax_heading_case_and_space_insensitive() -> None:
 def test_C8_limits_duplicates_once_newest_win() -> None:
     lines = [f"EXACT CONTINUATION RECORD [Decisions and rationale] :: decision {n}" for n in range(40)]
     got = extract_records(["\n".join(lines), lines[39]])
-    assert len(got.records) == MAX_RECORDS and got.omitted == 40 - MAX_RECORDS
+    assert len(got.records) == 32 and got.omitted == 40 - 32  # C8: at most 32 records
     assert got.records[-1].payload == "decision 39" and got.records[0].payload == "decision 8"
     big = [f"EXACT CONTINUATION RECORD [Exact next action] :: {n:04d}" + "b" * 2000 for n in range(10)]
     got = extract_records(big)
@@ -86,7 +87,7 @@ def test_C8_record_dropped_from_the_shrunk_prompt_still_appears_verbatim() -> No
     for n in range(12):
         log.tool(f"out {n} " + "r" * 2000)
         log.say(f"step {n}")
-    sections = "\n".join(f"## {h}\n- No evidence observed." for h in HEADINGS[:-1])
+    sections = "\n".join(f"## {h}\n- No evidence observed." for h in C7_HEADINGS[:-1])
     last = "## Exact next action\n- something else entirely"
     bad_model = Reply(text=f"<summary>\n{sections}\n{last}\n</summary>")
     service, provider = compactor(context_limit(), bad_model)
@@ -122,8 +123,8 @@ _payload = st.text(
 
 
 @given(
-    records=st.lists(st.tuples(st.sampled_from(HEADINGS), _payload), max_size=12),
-    model_lines=st.lists(st.tuples(st.sampled_from(HEADINGS), st.text(max_size=40)), max_size=12),
+    records=st.lists(st.tuples(st.sampled_from(C7_HEADINGS), _payload), max_size=12),
+    model_lines=st.lists(st.tuples(st.sampled_from(C7_HEADINGS), st.text(max_size=40)), max_size=12),
     stray=st.lists(st.integers(min_value=0, max_value=11), max_size=6),
 )
 def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
@@ -135,7 +136,7 @@ def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
     lines = [(h, line) for h, line in model_lines]
     for index in stray:
         if index < len(kept):
-            lines.append((HEADINGS[index % len(HEADINGS)], f"- {kept[index].payload} (restated)"))
+            lines.append((C7_HEADINGS[index % len(C7_HEADINGS)], f"- {kept[index].payload} (restated)"))
     model = "\n".join(f"## {h}\n{line}" for h, line in lines)
     sections = _sections(rebuild_ledger(model, kept))
     everything = [line for body in sections.values() for line in body]
@@ -150,18 +151,18 @@ def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
 
 
 def test_C7_missing_headings_of_free_text_are_all_seven() -> None:
-    assert missing_headings("The user is refactoring; tests passed; run the linter next.") == HEADINGS
-    assert missing_headings("") == HEADINGS
+    assert missing_headings("The user is refactoring; tests passed; run the linter next.") == C7_HEADINGS
+    assert missing_headings("") == C7_HEADINGS
 
 
 def test_C7_every_heading_present_in_any_decoration_order_or_repeat_misses_none() -> None:
-    decorated = "\n".join(f"**{n}. {h}:**\n- x" for n, h in enumerate(reversed(HEADINGS), 1))
+    decorated = "\n".join(f"**{n}. {h}:**\n- x" for n, h in enumerate(reversed(C7_HEADINGS), 1))
     assert missing_headings(decorated) == ()
-    assert missing_headings(decorated + f"\n## {HEADINGS[2]}\n- again") == ()
+    assert missing_headings(decorated + f"\n## {C7_HEADINGS[2]}\n- again") == ()
 
 
 def test_C7_a_missing_heading_is_named_and_escaped_or_inline_ones_do_not_count() -> None:
-    body = "\n".join(f"## {h}\n- x" for h in HEADINGS[:-1])
+    body = "\n".join(f"## {h}\n- x" for h in C7_HEADINGS[:-1])
     assert missing_headings(body) == ("Exact next action",)
     assert missing_headings(body + "\n[earlier] ## Exact next action") == ("Exact next action",)
     assert missing_headings(body + "\nThe exact next action is to run the tests.") == ("Exact next action",)
@@ -179,7 +180,7 @@ def test_C7_a_free_text_reply_is_not_retried_and_fails_as_malformed() -> None:
 
 
 def test_C7_an_empty_reply_is_still_retried_and_a_full_ledger_then_succeeds() -> None:
-    full = "<summary>\n" + "\n".join(f"## {h}\n- x" for h in HEADINGS) + "\n</summary>"
+    full = "<summary>\n" + "\n".join(f"## {h}\n- x" for h in C7_HEADINGS) + "\n</summary>"
     service, provider = compactor(Reply(text="<analysis>only thinking</analysis>"), Reply(text=full))
     outcome = service.compact(request(_long_log().state()))
     assert provider.calls == 2 and outcome.strategy == "llm" and outcome.failure is None

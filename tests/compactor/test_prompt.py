@@ -7,7 +7,6 @@ from itertools import pairwise
 import pytest
 
 from actors.compactor.errors import CompactionIneffective
-from actors.compactor.ledger import HEADINGS
 from actors.compactor.prompt import (
     INITIAL_CHAR_CAP,
     MIN_CHAR_CAP,
@@ -20,7 +19,7 @@ from actors.compactor.prompt import (
 from actors.provider.scripted import context_limit
 from events.kinds import FileAccess
 from events.model import ImagePart, Message, TextPart, text_of, units
-from tests.compactor.builders import Log, coding_session, compactor, request
+from tests.compactor.builders import C7_HEADINGS, Log, coding_session, compactor, request
 
 
 def _sent(provider) -> list[str]:
@@ -113,7 +112,7 @@ def test_C7_prompt_has_the_contract_the_headings_and_indexed_messages() -> None:
     files = (PromptFile("src/a.py", "x = 1\n```inner```", more_lines=3),)
     system, user = build_prompt(source, files, PromptShape())
     contract = text_of(system)
-    positions = [contract.index(f"{n}. {h}") for n, h in enumerate(HEADINGS, start=1)]
+    positions = [contract.index(f"{n}. {h}") for n, h in enumerate(C7_HEADINGS, start=1)]
     assert positions == sorted(positions)
     for needle in ("<analysis>", "<summary>", "observed", "exact commands", "credentials",
                    "newest evidence", "no evidence observed", "Never call unfinished work done"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.compactor.ledger import HEADINGS, summary_body
+from actors.compactor.ledger import summary_body
 from actors.compactor.prompt import PromptShape, build_prompt
 from actors.provider.base import ProviderFailure, ProviderRequest, complete, is_context_limit
 from actors.provider.scripted import (
@@ -14,7 +14,7 @@ from actors.provider.scripted import (
     empty_reply,
     http_error,
 )
-from tests.compactor.builders import coding_session
+from tests.compactor.builders import C7_HEADINGS, coding_session
 
 
 def _summary_request(messages) -> ProviderRequest:
@@ -31,7 +31,7 @@ def test_C7_scripted_summary_has_the_seven_headings_from_the_transcript() -> Non
     assert first.text.index("<analysis>") < first.text.index("<summary>")
     body = summary_body(first.text)
     headings = [line[3:] for line in body.splitlines() if line.startswith("## ")]
-    assert headings == list(HEADINGS)
+    assert headings == list(C7_HEADINGS)
     assert "Fix the failing test in tests/test_app.py" in body
     assert first.usage is not None and first.usage.total_tokens
 

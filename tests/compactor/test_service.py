@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from actors.compactor import CompactionBlocked, HookVerdict, NothingToCompact, verify_checkpoint
 from actors.compactor.errors import CompactionIneffective
-from actors.compactor.sampling import SUMMARY_MAX_OUTPUT_TOKENS
+from actors.compactor.replacement import retained_tail
 from actors.provider.base import UsageReport
 from actors.provider.scripted import Reply, empty_reply, http_error, network_error
 from events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
@@ -95,7 +95,7 @@ def test_C5_blank_then_503_then_success_succeeds_on_the_third_call_with_usage_su
     assert first.messages == third.messages  # retries resend the same prompt
     for sent in provider.requests:
         assert sent.purpose == "summary" and sent.temperature == 0.0
-        assert sent.max_output_tokens == SUMMARY_MAX_OUTPUT_TOKENS
+        assert sent.max_output_tokens == 8_000  # C5, stated literally
 
 
 def test_C5_three_503s_fail_after_three_calls_and_fall_back() -> None:
@@ -150,6 +150,17 @@ def test_C9_replacement_is_summary_tail_files_task(tmp_path) -> None:
     assert list(replacement[1:-2]) == expected_tail
     assert outcome.checkpoint.files_restored == ("app.py",)
     verify_checkpoint(state.context, outcome.checkpoint, COUNTER)
+
+
+def test_C9_the_tail_is_the_newest_twenty_percent_rounded_up() -> None:
+    def chat(count: int) -> list[Message]:
+        roles = ("assistant", "user")
+        return [Message(role=roles[n % 2], content=f"m{n}", id=f"m{n}") for n in range(count)]
+
+    # C9's numbers stated literally: 20 %, rounded up
+    for count, kept in ((100, 20), (101, 21), (99, 20), (10, 2), (6, 2), (5, 1), (1, 1), (0, 0)):
+        source = chat(count)
+        assert retained_tail(source) == tuple(source[count - kept :]), count
 
 
 def test_C9_llm_success_resets_the_breaker_and_bumps_the_revision() -> None:

@@ -24,7 +24,7 @@ from actors.provider.base import (
     complete,
 )
 from actors.provider.config import OpenAIConfig
-from actors.provider.openai_compat import SUMMARY_MAX_OUTPUT_TOKENS, OpenAIProvider, provider_from_env
+from actors.provider.openai_compat import OpenAIProvider, provider_from_env
 from actors.session.tracker import provider_floor
 from events.kinds import Usage
 from events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall
@@ -432,7 +432,7 @@ def test_C5_429_then_success_for_the_summary_call_waits_375_ms_once(
     assert outcome.usage == UsageReport(prompt_tokens=10, completion_tokens=5, total_tokens=15)
     for sent in server.requests:
         assert sent.body["temperature"] == 0
-        assert sent.body["max_tokens"] == SUMMARY_MAX_OUTPUT_TOKENS
+        assert sent.body["max_tokens"] == 8_000  # C5, stated literally
         assert "tools" not in sent.body
 
 

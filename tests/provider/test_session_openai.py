@@ -18,7 +18,7 @@ import pytest
 
 from actors import Host, SessionSettings, WorkspaceTools
 from actors.provider.base import TextDelta
-from actors.provider.openai_compat import SUMMARY_MAX_OUTPUT_TOKENS, OpenAIProvider
+from actors.provider.openai_compat import OpenAIProvider
 from actors.session.tokens import TokenCounter
 from events.kinds import (
     AssistantMessage,
@@ -246,7 +246,7 @@ def test_R3_a_context_limit_before_the_first_chunk_is_recovered_once_by_a_reacti
     assert (checkpoint.trigger, checkpoint.strategy) == ("reactive", "llm")
     overflowed, summary, replayed = (r.body for r in server.requests[2:])
     # the summary went through the same endpoint, with C5's bounds and no tools
-    assert summary["temperature"] == 0 and summary["max_tokens"] <= SUMMARY_MAX_OUTPUT_TOKENS
+    assert summary["temperature"] == 0 and summary["max_tokens"] <= 8_000
     assert "tools" not in summary and "<summary>" in summary["messages"][0]["content"]
     # the checkpoint was durable before the request was replayed on the new context (K2, R3)
     kinds = [record.line_kind for record in host.journal.read(SID)]

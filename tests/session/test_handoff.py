@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from actors.session.budget import budget_for, snapshot, thresholds
 from actors.session.handoff import (
-    MAX_TEXT_BYTES,
     HandoffRecord,
     InvalidHandoff,
     decide_handoff,
@@ -224,7 +223,7 @@ def test_H4_the_hidden_message_carries_every_point_of_the_rule() -> None:
         "headroom before compaction: 3,457 tokens",
     ):
         assert point in lowered, point
-    assert len(text.encode()) <= MAX_TEXT_BYTES
+    assert len(text.encode()) <= 2_000  # H4, stated literally
 
 
 def test_H4_the_text_stays_within_2000_bytes_for_the_largest_record() -> None:
@@ -240,7 +239,7 @@ def test_H4_the_text_stays_within_2000_bytes_for_the_largest_record() -> None:
         created_at="9999-12-31T23:59:59.999Z",
     )
     assert validate_record(encode_record(record)) == record
-    assert len(render_text(record).encode()) <= MAX_TEXT_BYTES
+    assert len(render_text(record).encode()) <= 2_000  # H4, stated literally
 
 
 _records = st.integers(min_value=10, max_value=2**62).flatmap(
@@ -265,7 +264,7 @@ def test_H5_rendering_and_detection_round_trip_and_reject_any_one_char_change(
     message = handoff_message(record, 0)
     assert is_handoff(message, record)
     text = render_text(record)
-    assert len(text.encode()) <= MAX_TEXT_BYTES
+    assert len(text.encode()) <= 2_000  # H4, stated literally
     index = data.draw(st.integers(0, len(text) - 1))
     char = data.draw(st.characters(blacklist_categories=("Cs",)).filter(lambda c: c != text[index]))
     for changed in (

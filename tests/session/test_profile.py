@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.session.profile import TOOL_OVERHEAD, fingerprint, profile_of, system_messages, tools_json
+from actors.session.profile import fingerprint, profile_of, system_messages, tools_json
 from events.state import SessionInfo
 from tests.session.builders import counter
 
@@ -21,7 +21,9 @@ def test_P2_fixed_tokens_are_system_plus_tool_json_plus_eight_per_tool() -> None
     profile = profile_of(_info(), c)
     assert profile.system == system_messages("Be careful.")
     assert profile.system_tokens == c.messages(profile.system)
-    assert profile.tools_tokens == c.text(tools_json(TOOLS)) + TOOL_OVERHEAD * 2
+    assert profile.tools_tokens == c.text(tools_json(TOOLS)) + 8 * 2  # P2: 8 per tool, stated literally
+    one = profile_of(_info(tool_schemas=TOOLS[:1]), c)
+    assert one.tools_tokens == c.text(tools_json(TOOLS[:1])) + 8
     assert profile.fixed_tokens == profile.system_tokens + profile.tools_tokens
     bare = profile_of(_info(system_prompt="", tool_schemas=()), c)
     assert (bare.system, bare.system_tokens, bare.tools_tokens) == ((), 0, 0)

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from actors.session.slimming import (
     DEFAULT_READ_ONLY_TOOLS,
-    MICRO_IDLE_MS,
     apply_plan,
     candidates,
     marker_text,
@@ -159,16 +158,36 @@ def test_S4_micro_compaction_after_sixty_idle_seconds_keeps_three() -> None:
     occ = occupancy(session.state, view)
     last = session.state.carried.last_response_ts
     assert last is not None
-    assert not micro_due(session.state, last + MICRO_IDLE_MS)
-    assert micro_due(session.state, last + MICRO_IDLE_MS + 1)
+    # S4's numbers stated literally: more than 60 s (60,000 ms) idle, keep 3, at least 15 messages
+    assert not micro_due(session.state, last + 60_000)
+    assert micro_due(session.state, last + 60_001)
     assert plan_micro(session.state, view, occ, now_ms=last + 1_000) is None
+    assert plan_micro(session.state, view, occ, now_ms=last + 60_000) is None
     assert plan_snip(session.state, view, occ) is None
-    plan = plan_micro(session.state, view, occ, now_ms=last + MICRO_IDLE_MS + 1)
+    plan = plan_micro(session.state, view, occ, now_ms=last + 60_001)
     assert plan is not None and plan.event.mode == "micro"
-    assert plan.event.removed_call_ids == tuple(f"c{n}" for n in range(5))
+    assert plan.event.removed_call_ids == ("c0", "c1", "c2", "c3", "c4")  # 8 turns, the newest 3 kept
     fresh = Session(window=None, cap=None)
     fresh.user("first request of the session")
     assert not micro_due(fresh.state, 10**15)
+
+
+def test_S4_micro_compaction_needs_fifteen_messages() -> None:
+    short = _session(6)
+    short.user("one more request")  # 1 + 12 + 1 = 14 messages
+    assert len(short.state.context) == 14
+    view = new_view()
+    last = short.state.carried.last_response_ts
+    assert last is not None
+    assert plan_micro(short.state, view, occupancy(short.state, view), now_ms=last + 60_001) is None
+    enough = _session(7)  # 1 + 14 = 15 messages
+    assert len(enough.state.context) == 15
+    view = new_view()
+    last = enough.state.carried.last_response_ts
+    assert last is not None
+    plan = plan_micro(enough.state, view, occupancy(enough.state, view), now_ms=last + 60_001)
+    assert plan is not None
+    assert plan.event.removed_call_ids == ("c0", "c1", "c2", "c3")  # 7 turns, the newest 3 kept
 
 
 def test_S5_the_recorded_event_rebuilds_the_planned_context_on_replay() -> None:

@@ -10,13 +10,7 @@ import textwrap
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.session.tokens import (
-    DEFAULT_IMAGE_TOKENS,
-    MESSAGE_OVERHEAD,
-    TOOL_CALL_OVERHEAD,
-    TokenCounter,
-    load_encoding,
-)
+from actors.session.tokens import TokenCounter, load_encoding
 from actors.session.tracker import occupancy
 from actors.session.view import HistoryView
 from events.codec import GENESIS, Record
@@ -47,24 +41,30 @@ def test_T1_message_count_is_the_additive_formula() -> None:
         tool_calls=(ToolCall("call_1", "read", '{"path": "a.py"}'), ToolCall("call_2", "grep", "{}")),
         name="agent",
     )
+    # T1's numbers stated literally: 4 per message, 4 per tool call (never the module's constants)
     expected = (
-        MESSAGE_OVERHEAD
+        4
         + c.text("assistant")
         + c.text("Reading the file now.")
         + c.text("The user wants the bug fixed.")
-        + TOOL_CALL_OVERHEAD
+        + 4
         + c.text("read")
         + c.text('{"path": "a.py"}')
         + c.text("call_1")
-        + TOOL_CALL_OVERHEAD
+        + 4
         + c.text("grep")
         + c.text("{}")
         + c.text("call_2")
         + c.text("agent")
     )
     assert c.message(message) == expected
-    assert c.message(Message(role="user")) == MESSAGE_OVERHEAD + c.text("user")
+    assert c.message(Message(role="user")) == 4 + c.text("user")
     assert c.text("hello world") == 2  # the real cl100k encoder
+    assert c.text("user") == 1
+    assert c.message(Message(role="user", content="hello world")) == 4 + 1 + 2
+    # an assistant message with one call: 4 + role + text + (4 + name + arguments + id)
+    call = Message(role="assistant", tool_calls=(ToolCall("c1", "read", "{}"),))
+    assert c.message(call) == 4 + c.text("assistant") + 4 + c.text("read") + c.text("{}") + c.text("c1")
 
 
 _messages = st.lists(
@@ -127,12 +127,12 @@ def test_T3_an_image_counts_the_fixed_estimate_not_its_base64() -> None:
     c = counter()
     small = Message(role="user", content=(ImagePart(data="aGVsbG8="),))
     large = Message(role="user", content=(ImagePart(data="QUJD" * 250_000),))
-    base = MESSAGE_OVERHEAD + c.text("user")
-    assert c.message(small) == c.message(large) == base + DEFAULT_IMAGE_TOKENS
+    base = 4 + c.text("user")
+    assert c.message(small) == c.message(large) == base + 1_600  # T3's default, stated literally
     configured = TokenCounter(load_encoding(), image_tokens=500)
     assert configured.message(large) == base + 500
     mixed = Message(role="user", content=(TextPart("look"), ImagePart(url="https://x/y.png")))
-    assert c.message(mixed) == base + c.text("look") + DEFAULT_IMAGE_TOKENS
+    assert c.message(mixed) == base + c.text("look") + 1_600
 
 
 def test_T4_counts_are_cached_by_id_and_content() -> None:

@@ -1,16 +1,13 @@
-"""Tool-result budget (X1-X3): what the model sees of tool output."""
+"""Tool-result budget (X1-X3): what the model sees of tool output.
+
+The spec's numbers are stated literally (X1 100,000 and 2,000 chars, X2
+200,000 chars per turn), never taken from the module, so a wrong constant fails.
+"""
 
 from __future__ import annotations
 
 from actors.session.request import assemble
-from actors.session.tool_budget import (
-    PREVIEW_CHARS,
-    RESULT_LIMIT,
-    TURN_LIMIT,
-    render_context,
-    render_result,
-    render_turn,
-)
+from actors.session.tool_budget import render_context, render_result, render_turn
 from events.model import BlobPart, ImagePart, Message, MessageMeta, TextPart, ToolCall
 from events.state import replay
 from tests.session.builders import Session, new_view
@@ -31,32 +28,32 @@ def _text(message: Message) -> str:
 
 def test_X1_a_result_over_the_limit_shows_a_preview_and_where_the_output_is() -> None:
     body = "".join(f"line {i}\n" for i in range(30_000))
-    assert len(body) > RESULT_LIMIT
+    assert len(body) > 100_000
     rendered, shown = render_result(_result(body))
     parts = rendered.content
     assert isinstance(parts, tuple)
-    assert parts[0] == TextPart(body[:PREVIEW_CHARS])
-    assert shown == PREVIEW_CHARS
+    assert parts[0] == TextPart(body[:2_000])
+    assert shown == 2_000
     note = parts[-1].text  # type: ignore[union-attr]
     assert f"{len(body):,} chars" in note
     assert "tool-result event seq 7" in note
 
 
 def test_X1_a_result_at_the_limit_is_shown_whole_and_unchanged() -> None:
-    message = _result("x" * RESULT_LIMIT)
+    message = _result("x" * 100_000)
     rendered, shown = render_result(message)
     assert rendered is message
-    assert shown == RESULT_LIMIT
-    plain = Message(role="tool", content="y" * (RESULT_LIMIT + 1), tool_call_id="c1")
+    assert shown == 100_000
+    plain = Message(role="tool", content="y" * (100_000 + 1), tool_call_id="c1")
     cut, _ = render_result(plain)
-    assert isinstance(cut.content, str) and cut.content.startswith("y" * PREVIEW_CHARS + "\n\n[")
+    assert isinstance(cut.content, str) and cut.content.startswith("y" * 2_000 + "\n\n[")
 
 
 def test_X1_a_blob_shows_its_preview_and_names_the_blob() -> None:
     blob = BlobPart(SHA, 300_000, "text/plain", chars=250_000, preview="p" * 4_000)
     rendered, shown = render_result(Message(role="tool", content=(blob,), tool_call_id="c1"))
-    assert shown == PREVIEW_CHARS
-    assert rendered.content[0] == TextPart("p" * PREVIEW_CHARS)  # type: ignore[index]
+    assert shown == 2_000
+    assert rendered.content[0] == TextPart("p" * 2_000)  # type: ignore[index]
     note = rendered.content[-1].text  # type: ignore[index,union-attr]
     assert f"blob sha256:{SHA}" in note and "250,000 chars" in note
     assert not any(isinstance(p, BlobPart) for p in rendered.content)  # type: ignore[union-attr]
@@ -82,9 +79,9 @@ def test_X2_a_turn_shares_two_hundred_thousand_chars_but_keeps_the_preview() -> 
     results.append(_result("d" * 50_000, "c4"))
     first, second, third, fourth = render_turn(results)
     assert first is results[0] and second is results[1]
-    assert third.content[0] == TextPart("c" * (TURN_LIMIT - 180_000))  # type: ignore[index]
+    assert third.content[0] == TextPart("c" * (200_000 - 180_000))  # type: ignore[index]
     assert "90,000 chars" in _text(third)
-    assert fourth.content[0] == TextPart("d" * PREVIEW_CHARS)  # type: ignore[index]
+    assert fourth.content[0] == TextPart("d" * 2_000)  # type: ignore[index]
     assert "budget" in _text(fourth)
 
 
@@ -96,7 +93,7 @@ def test_X2_the_budget_is_per_assistant_turn() -> None:
     rendered = render_context(context)
     assert rendered == tuple(context)  # 200,000 for the first turn, a fresh budget for the second
     over = [call1, _result("a" * 100_000, "c1"), _result("b" * 100_001, "c2")]
-    assert render_context(over)[2].content[0] == TextPart("b" * PREVIEW_CHARS)  # type: ignore[index]
+    assert render_context(over)[2].content[0] == TextPart("b" * 2_000)  # type: ignore[index]
 
 
 def test_X3_live_and_replayed_sessions_send_identical_requests() -> None:

@@ -128,6 +128,22 @@ def test_P4_the_local_estimate_when_the_baseline_does_not_fit() -> None:
     assert occ.projection.tokens == occ.projection.local_tokens
 
 
+def test_P4_history_as_long_as_the_baseline_sent_is_a_local_estimate() -> None:
+    # usage arrived for r1 but no reply was recorded: the history is exactly as long as the
+    # history sent (P4's "shorter than the baseline's" boundary, the equal case)
+    session = Session()
+    session.user("fix the failing test")
+    view = new_view()
+    session.request(view, "r1")
+    session.usage("r1", 800, 400, 900)
+    base = baseline_of(session.state)
+    assert base is not None and base.history_length == len(session.state.context) == 1
+    occ = occupancy(session.state, view)
+    assert occ.projection.source == "local_estimate"
+    assert occ.projection.tokens == occ.projection.local_tokens
+    assert occ.projection.floor is None
+
+
 @given(
     prompt=st.none() | st.integers(-5, 10**7),
     completion=st.none() | st.integers(-5, 10**6),

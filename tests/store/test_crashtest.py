@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,20 @@ def test_crashtest_fails_when_an_invariant_breaks(tmp_path: Path) -> None:
     campaign.acked[("s", 9)] = (8, "0" * 16)  # claimed acknowledged, never written
     check(campaign, 1)
     assert any("seq 9 is missing" in failure for failure in campaign.failures)
+
+
+def test_crashtest_fails_when_acknowledged_bytes_are_gone(tmp_path: Path) -> None:
+    """Damage that reached acknowledged bytes fails the round: the writer refuses, and the harness says so."""
+    from scripts.crashtest import Campaign, check
+    from store import Journal
+    from tests.store.helpers import fill, segment_files
+
+    store = tmp_path / "store"
+    with Journal.open(store) as journal:
+        fill(journal, "s", 3)
+    segment = segment_files(store)[-1]
+    os.truncate(segment, segment.stat().st_size - 5)  # more than a power loss may take: an fsynced line
+    campaign = Campaign(store=store)
+    check(campaign, 1)
+    [failure] = campaign.failures
+    assert "the writer does not open" in failure and "s seq 4" in failure

@@ -56,7 +56,7 @@ def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
         journal.append("s", [checkpoint(1, 3)], expected_seq=3)
         summary = journal.session("s")
         assert summary is not None
-        assert (summary.created_ts, summary.updated_ts, summary.usage_tokens) == (10, 42, 108)
+        assert (summary.created_ts, summary.updated_ts, summary.last_usage_total_tokens) == (10, 42, 108)
         assert summary.counts == {
             "checkpoint-committed": 1, "session-started": 1, "usage": 1, "user-message": 1,
         }
@@ -91,7 +91,7 @@ def test_a_running_head_encodes_to_the_bytes_of_its_summary() -> None:
     summary = SessionSummary(
         sid="s-1", last_seq=9, head="ab" * 16, last_pos=40, workspace="/w", model="m", created_ts=1,
         updated_ts=2, events=9, counts={"usage": 2, "request": 3}, info_seq=1, checkpoint_seq=7,
-        checkpoint_pos=38, checkpoint_epoch=2, usage_tokens=None, broken_seq=0,
+        checkpoint_pos=38, checkpoint_epoch=2, last_usage_total_tokens=None, broken_seq=0,
     )
     head = _Head.of(summary)
     head.counts["usage"] += 1  # the head's counts are its own

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from events.codec import GENESIS, MAX_LINE_BYTES, chain_digest, decode_line
-from events.errors import InvalidSessionId, LineTooLarge, MalformedEvent
+from events.errors import InvalidEvent, InvalidSessionId, LineTooLarge
 from events.kinds import AssistantMessage, TurnStarted, UserMessage
 from events.state import replay
 from store import Journal, SeqConflict, StoreClosed, StoreLocked
@@ -91,13 +91,13 @@ def test_multi_event_append_is_atomic(journal: Journal) -> None:
     huge = too_big()
     with pytest.raises(LineTooLarge):
         journal.append("s1", [msg(2), huge, msg(4)], expected_seq=1)
-    with pytest.raises(MalformedEvent):
+    with pytest.raises(InvalidEvent):
         journal.append("s1", [msg(2), "not an event"], expected_seq=1)  # type: ignore[list-item]
 
     class Lookalike(UserMessage, frozen=True):  # not one of the event kinds: it would encode another tag
         pass
 
-    with pytest.raises(MalformedEvent, match="Lookalike"):
+    with pytest.raises(InvalidEvent, match="Lookalike"):
         journal.append("s1", [msg(2), Lookalike(message_id="m", content=())], expected_seq=1)
     assert segment_files(journal.root)[0].stat().st_size == size_before
     assert journal.last_seq("s1") == 1

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import decode_line
+from events.codec import GENESIS, decode_line, encode_line
 from store import CorruptionError, Journal, StorageFailed, index_dump, reindex, verify_store
+from store.errors import AcknowledgedDataMissing
 from tests.store.helpers import fill, msg, segment_files, started
 
 
@@ -31,8 +32,11 @@ def test_garbage_after_the_last_acknowledged_event_is_cut_and_reported(
     acked = _acked_store(root)
     active = segment_files(root)[-1]
     acked_size = active.stat().st_size
-    with Journal.open(root, segment_bytes=4_096) as journal:  # an unacknowledged append in flight...
-        journal.append("s0", [msg(99, "unacked " * rng.randint(1, 50))], expected_seq=13)
+    # an append in flight: written by the writer thread, never fsynced nor acknowledged...
+    in_flight, _ = encode_line(pos=3 * 13, sid="s0", seq=14, ts=1, prev=GENESIS,
+                               event=msg(99, "unacked " * rng.randint(1, 50)))
+    with open(active, "ab") as handle:
+        handle.write(in_flight)
     assert active.stat().st_size > acked_size
     cut = rng.randint(acked_size, active.stat().st_size - 1)  # ...torn from a random byte to the end
     garbage = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3_000)))
@@ -201,17 +205,21 @@ def test_index_behind_the_log_catches_up_and_equals_a_rebuild(tmp_path: Path) ->
     assert index_dump(root) == current
 
 
-def test_an_index_ahead_of_the_log_is_rebuilt(tmp_path: Path) -> None:
+def test_an_index_ahead_of_the_log_is_evidence_of_loss_not_a_reason_to_rebuild(tmp_path: Path) -> None:
     root = tmp_path / "store"
     _acked_store(root, sessions=1, per_session=5)
     active = segment_files(root)[-1]
     lines = active.read_bytes().splitlines(keepends=True)
-    active.write_bytes(b"".join(lines[:-2]))  # as if the last two lines were never on disk
-    with Journal.open(root) as journal:
-        assert "ahead" in journal.recovery.index_rebuilt
-        assert journal.last_seq("s0") == 4
-        journal.append("s0", [msg(5)], expected_seq=4)
-    assert verify_store(root).ok
+    active.write_bytes(b"".join(lines[:-2]))  # the last two acknowledged lines are gone
+    size = active.stat().st_size
+    with pytest.raises(AcknowledgedDataMissing) as info:
+        Journal.open(root)
+    [loss] = info.value.losses
+    assert (loss.first_pos, loss.last_pos) == (4, 5)
+    assert [(s.sid, s.first_seq, s.last_seq) for s in loss.sessions] == [("s0", 5, 6)]
+    assert "s0 seqs 5-6" in str(info.value) and "positions 4-5" in str(info.value)
+    assert active.stat().st_size == size
+    assert not verify_store(root).ok
 
 
 class FailingDisk:

@@ -18,7 +18,7 @@ from events.kinds import KINDS, EventBase
 from store import Journal, verify_store
 from store.reader import iter_records
 from tests.fixtures.make_golden import BASE_TS, SID, golden_events
-from tests.strategies import KIND_STRATEGIES, events
+from tests.strategies import KIND_STRATEGIES, events, put_known_blobs
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden.jsonl"
 GOLDEN_SHA256 = "1fa1fedfd959ed785920a5f63ae221f3ac03f82d4ed3afb6f348173dc02cebb3"
@@ -34,6 +34,7 @@ def test_every_kind_round_trips_through_the_store(batch: list[EventBase]) -> Non
     root = Path(tempfile.mkdtemp(prefix="cairn-rt-"))
     try:
         with Journal.open(root) as journal:
+            put_known_blobs(root)  # the blob parts drawn name them
             written = journal.append("rt", batch, expected_seq=0)
             assert [r.event for r in written] == batch
             assert list(journal.read("rt")) == written

@@ -1,0 +1,59 @@
+"""`Host.send` checks what a host passes it: an InputError saying what was expected, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.session.settings import SessionSettings
+from events.errors import InputError
+from events.model import ImagePart, TextPart
+from tests.actors.helpers import WAIT, open_host, scripted
+
+
+class _PathOfBytes:
+    def __fspath__(self) -> bytes:
+        return b"/tmp"
+
+
+BAD_SENDS: list[tuple[str, dict[str, Any], str]] = [
+    ("message-dict", {"text": {"role": "user", "content": "hi"}}, "not a dict: pass the text itself"),
+    ("message-bytes", {"text": b"hi"}, "not bytes: decode it first"),
+    ("message-int", {"text": 12}, "not int"),
+    ("message-none", {"text": None}, "not NoneType"),
+    ("message-empty", {"text": ""}, "needs some text"),
+    ("message-surrogate", {"text": "hi \ud800"}, "lone surrogate at index 3"),
+    ("parts-of-str", {"text": ["hi"]}, "part 0 is a str"),
+    ("text-part-int", {"text": [TextPart(5)]}, "`$[0].text`"),  # type: ignore[arg-type]
+    ("image-data-int", {"text": [ImagePart("image/png", 7)]}, "`$[0].data`"),  # type: ignore[arg-type]
+    ("part-surrogate", {"text": [TextPart("\udfff")]}, "lone surrogate"),
+    ("workspace-int", {"workspace": 12}, "a path (str or os.PathLike), not int"),
+    ("workspace-bytes", {"workspace": b"/tmp"}, "a str path, not bytes"),
+    ("workspace-pathlike-bytes", {"workspace": _PathOfBytes()}, "a str path, not bytes"),
+    ("workspace-nul", {"workspace": "/tmp/a\x00b"}, "without NUL"),
+    ("workspace-surrogate", {"workspace": "/tmp/\udcff"}, "lone surrogate"),
+    ("settings-dict", {"settings": {"model": "m"}}, "a SessionSettings, not dict"),
+    ("settings-field", {"settings": SessionSettings(model=5)}, "`$.model`"),  # type: ignore[arg-type]
+    ("session-int", {"session": 7}, "invalid session id"),
+]
+
+
+@pytest.mark.parametrize(
+    "override, says", [(o, s) for _, o, s in BAD_SENDS], ids=[i for i, _, _ in BAD_SENDS]
+)
+def test_a_bad_send_is_an_input_error_before_anything_is_written(
+    tmp_path: Path, override: dict[str, Any], says: str
+) -> None:
+    with open_host(tmp_path / "store", scripted()) as host:
+        assert host.send("s1", "first", workspace=str(tmp_path)).result(timeout=WAIT).status == "completed"
+        before = host.journal.last_seq("s1")
+        arguments: dict[str, Any] = {"session": "s2", "text": "hello", "workspace": str(tmp_path)}
+        arguments.update(override)
+        with pytest.raises(InputError) as caught:
+            host.send(arguments.pop("session"), arguments.pop("text"), **arguments)
+        assert says in str(caught.value)
+        assert host.journal.last_seq("s1") == before
+        assert host.journal.last_seq("s2") == 0
+        assert host.send("s1", "still fine").result(timeout=WAIT).status == "completed"

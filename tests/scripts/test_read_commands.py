@@ -1,0 +1,223 @@
+"""Every read command of `cairn`, table and --json, over a store that holds every event kind.
+
+The store is what the demo leaves (hand-offs, slimming, LLM and fallback
+checkpoints, a reactive recovery), plus what the demo never does: a fork, a
+tool result kept as a blob, a failed turn. Every command must exit 0 with
+no traceback on every session, and its --json must parse (JSON Lines for
+`log`). A new event kind the store does not hold fails the first test, so
+the matrix keeps covering every kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import Host
+from actors.provider.scripted import Reply, ScriptedProvider, http_error
+from actors.tools import ToolInvocation, ToolOutcome
+from events.kinds import EVENT_TYPES
+from events.model import ToolCall
+from scripts import cairn, demo
+from store import Journal
+
+CAIRN = Path(sys.executable).parent / "cairn"  # the installed console script
+BIG = 300_000  # chars of a tool result: over the 256 KiB blob threshold
+EVERY_KIND = {str(cls.__struct_config__.tag) for cls in EVENT_TYPES}
+
+
+class BigTool:
+    """`big` returns 300,000 chars; the journal keeps them in blobs/."""
+
+    schemas = ('{"name":"big","parameters":{"type":"object"}}',)
+    read_only = ("big",)
+
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        return ToolOutcome(content="x" * (BIG - 20) + " end of big output\n")
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("every-kind") / "store"
+    report = demo.run(root, 5, 12, show=False, plain=False)
+    assert report["ok"], report
+    return {**report, "placement": "os", "cpu": None}
+
+
+@pytest.fixture(scope="module")
+def store(demo_report: dict[str, Any]) -> Path:
+    root = Path(demo_report["store"])
+    provider = ScriptedProvider(turns=(
+        Reply(text="Running the big tool.", tool_calls=(ToolCall("big-1", "big", "{}"),)),
+        Reply(text="It printed a lot."),
+        http_error(400, "this request is malformed"),  # not retryable: provider-error, turn-failed
+    ))
+    with Host.open(root, provider=provider, tools=BigTool(), settings=demo.SETTINGS, sweep=False) as host:
+        assert host.send("extra", "run the big tool", workspace=root).result(60).ok
+        failed = host.send("extra", "and again").result(60)
+        assert failed.status == "failed" and failed.phase == "provider"
+        host.fork("demo-1", "demo-1-fork")
+        host.fork("extra", "extra-fork")
+    return root
+
+
+def _kinds_in(root: Path) -> set[str]:
+    with Journal.open(root, readonly=True) as journal:
+        return {kind for summary in journal.sessions() for kind in summary.counts}
+
+
+def _sessions(root: Path) -> list[str]:
+    with Journal.open(root, readonly=True) as journal:
+        return [summary.sid for summary in journal.sessions()]
+
+
+def test_the_store_holds_every_event_kind_a_fork_a_blob_and_checkpoints(store: Path) -> None:
+    assert _kinds_in(store) >= EVERY_KIND, f"not covered: {EVERY_KIND - _kinds_in(store)}"
+    assert any((store / "blobs").rglob("*")), "no blob was written"
+    assert {"demo-1-fork", "extra-fork"} <= set(_sessions(store))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cairn.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(params=["plain", "tty", "json"])
+def form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Plain text (a pipe), rich tables (a terminal), or --json."""
+    if request.param == "tty":
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    yield request.param
+
+
+def _commands(sid: str, last_seq: int) -> list[list[str]]:
+    return [
+        ["log", sid],
+        ["checkpoints", sid],
+        ["replay", sid],
+        ["replay", sid, "--until", str(max(1, last_seq // 2))],
+        ["context", sid],
+    ]
+
+
+def test_every_read_command_runs_on_every_session_in_every_form(
+    store: Path, form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ["--json"] if form == "json" else []
+    code, out, err = run(capsys, "sessions", "--store", str(store), *extra)
+    assert code == 0 and "Traceback" not in err, err
+    if form == "json":
+        listed = json.loads(out)
+        assert {s["sid"] for s in listed} == set(_sessions(store))
+    logged_kinds: set[str] = set()
+    with Journal.open(store, readonly=True) as journal:
+        last = {summary.sid: summary.last_seq for summary in journal.sessions()}
+    for sid, last_seq in last.items():
+        for command in _commands(sid, last_seq):
+            code, out, err = run(capsys, *command, "--store", str(store), *extra)
+            assert code == 0, (command, err)
+            assert "Traceback" not in err and out, (command, err)
+            if form != "json":
+                continue
+            if command[0] == "log":
+                lines = [json.loads(line) for line in out.splitlines()]
+                assert [line["seq"] for line in lines] == list(range(1, last_seq + 1))
+                logged_kinds |= {line["kind"] for line in lines}
+            else:
+                json.loads(out)
+    if form == "json":
+        assert logged_kinds >= EVERY_KIND
+    code, out, err = run(capsys, "verify", "--store", str(store), *extra)
+    assert code == 0 and "Traceback" not in err, out + err
+
+
+def test_log_lists_each_kind_alone(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--kind of every kind, on the sessions that hold it: the demo's own audit commands are of this form."""
+    with Journal.open(store, readonly=True) as journal:
+        holders = {kind: s.sid for s in journal.sessions() for kind in s.counts}
+    for kind in sorted(EVERY_KIND):
+        for extra in ([], ["--json"]):
+            code, out, err = run(capsys, "log", holders[kind], "--store", str(store), "--kind", kind, *extra)
+            assert code == 0 and "Traceback" not in err, (kind, err)
+            if extra:
+                assert {json.loads(line)["kind"] for line in out.splitlines()} == {kind}
+            else:
+                assert kind in out
+
+
+def test_every_event_of_every_kind_is_described_in_listings(store: Path) -> None:
+    described: dict[str, int] = {}
+    with Journal.open(store, readonly=True) as journal:
+        for sid in _sessions(store):
+            for record in journal.read(sid):
+                assert cairn.describe(record.event), (sid, record.seq, record.kind)
+                described[record.kind] = described.get(record.kind, 0) + 1
+    assert set(described) >= EVERY_KIND
+
+
+def test_a_handoff_is_listed_with_its_record(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "log", "demo-1", "--store", str(store), "--kind", "handoff", "--json")
+    assert code == 0
+    handoffs = [json.loads(line) for line in out.splitlines()]
+    assert handoffs and all(isinstance(h["record"], dict) and h["record"]["version"] == 1 for h in handoffs)
+
+
+def _audit_commands(report: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
+    """The commands the demo prints under "Audit what happened", as argv lists."""
+    capsys.readouterr()
+    demo.render(report)
+    out = capsys.readouterr().out
+    printed = out.split("Audit what happened:", 1)[1].strip().splitlines()
+    commands = [shlex.split(line) for line in printed]
+    assert len(commands) == 8 and all(c[0] == "cairn" for c in commands)
+    return [[str(CAIRN), *c[1:]] for c in commands]
+
+
+def test_every_command_the_demo_and_the_readme_print_runs_as_the_installed_script(
+    store: Path, demo_report: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "store with space"  # a copy, as reindex writes; a space, as they are quoted
+    shutil.copytree(store, copy)
+    commands = _audit_commands({**demo_report, "store": str(copy)}, capsys)
+    readme = [
+        [str(CAIRN), "log", "extra", "--store", str(copy), "--kind", "tool-result", "--from", "2",
+         "--to", "40"],
+        [str(CAIRN), "replay", "demo-1-fork", "--store", str(copy), "--until", "12"],
+        [str(CAIRN), "checkpoints", "demo-1-fork", "--store", str(copy)],
+        [str(CAIRN), "reindex", "--store", str(copy)],
+        [str(CAIRN), "verify", "--store", str(copy)],
+    ]
+    env = {**os.environ, "CAIRN_CPU": "off"}
+    for command in commands + readme:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "Traceback" not in done.stderr and done.stdout, (command, done.stderr)
+    for command in commands[:2]:  # --json of a listing, as a script would read it
+        done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0 and json.loads(done.stdout), (command, done.stderr)
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="needs jq")
+def test_jq_reads_the_log_as_json_lines(store: Path) -> None:
+    done = subprocess.run([str(CAIRN), "log", "demo-1", "--store", str(store), "--json"],
+                          capture_output=True, timeout=120, env={**os.environ, "CAIRN_CPU": "off"})
+    assert done.returncode == 0, done.stderr
+    query = 'select(.kind == "handoff") | .record.version'
+    handoffs = subprocess.run([shutil.which("jq") or "jq", "-c", query], input=done.stdout,
+                              capture_output=True, timeout=60)
+    assert handoffs.returncode == 0, handoffs.stderr
+    assert handoffs.stdout.split() and set(handoffs.stdout.split()) == {b"1"}
+    kinds = subprocess.run([shutil.which("jq") or "jq", "-r", ".kind"], input=done.stdout,
+                           capture_output=True, timeout=60)
+    listed: Any = kinds.stdout.decode().split()
+    assert kinds.returncode == 0 and {"handoff", "context-slimmed", "checkpoint-committed"} <= set(listed)
