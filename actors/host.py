@@ -44,6 +44,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import random
 import threading
 import time
 import weakref
@@ -66,6 +67,7 @@ from actors.errors import (
     UnknownSession,
 )
 from actors.provider.base import Provider
+from actors.provider.retry import RetryPolicy
 from actors.provider.scripted import ScriptedProvider
 from actors.session.actor import Load, ManualCompact, Query, Runtime, Send, SessionActor
 from actors.session.handoff import is_hidden_event
@@ -264,6 +266,8 @@ class Host:
         request_timeout_s: float | None = None,
         max_requests_per_turn: int = 64,
         turn_retries: int = 2,
+        retry: RetryPolicy | None = None,
+        retry_draw: Callable[[], float] | None = None,
         ask_timeout_s: float = 30.0,
         slot_timeout_s: float = 60.0,
         clock_ms: Callable[[], int] | None = None,
@@ -287,8 +291,15 @@ class Host:
         - `turn_retries`: how often a turn's request is sent again after a
           transient provider error (rate limit, 5xx, timeout, reset) that
           came before any output, after 375 ms then 750 ms (as C5 waits for
-          summaries); 0 fails the turn at the first one. Each try is in the
-          log: a `provider-error`, then a `request` with the next attempt.
+          summaries), or after the server's `Retry-After` on a 429 or 503
+          (with jitter; a hint over the cap fails the turn at once); 0 fails
+          the turn at the first one. Each try is in the log: a
+          `provider-error` (with the hint and the wait), then a `request`
+          with the next attempt.
+        - `retry`: those waits (`actors.provider.retry.RetryPolicy`: the
+          schedule, the cap of 60 s on a server's hint, the jitter), for
+          turns and summary calls alike; `retry_draw`: the jitter's random
+          number in [0, 1) (default `random.random`; seed it in tests).
         - `clock_ms`, `sleep`, `fsync`: time, the retry sleep and the disk
           sync, injectable for tests (the clock stamps the log too).
         - `journal`: an already open journal to use instead (not closed by
@@ -327,6 +338,8 @@ class Host:
             request_timeout_s=request_timeout_s,
             max_requests_per_turn=max_requests_per_turn,
             turn_retries=max(0, turn_retries),
+            retry=retry if retry is not None else RetryPolicy(),
+            retry_draw=retry_draw if retry_draw is not None else random.random,
         )
         try:
             return cls(

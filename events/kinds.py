@@ -32,7 +32,8 @@ HANDOFF_VERSION = 1
 FailedPhase = Literal["provider", "compaction", "checkpoint", "tool", "interrupted"]
 ErrorClass = Literal["context-limit", "rate-limit", "server", "network", "auth", "bad-request"]
 SlimMode = Literal["micro", "snip"]
-FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", "blocked"]
+#: `malformed`: a summary without all seven ledger headings (C7); added later, older logs lack it
+FailureReason = Literal["empty", "overflow", "insufficient-reduction", "error", "blocked", "malformed"]
 Trigger = Literal["threshold", "reactive", "manual"]
 Strategy = Literal["llm", "fallback"]
 FileOp = Literal["read", "write", "delete"]
@@ -163,6 +164,10 @@ class ProviderError(EventBase, frozen=True, tag="provider-error"):
     output_delivered: bool
     message: str = ""
     status_code: Int64 | None = None
+    #: the server's hint of when to try again (`retry-after-ms` / `Retry-After`), in ms
+    retry_after_ms: Int64 | None = None
+    #: the wait before the request was sent again, in ms; None when it was not retried
+    retry_wait_ms: Int64 | None = None
 
 
 class ContextSlimmed(EventBase, frozen=True, tag="context-slimmed"):
@@ -244,6 +249,8 @@ class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True,
     model_usage_tokens: Int64 = 0
     #: C5: the retry delays asked of the injected sleep, in milliseconds
     retry_delays_ms: tuple[Int64, ...] = ()
+    #: the server's hint (429, 503) behind each of those delays, None where it gave none
+    retry_after_ms: tuple[Int64 | None, ...] = ()
     #: C6: the chars of each summary prompt sent, in call order
     prompt_chars: tuple[Int64, ...] = ()
     #: C8: exact records kept, and those left out by the limits

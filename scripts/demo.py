@@ -793,7 +793,7 @@ def _checkpoint_cell(checkpoints: list[dict[str, Any]]) -> str:
         return "-"
     return "\n".join(
         f"{c['trigger']}/{c['strategy']} {c['source_tokens']:,}->{c['replacement_tokens']:,} "
-        f"(-{c['reduction']:.0%})" for c in checkpoints
+        f"({-c['reduction']:+.0%})" for c in checkpoints  # a change, signed: never "--22%"
     )
 
 

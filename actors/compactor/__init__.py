@@ -6,6 +6,7 @@ from actors.compactor.errors import (
     AuditMismatch,
     CompactionBlocked,
     CompactionError,
+    CompactionIneffective,
     FallbackOverTarget,
     NothingToCompact,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "CompactionBlocked",
     "CompactionConfig",
     "CompactionError",
+    "CompactionIneffective",
     "CompactionOutcome",
     "CompactionRequest",
     "Compactor",

@@ -1,4 +1,4 @@
-"""The compactor's typed errors: a blocked compaction, an empty source, a broken guarantee."""
+"""The compactor's typed errors: blocked, nothing to compact, no effect, a broken guarantee."""
 
 from __future__ import annotations
 
@@ -26,6 +26,23 @@ class CompactionBlocked(CompactionError):
 
 class NothingToCompact(CompactionError):
     """The source is empty once the hand-off is stripped (C1): there is nothing to replace."""
+
+
+class CompactionIneffective(CompactionError):
+    """No strategy gave a replacement that shrinks its source enough (`gates`), so there is nothing
+    to commit.
+
+    `events` are this compaction's `compaction-failed` records, to persist
+    before the turn fails: the LLM path's failure when it ran (it counts for
+    the breaker, C4), then the fallback's `insufficient-reduction`, which
+    carries the count unchanged (the model was not at fault). `reason` says
+    what was not smaller than what.
+    """
+
+    def __init__(self, reason: str, events: tuple[CompactionFailed, ...]) -> None:
+        self.reason = reason
+        self.events = events
+        super().__init__(f"compaction cannot shrink the context: {reason}")
 
 
 class FallbackOverTarget(CompactionError):

@@ -10,6 +10,10 @@ Rules of this file:
   16,384 payload chars are kept; a duplicate (same heading, same payload)
   counts once. When there are more, the newest win (C7: prefer the newest
   evidence); the kept ones stay in source order.
+- A model's summary is usable only when it names all seven headings
+  (`missing_headings`); order and repeats are repaired by the rebuild. One
+  that lacks any is a failed summary (`malformed`), never a ledger of
+  "No evidence observed." sections.
 - The rebuild keeps the model's lines under the heading they were under,
   drops every model line that contains a record payload (the model never
   rewrites a record), then appends each record verbatim as `- <payload>`
@@ -153,6 +157,19 @@ def summary_body(raw: str) -> str:
     if match is not None:
         return match.group(1).strip()
     return _ANALYSIS_RE.sub("", raw).strip()
+
+
+def missing_headings(summary: str) -> tuple[str, ...]:
+    """C7: the ledger headings (in their order) that no line of `summary` stands for.
+
+    A summary the host can take must name all seven. Their order and a
+    repeat do not matter here: the rebuild (C8) puts the sections in order and
+    merges a repeated one, losing no line. A missing heading cannot be
+    repaired: the host would have to write "No evidence observed." for the
+    model, or file the model's lines under a heading it did not choose.
+    """
+    present = {heading_of_line(line) for line in summary.splitlines()}
+    return tuple(heading for heading in HEADINGS if heading not in present)
 
 
 def rebuild_ledger(model_summary: str, records: Sequence[ExactRecord]) -> str:

@@ -2,17 +2,27 @@
 
 | outcome of a call                      | next                                          |
 |----------------------------------------|-----------------------------------------------|
-| a reply with a non-blank summary       | success                                       |
+| a reply with all seven ledger headings | success                                       |
 | an empty reply (blank summary)         | retry after the next delay (375 ms, 750 ms)   |
-| retryable error (429 408 409 5xx, net) | retry after the next delay                    |
+| a reply missing a ledger heading (C7)  | fail `malformed` at once                      |
+| retryable error (429 408 409 5xx, net) | retry after the next delay (`retry.decide_retry`) |
+| ... whose `Retry-After` is over the cap| fail `error` at once, the detail says so      |
 | context-limit error                    | shrink one step (C6) and retry at once        |
 | shrink not possible / not smaller      | fail `overflow` (context-exhausted)           |
 | any other error                        | fail `error` at once                          |
 | third call without success             | fail with the last call's reason              |
 
+The delay before a retry is C5's 375 ms then 750 ms, or longer when the
+server said so on a 429 or 503 (`Retry-After`, `retry-after-ms`; with
+jitter, at most the policy's cap): see `actors.provider.retry`. A reply
+that is not empty but lacks any of the seven headings is not retried: the
+same prompt at temperature 0 would get the same shape back, and the
+fallback is the honest answer (the breaker counts it, C4).
+
 Calls go out at temperature 0 with a bounded output (8,000 tokens) and
 `purpose="summary"`, which tells adapters to turn their SDK's own retries off.
-The sleep is injected so tests never wait; the delays asked for are recorded.
+The sleep and the jitter's random draw are injected so tests never wait; the
+delays asked for, and the server's hint behind each, are recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from actors.compactor.ledger import summary_body
+from actors.compactor.ledger import HEADINGS, missing_headings, summary_body
 from actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
 from actors.provider.base import (
     Provider,
@@ -32,14 +42,17 @@ from actors.provider.base import (
     is_context_limit,
     is_retryable_status,
 )
+from actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
 from events.kinds import FailureReason
 from events.model import Message
 
 MAX_CALLS = 3
-RETRY_DELAYS_MS = (375, 750)
 SUMMARY_MAX_OUTPUT_TOKENS = 8000
 
+__all__ = ["MAX_CALLS", "RETRY_DELAYS_MS", "SUMMARY_MAX_OUTPUT_TOKENS", "Sampled", "Sleep", "sample_summary"]
+
 Sleep = Callable[[float], None]
+Draw = Callable[[], float]
 
 
 class Sampled(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +64,8 @@ class Sampled(msgspec.Struct, frozen=True, kw_only=True):
     calls: int = 0
     reductions: tuple[str, ...] = ()
     delays_ms: tuple[int, ...] = ()
+    #: the server's hint behind each delay (None: it gave none, or not on a 429/503)
+    hints_ms: tuple[int | None, ...] = ()
     prompt_chars: tuple[int, ...] = ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -88,17 +103,26 @@ def sample_summary(
     sleep: Sleep,
     request_id: str = "",
     timeout_s: float | None = None,
+    retry: RetryPolicy | None = None,
+    draw: Draw | None = None,
 ) -> Sampled:
-    """C5/C6: ask the model for the summary of `source`; never more than three calls."""
+    """C5/C6: ask the model for the summary of `source`; never more than three calls.
+
+    `retry` is the wait policy (default: C5's schedule, a 60 s cap); `draw`
+    gives the jitter's number in [0, 1) (default 0: no jitter).
+    """
+    policy = retry if retry is not None else RetryPolicy()
     shape = PromptShape()
     messages = build_prompt(source, files, shape)
     reductions: list[str] = []
     delays: list[int] = []
+    hints: list[int | None] = []
     sizes: list[int] = []
     usage = [0, 0, 0]
     failure: FailureReason = "empty"
     detail = ""
     calls = 0
+    wait_ms: int | None = None  # the wait before the next call; None: send it at once
 
     def result(raw: str | None, reason: FailureReason | None) -> Sampled:
         return Sampled(
@@ -108,6 +132,7 @@ def sample_summary(
             calls=calls,
             reductions=tuple(reductions),
             delays_ms=tuple(delays),
+            hints_ms=tuple(hints),
             prompt_chars=tuple(sizes),
             prompt_tokens=usage[0],
             completion_tokens=usage[1],
@@ -115,14 +140,28 @@ def sample_summary(
             files_sent=shape.include_files and bool(files),
         )
 
-    def wait() -> None:
-        delay = RETRY_DELAYS_MS[min(len(delays), len(RETRY_DELAYS_MS) - 1)]
-        delays.append(delay)
-        sleep(delay / 1000)
+    def plan_wait(status: int | None, hint_ms: int | None) -> str:
+        """Decide the wait before the next call; returns why there is none (over the cap)."""
+        nonlocal wait_ms
+        decision = decide_retry(
+            len(delays),
+            transient=True,
+            retries_left=MAX_CALLS - calls,
+            status=status,
+            hint_ms=hint_ms,
+            draw=draw() if draw is not None else 0.0,
+            policy=policy,
+        )
+        if decision.retry:
+            wait_ms = decision.wait_ms
+            delays.append(decision.wait_ms)
+            hints.append(decision.hint_ms)
+        return decision.note
 
     while calls < MAX_CALLS:
-        if calls and failure != "overflow":
-            wait()
+        if wait_ms is not None:
+            sleep(wait_ms / 1000)
+            wait_ms = None
         calls += 1
         sizes.append(prompt_chars(messages))
         request = ProviderRequest(
@@ -156,16 +195,33 @@ def sample_summary(
                 shape, messages = step[0], smaller
                 reductions.append(step[1])
                 continue
-            if _is_retryable(error):
-                failure = "error"
-                continue
             failure = "error"
-            return result(None, "error")
+            if not _is_retryable(error):
+                return result(None, "error")
+            note = plan_wait(error.status_code, error.retry_after_ms)
+            if note:
+                detail = f"{detail}; {note}"
+                return result(None, "error")
+            continue
         for index, value in enumerate(_usage_total(completion.usage)):
             usage[index] += value
-        if summary_body(completion.text):
-            detail = ""
-            return result(completion.text, None)
-        failure = "empty"
-        detail = "the reply had no summary"
+        body = summary_body(completion.text)
+        if not body:
+            failure = "empty"
+            detail = "the reply had no summary"
+            plan_wait(None, None)
+            continue
+        missing = missing_headings(body)
+        if missing:
+            detail = _malformed_detail(missing, len(completion.text))
+            return result(None, "malformed")
+        detail = ""
+        return result(completion.text, None)
     return result(None, failure)
+
+
+def _malformed_detail(missing: Sequence[str], chars: int) -> str:
+    if len(missing) == len(HEADINGS):
+        return f"the reply ({chars} chars) has none of the seven ledger headings (C7)"
+    named = ", ".join(repr(h) for h in missing)
+    return f"the reply ({chars} chars) lacks {len(missing)} of the seven ledger headings (C7): {named}"

@@ -15,10 +15,21 @@ events the session must persist (any `compaction-failed`, then the
    minimum progress, and K1's message and byte limits, so a checkpoint is
    never refused on write). Any failure is one `compaction-failed` event and the
    breaker's count goes up.
-6. Otherwise the deterministic fallback (F1-F5).
+6. Otherwise the deterministic fallback (F1-F5), built for at most 90 % of
+   the source (`gates.fallback_target`). If it still saves under 10 % (the
+   notice and the task alone are that large), nothing is committed:
+   `CompactionIneffective` carries the
+   `compaction-failed` events (the LLM path's, then the fallback's
+   `insufficient-reduction`) for the session to persist before it fails the
+   turn (threshold: phase `compaction`; reactive: the original provider
+   error, R3).
 
-Time comes in as `now_ms`; retries sleep through the injected `sleep`; the
-only I/O is the injected file reader of W.
+A summary counts only when it names all seven ledger headings (C7); one
+that does not is a `malformed` failure, and the fallback applies.
+
+Time comes in as `now_ms`; retries sleep through the injected `sleep`
+(their waits follow `actors.provider.retry`, with the injected random
+`draw` for jitter); the only I/O is the injected file reader of W.
 """
 
 from __future__ import annotations
@@ -30,10 +41,10 @@ import msgspec
 from actors.compactor.active_task import active_task_message, task_text
 from actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
 from actors.compactor.checkpoint import source_hash, strip_handoff
-from actors.compactor.errors import CompactionBlocked, NothingToCompact
+from actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from actors.compactor.fallback import plan_fallback
 from actors.compactor.files import FilePlan, Restoration, files_message, plan_restoration, read_recent_files
-from actors.compactor.gates import effect_gate, effect_target
+from actors.compactor.gates import effect_gate, effect_target, fallback_target, reduction_gate
 from actors.compactor.hooks import HookContext, PreCompactionHook
 from actors.compactor.ledger import RecordSet, extract_records, record_texts
 from actors.compactor.prompt import PROMPT_VERSION, images_in
@@ -44,8 +55,9 @@ from actors.compactor.replacement import (
     retained_tail,
     summary_message,
 )
-from actors.compactor.sampling import Sampled, Sleep, sample_summary
+from actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
 from actors.provider.base import Provider, UsageReport
+from actors.provider.retry import RetryPolicy
 from actors.session.tokens import TokenCounter
 from events.kinds import (
     CHECKPOINT_VERSION,
@@ -134,7 +146,11 @@ class Compactor:
         hook: PreCompactionHook | None = None,
         read_files: FileReader = read_recent_files,
         config: CompactionConfig | None = None,
+        retry: RetryPolicy | None = None,
+        draw: Draw | None = None,
     ) -> None:
+        """`retry`: the summary calls' wait policy (C5 floor, `Retry-After` cap);
+        `draw`: the jitter's random number in [0, 1) (default: no jitter)."""
         self.provider = provider
         self.model = model
         self.sleep = sleep
@@ -142,6 +158,8 @@ class Compactor:
         self.hook = hook
         self.read_files = read_files
         self.config = config if config is not None else CompactionConfig()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.draw = draw
 
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
         state = request.state
@@ -192,6 +210,7 @@ class Compactor:
                     compaction_failures=failure.consecutive_failures,
                     last_compaction_failure_ts=request.now_ms,
                 )
+            target = fallback_target(target, source_tokens)  # 90 % of the source at most; F2 may raise it
             plan = plan_fallback(
                 source,
                 summary=fallback_summary_message(records.records, summary_id),
@@ -200,6 +219,9 @@ class Compactor:
                 target=target,
                 counter=self.counter,
             )
+            reduced = reduction_gate(source_tokens, plan.tokens)
+            if not reduced.passed:
+                raise self._ineffective(request, breaker, events, f"fallback: {reduced.detail}")
             replacement, tokens, strategy = plan.replacement, plan.tokens, "fallback"
             omitted, truncated, files_restored = plan.omitted_messages, plan.truncated_messages, ()
         if request.trigger == "reactive":
@@ -215,6 +237,7 @@ class Compactor:
             failure_reason=_failure_reason(llm) if strategy == "fallback" else None,
             model_usage_tokens=sampled.total_tokens if sampled is not None else 0,
             retry_delays_ms=sampled.delays_ms if sampled is not None else (),
+            retry_after_ms=_hints(sampled),
             prompt_chars=sampled.prompt_chars if sampled is not None else (),
             records=len(records.records),
             records_omitted=records.omitted,
@@ -247,6 +270,27 @@ class Compactor:
                 total_tokens=sampled.total_tokens,
             )
         return CompactionOutcome(events=tuple(events), checkpoint=checkpoint, breaker=breaker, usage=usage)
+
+    @staticmethod
+    def _ineffective(
+        request: CompactionRequest,
+        breaker: BreakerView,
+        events: list[CompactionFailed | CheckpointCommitted],
+        detail: str,
+    ) -> CompactionIneffective:
+        """Nothing to commit: the failures so far, plus the fallback's, keeping the breaker's count."""
+        failures = tuple(e for e in events if isinstance(e, CompactionFailed))
+        count = failures[-1].consecutive_failures if failures else breaker.failures
+        event = CompactionFailed(
+            epoch=request.state.epoch,
+            attempt=0,
+            reason="insufficient-reduction",
+            consecutive_failures=count,
+            trigger=request.trigger,
+            detail=detail,
+            workspace=breaker.workspace,
+        )
+        return CompactionIneffective(detail, (*failures, event))
 
     def _run_hook(
         self, request: CompactionRequest, source: tuple[Message, ...], tokens: int, breaker: BreakerView
@@ -297,6 +341,8 @@ class Compactor:
             sleep=self.sleep,
             request_id=f"{state.sid}:compact:{state.epoch + 1}",
             timeout_s=self.config.summary_timeout_s,
+            retry=self.retry,
+            draw=self.draw,
         )
         if sampled.raw_text is None:
             return _Llm(
@@ -323,6 +369,13 @@ class Compactor:
                 detail=verdict.detail,
             )
         return _Llm(sampled=sampled, restoration=restoration, replacement=replacement, tokens=tokens)
+
+
+def _hints(sampled: Sampled | None) -> tuple[int | None, ...]:
+    """The server's hint behind each retry delay; empty when no server gave one."""
+    if sampled is None or all(hint is None for hint in sampled.hints_ms):
+        return ()
+    return sampled.hints_ms
 
 
 def _failure_reason(llm: _Llm | None) -> str:

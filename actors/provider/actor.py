@@ -102,6 +102,8 @@ class ProviderFailed(msgspec.Struct, frozen=True, kw_only=True):
     retryable: bool = False
     delivered: bool = False
     seconds: float = 0.0
+    #: the server's hint of when to try again (ms), as the adapter's failure carried it
+    retry_after_ms: int | None = None
 
 
 class ProviderActor(pykka.ThreadingActor):
@@ -198,6 +200,7 @@ class ProviderActor(pykka.ThreadingActor):
             retryable=failure.retryable is True,
             delivered=delivered or failure.output_delivered is True,
             seconds=spent,
+            retry_after_ms=_hint(failure),
         )
 
     @staticmethod
@@ -230,4 +233,12 @@ def malformed(item: object) -> str:
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         return f"a {type(item).__name__} that cannot be recorded: {type(exc).__name__}"
     return ""
+
+
+def _hint(failure: ProviderFailure) -> int | None:
+    """The failure's retry hint when it is a non-negative int (an adapter may set anything)."""
+    hint = getattr(failure, "retry_after_ms", None)
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
+        return None
+    return hint
 

@@ -4,6 +4,25 @@ An adapter turns a `ProviderRequest` into a stream of `ProviderOutput` items
 and raises `ProviderFailure` for errors. The session's provider actor wraps
 it for the turn loop; the compactor calls `complete` for summaries. Adapters
 must be safe to call from the thread of the actor that owns them.
+
+The contract, beyond the types:
+
+- An adapter never retries or waits on its own (turn SDK retries off):
+  cairn decides both (`actors.provider.retry`). It reports what the server
+  said: the HTTP status, whether the error is transient (`retryable`), and
+  the server's `Retry-After` / `retry-after-ms` as `retry_after_ms`, which
+  cairn honours on 429 and 503 (at most a capped wait, with jitter).
+- A summary request (`purpose="summary"`, CONTEXT-RULES C5-C7) is answered
+  like any other, as text. The model is asked for a private analysis, then a
+  `<summary>` block that contains, as heading lines (`## Objective and
+  constraints`; `**1. Objective and constraints:**` is read the same), the
+  seven ledger headings of C7: `Objective and constraints`, `Decisions and
+  rationale`, `Workspace mutations`, `Verification evidence`, `Active tasks
+  and background work`, `Open risks or blockers`, `Exact next action`. A
+  blank summary is retried (C5). A summary that lacks any of the seven
+  headings is a failed summary (`compaction-failed`, reason `malformed`,
+  counted by the breaker) and the deterministic fallback replaces the
+  history instead; order and repeats are repaired by the host's rebuild.
 """
 
 from __future__ import annotations
@@ -73,6 +92,9 @@ class ProviderFailure(CairnError):
 
     `retryable` follows C5: rate limits (429), 408, 409, 5xx, timeouts and
     connection resets are retryable; everything else is not.
+    `retry_after_ms` is the server's own hint of when to try again, in
+    milliseconds (`retry-after-ms` or `Retry-After`, see `actors.provider.retry`),
+    None when it sent none; cairn honours it on 429 and 503.
     """
 
     def __init__(
@@ -83,11 +105,13 @@ class ProviderFailure(CairnError):
         status_code: int | None = None,
         retryable: bool = False,
         output_delivered: bool = False,
+        retry_after_ms: int | None = None,
     ) -> None:
         self.error_class: ErrorClass = error_class
         self.status_code = status_code
         self.retryable = retryable
         self.output_delivered = output_delivered
+        self.retry_after_ms = retry_after_ms
         super().__init__(f"{error_class}: {message}")
         self.detail = message
 

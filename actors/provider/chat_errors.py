@@ -15,7 +15,11 @@ Retryable is exactly C5's list (429, 408, 409, 5xx, timeouts, resets); an
 error event inside a stream counts as a 5xx unless it carries its own status
 code. Every message goes through `scrub` first, so a key the server or the
 SDK echoes back never reaches a failure, and failures are raised without the
-SDK exception chained to them (its text is not scrubbed).
+SDK exception chained to them (its text is not scrubbed). An HTTP error
+carries the server's `retry-after-ms` / `Retry-After` hint as
+`retry_after_ms` (parsed by `retry.parse_retry_after`; None when absent or
+unparsable), whatever its status: the retry decision picks the statuses it
+honours.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import openai
 
 from actors.provider.base import ProviderFailure, is_context_limit, is_retryable_status
 from actors.provider.chat_stream import MalformedChunk, TruncatedStream
+from actors.provider.retry import parse_retry_after
 from events.kinds import ErrorClass
 
 Scrub = Callable[[str], str]
@@ -134,6 +139,19 @@ def _stream_status(body: object) -> int | None:
     return None
 
 
+def _retry_hint(error: openai.APIStatusError, now_ms: int) -> int | None:
+    """The server's `retry-after-ms` / `Retry-After` of an HTTP error, in ms (see `retry`)."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        items = headers.multi_items() if hasattr(headers, "multi_items") else headers
+        return parse_retry_after(items, now_ms)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
 def to_failure(
     error: BaseException,
     *,
@@ -141,11 +159,19 @@ def to_failure(
     endpoint: str,
     timeout_s: float,
     output_delivered: bool,
+    now_ms: int = 0,
 ) -> ProviderFailure | None:
-    """The failure an exception of a chat-completions call stands for; None if it is not one."""
+    """The failure an exception of a chat-completions call stands for; None if it is not one.
+
+    `now_ms` is the caller's clock, against which a `Retry-After` date is read.
+    """
 
     def failure(
-        error_class: ErrorClass, detail: str, status: int | None = None, retryable: bool | None = None
+        error_class: ErrorClass,
+        detail: str,
+        status: int | None = None,
+        retryable: bool | None = None,
+        retry_after_ms: int | None = None,
     ) -> ProviderFailure:
         return ProviderFailure(
             error_class,
@@ -153,6 +179,7 @@ def to_failure(
             status_code=status,
             retryable=is_retryable_status(status) if retryable is None else retryable,
             output_delivered=output_delivered,
+            retry_after_ms=retry_after_ms,
         )
 
     if isinstance(error, openai.APIStatusError):
@@ -163,7 +190,7 @@ def to_failure(
         request_id = getattr(error, "request_id", None)
         suffix = f" (request id {request_id})" if isinstance(request_id, str) and request_id else ""
         detail = f"HTTP {status} from {endpoint}: {message}{suffix}"
-        return failure(status_class(status, text), detail, status)
+        return failure(status_class(status, text), detail, status, retry_after_ms=_retry_hint(error, now_ms))
     if isinstance(error, (openai.APITimeoutError, *_TIMEOUTS)):
         return failure("network", f"no response from {endpoint} within {timeout_s:g} s", retryable=True)
     if isinstance(error, (openai.APIConnectionError, *_TRANSPORT)):

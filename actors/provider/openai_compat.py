@@ -21,7 +21,10 @@ Output (see `chat_stream`): text, reasoning, each tool call once complete
 (at the finish reason), then exactly one `UsageReport` (fields None when the
 server sent no usage) and `Finished`. Errors (see `chat_errors`) are raised
 as `ProviderFailure` with `output_delivered` true once anything was yielded
-(R2). The request goes out when the returned iterator is first advanced;
+(R2); an HTTP error carries the server's `Retry-After` / `retry-after-ms`
+hint (`retry_after_ms`, a date read against the injected `clock_ms`). The
+adapter never waits or retries itself. The request goes out when the
+returned iterator is first advanced;
 closing the iterator early closes the HTTP response.
 
 Thread-safety: one provider may be used from several threads at once; each
@@ -31,8 +34,9 @@ The API key never appears in a repr, a failure or anything yielded.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import closing
 from types import TracebackType
 from typing import Any, cast
@@ -51,6 +55,10 @@ SUMMARY_MAX_OUTPUT_TOKENS = 8000
 SUMMARY_TIMEOUT_S = 60.0
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _new_call_id(position: int) -> str:
     """An id for a tool call the server sent without one."""
     return f"call_{uuid.uuid4().hex[:24]}"
@@ -59,8 +67,10 @@ def _new_call_id(position: int) -> str:
 class OpenAIProvider:
     """A `Provider` on an OpenAI-compatible chat-completions endpoint."""
 
-    def __init__(self, config: OpenAIConfig) -> None:
+    def __init__(self, config: OpenAIConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
+        """`clock_ms`: the clock a `Retry-After` date is read against (default: the wall clock)."""
         self._config = config
+        self._clock_ms = clock_ms if clock_ms is not None else _wall_ms
         self._scrub = scrubber(config.api_key)
         self._client = openai.OpenAI(
             api_key=config.bearer,
@@ -167,6 +177,7 @@ class OpenAIProvider:
             endpoint=self._config.endpoint,
             timeout_s=timeout,
             output_delivered=delivered,
+            now_ms=self._clock_ms(),
         )
 
     def _run(self, arguments: dict[str, Any], timeout: float) -> Iterator[ProviderOutput]:

@@ -21,6 +21,10 @@ Beyond the plan:
   output, as a real endpoint would; planned failures still come first.
 - `responder(request)`: consulted when the plan is empty; returns an outcome,
   or None for the default. The demo's agent is one.
+- `summary_format`: `ledger` (the default answer above) or `free-text`: a
+  model that ignores the summary contract and answers a summary request
+  with a paragraph and none of the seven headings (`free_text_summary`);
+  the compactor must refuse it (C7) and fall back.
 - `chunk_chars`: text is streamed in deltas of that many chars (0: one delta).
 - `prompt_tokens(request)`: how prompt tokens are estimated (default: about
   four chars a token, `estimate_usage`).
@@ -35,6 +39,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Literal
 
 import msgspec
 
@@ -72,10 +77,16 @@ class Fail(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     status_code: int | None = None
     retryable: bool = False
+    #: the server's hint of when to try again, in ms (as `Retry-After` would give it)
+    retry_after_ms: int | None = None
 
     def failure(self) -> ProviderFailure:
         return ProviderFailure(
-            self.error_class, self.message, status_code=self.status_code, retryable=self.retryable
+            self.error_class,
+            self.message,
+            status_code=self.status_code,
+            retryable=self.retryable,
+            retry_after_ms=self.retry_after_ms,
         )
 
 
@@ -93,14 +104,19 @@ class Auto(msgspec.Struct, frozen=True):
 
 Outcome = Reply | Fail | FailAfter | Auto
 Responder = Callable[[ProviderRequest], Outcome | None]
+#: how the default answer to a summary request is shaped (see the module doc)
+SummaryFormat = Literal["ledger", "free-text"]
 
 
 def empty_reply() -> Reply:
     return Reply(text="")
 
 
-def http_error(status: int, message: str = "") -> Fail:
-    """A failure as an HTTP API reports it: 429 rate-limit, 5xx server, 413 context limit, ..."""
+def http_error(status: int, message: str = "", *, retry_after_ms: int | None = None) -> Fail:
+    """A failure as an HTTP API reports it: 429 rate-limit, 5xx server, 413 context limit, ...
+
+    `retry_after_ms`: the server's hint of when to try again (its `Retry-After`).
+    """
     error_class: ErrorClass
     if status == 413:
         error_class = "context-limit"
@@ -117,6 +133,7 @@ def http_error(status: int, message: str = "") -> Fail:
         message=message or f"HTTP {status}",
         status_code=status,
         retryable=is_retryable_status(status),
+        retry_after_ms=retry_after_ms,
     )
 
 
@@ -143,6 +160,7 @@ class ScriptedProvider:
         chunk_chars: int = 0,
         prompt_tokens: Callable[[ProviderRequest], int] | None = None,
         keep_requests: bool = True,
+        summary_format: SummaryFormat = "ledger",
     ) -> None:
         self._plan: deque[Outcome] = deque(plan)
         self._plans: dict[str, deque[Outcome]] = {"turn": deque(turns), "summary": deque(summaries)}
@@ -150,6 +168,7 @@ class ScriptedProvider:
         self._responder = responder
         self.context_window = context_window
         self.chunk_chars = chunk_chars
+        self.summary_format: SummaryFormat = summary_format
         self._prompt_tokens = prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens
         self._keep_requests = keep_requests
         self._calls = 0
@@ -199,6 +218,8 @@ class ScriptedProvider:
 
     def _auto(self, request: ProviderRequest) -> Reply:
         if request.purpose == "summary":
+            if self.summary_format == "free-text":
+                return Reply(text=free_text_summary(request.messages))
             return Reply(text=scripted_summary(request.messages))
         return Reply(text="Done.")
 
@@ -331,3 +352,15 @@ def scripted_summary(messages: Iterable[Message]) -> str:
         f"{len(assistants)} from the assistant with text, {len(records)} exact records.\n</analysis>"
     )
     return f"{analysis}\n\n<summary>\n{body}\n</summary>"
+
+
+def free_text_summary(messages: Iterable[Message]) -> str:
+    """A careless model's answer to a summary prompt: one paragraph, none of the seven headings."""
+    transcript = "\n".join(text_of(m) for m in messages if m.role == "user")
+    entries = _entries(transcript)
+    users = [t for r, t in entries if r == "user" and _first_line(t)]
+    latest = _first_line(users[-1]) if users else "the task"
+    return (
+        f"Sure! The conversation so far covered {len(entries)} messages. The user is working on: "
+        f"{latest}. Things are going well; just keep going from where we left off."
+    )

@@ -24,7 +24,9 @@ message, not by return value):
         ProviderDone -> assistant-message + usage
             tool calls: run the host's executor for each, record each result
             none: turn-completed (unless a steering message waits: go on)
-        ProviderFailed -> provider-error; reactive recovery (R) or turn-failed
+        ProviderFailed -> provider-error (with the server's Retry-After hint and the wait);
+            transient, before any output: sent again after that wait (provider.retry);
+            context-limit: reactive recovery (R); else turn-failed
 
 While it waits for its provider or compactor, new `Send`s are kept in order
 and recorded before the next request (steering, C11); a manual compaction
@@ -47,6 +49,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,9 +58,9 @@ from typing import Any, Literal
 import pykka
 
 from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
-from actors.compactor.gates import manual_compaction_due
+from actors.compactor.errors import CompactionIneffective
+from actors.compactor.gates import manual_compaction_due, shrink_gate
 from actors.compactor.hooks import PreCompactionHook
-from actors.compactor.sampling import RETRY_DELAYS_MS as TURN_RETRY_DELAYS_MS
 from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
 from actors.errors import (
     SessionCrashed,
@@ -76,6 +79,7 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
+from actors.provider.retry import RetryDecision, RetryPolicy, decide_retry
 from actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
 from actors.session.images import inline_image_blobs
 from actors.session.request import AssembledRequest, assemble, request_event
@@ -133,6 +137,10 @@ class Runtime:
     max_requests_per_turn: int = 64
     #: transient provider errors before any output: how often a turn's request is sent again
     turn_retries: int = 2
+    #: the waits before those retries and the summary calls' (C5 floor, `Retry-After`, cap, jitter)
+    retry: RetryPolicy = RetryPolicy()  # noqa: RUF009 (immutable, safe to share)
+    #: a random number in [0, 1) for the jitter of a hinted wait
+    retry_draw: Callable[[], float] = random.random
     append_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
 
@@ -231,11 +239,13 @@ class _Compaction:
         *,
         snipped: tuple[Message, ...] | None = None,
         reply: concurrent.futures.Future[Record | None] | None = None,
+        overflow: ProviderFailed | None = None,
     ) -> None:
         self.job = job
         self.trigger = trigger
         self.snipped = snipped
         self.reply = reply
+        self.overflow = overflow  # R3: the provider error a reactive compaction answers
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -547,6 +557,8 @@ class SessionActor(pykka.ThreadingActor):
                 counter=self._counter,
                 hook=self._rt.hook,
                 config=self._rt.compaction,
+                retry=self._rt.retry,
+                draw=self._rt.retry_draw,
             )
             self._compactor = CompactorActor.start(compactor)
         return self._compactor
@@ -558,6 +570,7 @@ class SessionActor(pykka.ThreadingActor):
         source: tuple[Message, ...] | None,
         snipped: tuple[Message, ...] | None = None,
         reply: concurrent.futures.Future[Record | None] | None = None,
+        overflow: ProviderFailed | None = None,
     ) -> None:
         state = self._state
         info = state.info
@@ -566,7 +579,7 @@ class SessionActor(pykka.ThreadingActor):
         request = CompactionRequest(
             state=state, workspace=info.workspace, trigger=trigger, now_ms=self._rt.clock_ms(), source=source
         )
-        self._compaction = _Compaction(job, trigger, snipped=snipped, reply=reply)
+        self._compaction = _Compaction(job, trigger, snipped=snipped, reply=reply, overflow=overflow)
         self._compactor_ref().tell(CompactJob(job, request, self.actor_ref))
 
     def _on_compaction(self, done: CompactionDone) -> None:
@@ -586,12 +599,35 @@ class SessionActor(pykka.ThreadingActor):
             return self._fail("compaction", "blocked", blocked.reason)
         if done.outcome is None:
             error = done.error or RuntimeError("no outcome")
+            if not self._record_failures(error):
+                return
             detail = f"{type(error).__name__}: {error}"
-            if pending.trigger == "reactive" and pending.snipped is not None:
+            if pending.trigger != "reactive":
+                if isinstance(error, CompactionIneffective):  # nothing smaller to swap in (L2)
+                    return self._fail("compaction", "insufficient-reduction", str(error))
+                return self._fail("compaction", type(error).__name__, detail)
+            checkpoint = None
+            if pending.snipped is not None:
                 checkpoint = snip_checkpoint(self._state, pending.snipped, self._counter, detail=detail)
-                return self._after_checkpoint([checkpoint], reactive=True)
-            return self._fail("compaction", type(error).__name__, detail)
+            if checkpoint is None:  # R3: nothing smaller; the provider's error stands
+                why = error.reason if isinstance(error, CompactionIneffective) else detail
+                return self._recovery_failed(pending, why)
+            return self._after_checkpoint([checkpoint], reactive=True)
         self._after_checkpoint(list(done.outcome.events), reactive=pending.trigger == "reactive")
+
+    def _record_failures(self, error: BaseException) -> bool:
+        """Persist the `compaction-failed` records of a compaction that committed nothing (C4)."""
+        if not isinstance(error, CompactionIneffective) or not error.events:
+            return True
+        return self._try_persist(list(error.events), "compaction")
+
+    def _recovery_failed(self, pending: _Compaction, why: str) -> None:
+        """R3: neither compaction nor snip gave a smaller context; fail with the original error."""
+        original = pending.overflow
+        error_class = original.error_class if original is not None else "context-limit"
+        message = original.message if original is not None else "the context is over the provider's limit"
+        detail = f"{message} (reactive recovery could not shrink the context: {why})"
+        self._fail("provider", error_class, detail)
 
     def _after_checkpoint(self, events: list[EventBase], *, reactive: bool) -> None:
         """K2: the checkpoint is acknowledged before memory changes and before any request."""
@@ -715,26 +751,24 @@ class SessionActor(pykka.ThreadingActor):
         run.job = 0
         run.provider_seconds += message.seconds
         delivered = message.delivered or run.delivered
+        overflow = is_overflow(message.error_class, message.status_code, message.message)
+        retry = self._retry_decision(run, message, transient=not overflow and not delivered)
         error = ProviderError(
             request_id=run.request_id,
             error_class=message.error_class,
             output_delivered=delivered,
             message=message.message[:2_000],
             status_code=message.status_code,
+            retry_after_ms=message.retry_after_ms,
+            retry_wait_ms=retry.wait_ms if retry.retry else None,
         )
-        overflow = is_overflow(message.error_class, message.status_code, message.message)
-        if (
-            not overflow
-            and message.retryable
-            and not delivered
-            and run.transient_retries < self._rt.turn_retries
-        ):
+        if retry.retry:
             if not self._try_persist([error], "provider"):
                 return
-            return self._retry_later(run)
+            return self._retry_later(run, retry.wait_ms)
         verdict = reactive_verdict(self._state, overflow=overflow, delivered=delivered)
         if verdict != "recover":
-            note = VERDICT_NOTES.get(verdict, "")
+            note = VERDICT_NOTES.get(verdict, "") or retry.note
             detail = f"{message.message} ({note})" if note else message.message
             closing = failure_events(self._state, run.turn_id, "provider", message.error_class, detail)
             events = [error, *closing]
@@ -743,11 +777,27 @@ class SessionActor(pykka.ThreadingActor):
             return self._finish("failed", "provider", message.error_class, detail)
         if not self._try_persist([error], "provider"):
             return
-        self._recover()
+        self._recover(message)
 
-    def _retry_later(self, run: _Run) -> None:
-        """Send the turn's request again after the next C5 delay, without blocking this actor."""
-        delay_s = TURN_RETRY_DELAYS_MS[min(run.transient_retries, len(TURN_RETRY_DELAYS_MS) - 1)] / 1000
+    def _retry_decision(self, run: _Run, message: ProviderFailed, *, transient: bool) -> RetryDecision:
+        """Whether (and after how long) a failed request is sent again: `retry.decide_retry`.
+
+        Only a transient error (C5's list) before any output (R2) that is not
+        a context-limit error (R1: that one goes to recovery) is retried.
+        """
+        return decide_retry(
+            run.transient_retries,
+            transient=transient and message.retryable,
+            retries_left=self._rt.turn_retries - run.transient_retries,
+            status=message.status_code,
+            hint_ms=message.retry_after_ms,
+            draw=self._rt.retry_draw(),
+            policy=self._rt.retry,
+        )
+
+    def _retry_later(self, run: _Run, wait_ms: int) -> None:
+        """Send the turn's request again after `wait_ms`, without blocking this actor."""
+        delay_s = wait_ms / 1000
         run.transient_retries += 1
         run.attempt += 1
         run.job = next(self._jobs)  # the token the timer must bring back
@@ -768,13 +818,17 @@ class SessionActor(pykka.ThreadingActor):
         run.job = 0
         self._next_request()  # L1 runs again: time has passed
 
-    def _recover(self) -> None:
+    def _recover(self, overflow: ProviderFailed) -> None:
         """R3: strip the hand-off, snip keep 3 minimum 10, compact the result (trigger reactive)."""
         state = self._state
         occ = occupancy(state, self._view)
         snip: SlimPlan | None = reactive_snip(state, self._view, occ)
         snipped = apply_plan(state, snip, now_ms=self._rt.clock_ms()).context if snip is not None else None
-        self._compact("reactive", source=snipped, snipped=snipped)
+        if snipped is not None and not shrink_gate(
+            self._counter.messages(state.context), self._counter.messages(snipped)
+        ).passed:
+            snipped = None  # its marker outweighs the tiny turns it removes: no snip at all
+        self._compact("reactive", source=snipped, snipped=snipped, overflow=overflow)
 
     # -- manual compaction (K4) -------------------------------------------------------------------
 
@@ -806,7 +860,11 @@ class SessionActor(pykka.ThreadingActor):
             _set_exception(reply, done.blocked)  # C3: the caller gets the error
             return
         if done.outcome is None:
-            _set_exception(reply, done.error or RuntimeError("no outcome"))
+            error = done.error or RuntimeError("no outcome")
+            if isinstance(error, CompactionIneffective) and error.events:
+                with contextlib.suppress(CairnError):  # the breaker counts them (C4)
+                    self._persist(list(error.events))
+            _set_exception(reply, error)
             return
         try:
             records = self._persist(list(done.outcome.events))

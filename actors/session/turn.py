@@ -13,9 +13,10 @@ How a turn ends (`turn-failed` phase, or `turn-completed`):
 | what happened                                                 | phase / end      |
 |---------------------------------------------------------------|------------------|
 | the model replied without tool calls (and no message waits)   | completed        |
-| slimming could not be recorded, compaction failed or blocked  | `compaction`     |
+| slimming not recorded; compaction failed, blocked or no smaller | `compaction`     |
 | the checkpoint could not be written (K2)                      | `checkpoint`     |
 | provider error, not recoverable (R2), or the request/response could not be recorded | `provider` |
+| reactive recovery found nothing smaller (R3): the original error | `provider`       |
 | a tool result could not be recorded                           | `tool`           |
 | the host stopped, or the process died, mid-turn               | `interrupted`    |
 
@@ -41,6 +42,7 @@ from typing import Literal
 import msgspec
 
 from actors.compactor.checkpoint import source_hash
+from actors.compactor.gates import shrink_gate
 from actors.provider.base import UsageReport, is_context_limit
 from actors.session.settings import SessionSettings, session_started
 from actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
@@ -297,18 +299,23 @@ def reactive_snip(state: SessionState, view: HistoryView, occ: Occupancy) -> Sli
 
 def snip_checkpoint(
     state: SessionState, snipped: tuple[Message, ...], counter: TokenCounter, *, detail: str
-) -> CheckpointCommitted:
+) -> CheckpointCommitted | None:
     """R3's last resort: compaction gave nothing but the snip removed something.
 
     The snip result becomes the replacement, committed as a reactive
     checkpoint (strategy `fallback`, diagnostics say `snip-only`), so the
     retried request is smaller and the R2 guard is set like any reactive
-    checkpoint's.
+    checkpoint's. None when the snip result is not smaller than the context
+    (its marker can outweigh tiny tool turns): like every replacement, it
+    must shrink (`gates.shrink_gate`), or recovery fails.
     """
-    carried = carried_for_checkpoint(state, reset_breaker=False)
-    carried = msgspec.structs.replace(carried, reactive_since_response=True)
     source = state.context
     tokens = counter.messages(snipped)
+    source_tokens = counter.messages(source)
+    if not shrink_gate(source_tokens, tokens).passed:
+        return None
+    carried = carried_for_checkpoint(state, reset_breaker=False)
+    carried = msgspec.structs.replace(carried, reactive_since_response=True)
     still_there = {call.id for message in snipped for call in message.tool_calls}
     snipped_ids = tuple(
         call.id for message in source for call in message.tool_calls if call.id not in still_there
@@ -319,7 +326,7 @@ def snip_checkpoint(
         through_seq=state.last_seq,
         trigger="reactive",
         strategy="fallback",
-        source_tokens=counter.messages(source),
+        source_tokens=source_tokens,
         replacement_tokens=tokens,
         replacement_messages=snipped,
         source_hash=source_hash(source),

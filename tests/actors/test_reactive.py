@@ -17,7 +17,7 @@ from actors.session.tokens import TokenCounter
 from actors.session.tracker import occupancy
 from actors.session.turn import reactive_snip
 from actors.session.view import HistoryView
-from events.kinds import CheckpointCommitted, ProviderError, Request, TurnFailed
+from events.kinds import CheckpointCommitted, CompactionFailed, ProviderError, Request, TurnFailed
 from events.model import ToolCall
 from events.state import replay
 from tests.actors.helpers import WAIT, Seed, kinds, open_host, reopen_and_compare, scripted
@@ -177,18 +177,22 @@ def test_R3_when_compaction_gives_nothing_the_snip_result_is_the_replacement(tmp
     reopen_and_compare(host, tmp_path / "store", ["s"]).close()
 
 
-def test_R3_nothing_to_snip_and_no_compaction_fails_the_turn(tmp_path: Path) -> None:
+def test_R3_nothing_to_snip_and_no_compaction_fails_the_turn_with_the_original_error(
+    tmp_path: Path,
+) -> None:
     def hook(context: HookContext) -> HookVerdict | None:
         raise RuntimeError("the summary service is down")
 
-    provider = scripted(context_limit())
+    provider = scripted(context_limit("prompt is too long: 9100 tokens > 8192"))
     host = open_host(tmp_path / "store", provider, hook=hook)
     seed = Seed(host.journal, "s", str(tmp_path))
     seed.turn()
 
     result = host.send("s", "go on").result(WAIT)
 
-    assert result.status == "failed" and result.phase == "compaction"
+    assert (result.status, result.phase, result.error_class) == ("failed", "provider", "context-limit")
+    assert result.error.startswith("prompt is too long: 9100 tokens > 8192")
+    assert "RuntimeError: the summary service is down" in result.error
     assert _events(host, CheckpointCommitted) == []
     reopen_and_compare(host, tmp_path / "store", ["s"]).close()
 
@@ -210,4 +214,63 @@ def test_R4_a_blocked_recovery_keeps_the_original_context(tmp_path: Path) -> Non
     assert state.revision == loaded.revision and state.epoch == loaded.epoch
     failed = [r.event for r in _events(host, TurnFailed)]
     assert failed[-1].phase == "compaction"
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+# --- a recovery that cannot shrink the context (beyond R3: no replacement larger than its source) ---
+
+LONG_TASK = "Refactor the billing module exactly as this specification says. " * 90  # 5,850 chars
+
+
+def test_R3_a_small_context_that_no_compaction_can_shrink_fails_with_the_original_error(
+    tmp_path: Path,
+) -> None:
+    """The issue's case: a long request (under C11's 6,000 chars) and little history, rejected as
+    too long. The fallback (notice + task reminder) would be larger than the context (647 -> 790 in
+    the report): nothing is committed, and the turn fails with the provider's own error."""
+    provider = scripted(context_limit("prompt is too long: 9100 tokens > 8192"))
+    host = open_host(tmp_path / "store", provider)
+
+    result = host.send("s", LONG_TASK, workspace=str(tmp_path)).result(WAIT)
+
+    assert (result.status, result.phase, result.error_class) == ("failed", "provider", "context-limit")
+    assert result.error.startswith("prompt is too long: 9100 tokens > 8192 (reactive recovery")
+    assert "not smaller than its source" in result.error
+    assert _events(host, CheckpointCommitted) == []
+    failures = [r.event for r in _events(host, CompactionFailed)]
+    assert [(f.trigger, f.reason) for f in failures] == [
+        ("reactive", "insufficient-reduction"), ("reactive", "insufficient-reduction")
+    ]
+    assert failures[1].detail.startswith("fallback:")
+    state = host.state("s")
+    assert state.revision == 0 and state.epoch == 0  # the context was never rewritten
+    assert not state.carried.reactive_since_response  # no recovery happened, so R2's guard is not set
+    (failed,) = [r.event for r in _events(host, TurnFailed)]
+    assert (failed.phase, failed.error_class) == ("provider", "context-limit")
+    reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+def test_R3_a_snip_that_would_grow_the_context_is_never_the_replacement(tmp_path: Path) -> None:
+    """Tiny tool turns: snipping one adds an S1 marker larger than what it removes. With the
+    compaction giving nothing, that snip result must not be committed as the snip-only checkpoint."""
+
+    def hook(context: HookContext) -> HookVerdict | None:
+        raise RuntimeError("the summary service is down")
+
+    provider = scripted(context_limit())
+    host = open_host(tmp_path / "store", provider, hook=hook)
+    seed = Seed(host.journal, "s", str(tmp_path))
+    seed.turn(user_tokens=1, tools=[1, 1, 1, 1], reply_tokens=1)
+    before = host.journal.load("s")
+    view = HistoryView(TokenCounter())
+    snip = reactive_snip(before, view, occupancy(before, view))
+    assert snip is not None  # the premise: R3's snip finds a candidate, and it would grow the context
+    grown = apply_plan(before, snip, now_ms=0).context
+    assert TokenCounter().messages(grown) >= TokenCounter().messages(before.context)
+
+    result = host.send("s", "go on").result(WAIT)
+
+    assert (result.status, result.phase, result.error_class) == ("failed", "provider", "context-limit")
+    assert _events(host, CheckpointCommitted) == []
+    assert "RuntimeError: the summary service is down" in result.error
     reopen_and_compare(host, tmp_path / "store", ["s"]).close()

@@ -152,3 +152,14 @@ def text(message: Message) -> str:
 
 def replace(obj, **changes):
     return msgspec.structs.replace(obj, **changes)
+
+
+def ledger(objective: str = "- fix the test", *, padding: int = 0, analysis: str = "fine") -> str:
+    """A model's summary that follows C7: the seven headings in order, `objective` under the first
+    (then `padding` filler lines), "No evidence observed." under the rest."""
+    lines = [objective, *("- padding line" for _ in range(padding))]
+    sections = [f"## {C7_HEADINGS[0]}", *lines]
+    for heading in C7_HEADINGS[1:]:
+        sections += [f"## {heading}", "- No evidence observed."]
+    body = "\n".join(sections)
+    return f"<analysis>{analysis}</analysis>\n<summary>\n{body}\n</summary>"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from actors.compactor import CompactionConfig, breaker_view, normalize_workspace
 from actors.provider.scripted import Auto, Reply
 from events.kinds import CompactionFailed
-from tests.compactor.builders import Log, coding_session, compactor, fold, request
+from tests.compactor.builders import Log, coding_session, compactor, fold, ledger, request
 
-BLOATED = "<summary>\n## Objective and constraints\n" + "- padding line\n" * 15000 + "</summary>"
+BLOATED = ledger(padding=15000)
 MINUTE = 60_000
 
 
@@ -89,3 +89,19 @@ def test_C4_blocked_events_do_not_count() -> None:
     log = coding_session(2)
     log.add(CompactionFailed(epoch=0, attempt=0, reason="blocked", consecutive_failures=0))
     assert log.state().carried.compaction_failures == 0
+
+
+def test_C4_three_malformed_summaries_open_the_breaker() -> None:
+    log = coding_session(12)
+    free = Reply(text="Everything is on track; continue.")
+    service, provider = compactor(free, free, free)
+    now = 10**9
+    for expected in (1, 2, 3):
+        outcome = service.compact(request(log.state(), now_ms=now))
+        assert outcome.failure is not None and outcome.failure.reason == "malformed"
+        assert outcome.failure.consecutive_failures == expected
+        fold(log, outcome.events, ts=now)
+        _grow(log)
+        now += MINUTE
+    outcome = service.compact(request(log.state(), now_ms=now))
+    assert provider.calls == 3 and outcome.breaker.mode == "open"

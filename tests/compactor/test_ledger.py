@@ -9,6 +9,7 @@ from actors.compactor.ledger import (
     NO_EVIDENCE_LINE,
     ExactRecord,
     extract_records,
+    missing_headings,
     parse_record,
     rebuild_ledger,
 )
@@ -86,7 +87,9 @@ def test_C8_record_dropped_from_the_shrunk_prompt_still_appears_verbatim() -> No
     for n in range(12):
         log.tool(f"out {n} " + "r" * 2000)
         log.say(f"step {n}")
-    bad_model = Reply(text="<summary>\n## Exact next action\n- something else entirely\n</summary>")
+    sections = "\n".join(f"## {h}\n- No evidence observed." for h in C7_HEADINGS[:-1])
+    last = "## Exact next action\n- something else entirely"
+    bad_model = Reply(text=f"<summary>\n{sections}\n{last}\n</summary>")
     service, provider = compactor(context_limit(), bad_model)
     outcome = service.compact(request(log.state()))
     assert outcome.strategy == "llm"
@@ -142,3 +145,51 @@ def test_C8_property_every_record_appears_verbatim_once_under_its_own_heading(
         assert sections[record.heading].count(line) == 1
         same_payload = sum(1 for other in kept if other.payload == record.payload)
         assert everything.count(line) == same_payload  # nowhere else, model lines included
+
+
+# --- C7: a summary the host can take names all seven headings ------------------------------------
+
+
+def test_C7_missing_headings_of_free_text_are_all_seven() -> None:
+    assert missing_headings("The user is refactoring; tests passed; run the linter next.") == C7_HEADINGS
+    assert missing_headings("") == C7_HEADINGS
+
+
+def test_C7_every_heading_present_in_any_decoration_order_or_repeat_misses_none() -> None:
+    decorated = "\n".join(f"**{n}. {h}:**\n- x" for n, h in enumerate(reversed(C7_HEADINGS), 1))
+    assert missing_headings(decorated) == ()
+    assert missing_headings(decorated + f"\n## {C7_HEADINGS[2]}\n- again") == ()
+
+
+def test_C7_a_missing_heading_is_named_and_escaped_or_inline_ones_do_not_count() -> None:
+    body = "\n".join(f"## {h}\n- x" for h in C7_HEADINGS[:-1])
+    assert missing_headings(body) == ("Exact next action",)
+    assert missing_headings(body + "\n[earlier] ## Exact next action") == ("Exact next action",)
+    assert missing_headings(body + "\nThe exact next action is to run the tests.") == ("Exact next action",)
+
+
+def test_C7_a_free_text_reply_is_not_retried_and_fails_as_malformed() -> None:
+    service, provider = compactor(Reply(text="<summary>All fine, keep going.</summary>"))
+    outcome = service.compact(request(_long_log().state()))
+    assert provider.calls == 1
+    assert outcome.strategy == "fallback"
+    failure = outcome.failure
+    assert failure is not None and failure.reason == "malformed" and failure.attempt == 1
+    assert "none of the seven ledger headings" in failure.detail
+    assert outcome.checkpoint.diagnostics.failure_reason == "malformed"
+
+
+def test_C7_an_empty_reply_is_still_retried_and_a_full_ledger_then_succeeds() -> None:
+    full = "<summary>\n" + "\n".join(f"## {h}\n- x" for h in C7_HEADINGS) + "\n</summary>"
+    service, provider = compactor(Reply(text="<analysis>only thinking</analysis>"), Reply(text=full))
+    outcome = service.compact(request(_long_log().state()))
+    assert provider.calls == 2 and outcome.strategy == "llm" and outcome.failure is None
+
+
+def _long_log() -> Log:
+    log = Log()
+    log.turn("Fix login.")
+    for n in range(12):
+        log.tool(f"out {n} " + "r" * 2000)
+        log.say(f"step {n}")
+    return log

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
+
+from actors.compactor.errors import CompactionIneffective
 from actors.compactor.prompt import (
     INITIAL_CHAR_CAP,
     MIN_CHAR_CAP,
@@ -81,10 +84,12 @@ def test_C6_a_step_that_does_not_shrink_fails_as_context_exhausted() -> None:
     log = Log()
     log.turn("short")
     service, provider = compactor(context_limit(), context_limit())
-    outcome = service.compact(request(log.state()))
+    # one short message: no fallback is smaller either, so nothing is committed
+    with pytest.raises(CompactionIneffective) as caught:
+        service.compact(request(log.state()))
     assert provider.calls == 1
-    assert outcome.failure is not None and outcome.failure.reason == "overflow"
-    assert "context-exhausted" in outcome.failure.detail
+    failure = caught.value.events[0]
+    assert failure.reason == "overflow" and "context-exhausted" in failure.detail
 
 
 def test_C6_long_messages_overflowing_three_times_fail_as_overflow() -> None:

@@ -15,6 +15,7 @@ connection, so no handler thread waits on an idle keep-alive.
 |   `drop_after=n` | ... the connection closed after n events, the body left incomplete |
 |   `stall_after=n`| ... nothing more after n events until the server is closed         |
 | `Error(status)`  | that status with a JSON (or text) body, not streamed (200 too)     |
+|   `headers=...`  | ... with these extra response headers (`Retry-After`, ...)         |
 
 The server binds port 0 and is serving before `start()` returns, so tests
 never wait for it. `close()` releases stalled handlers, stops serving and
@@ -53,6 +54,8 @@ class Error:
 
     status: int
     body: dict[str, Any] | str = field(default_factory=dict)
+    #: extra response headers, sent as given (e.g. `("Retry-After", "5")`)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 Reply = Sse | Error
@@ -143,10 +146,16 @@ def text_reply(text: str, *, usage: tuple[int, int, int] | None = (10, 5, 15)) -
 
 
 def api_error(
-    status: int, message: str, *, code: str | None = None, kind: str = "invalid_request_error"
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> Error:
     """An error in the OpenAI shape: `{"error": {"message", "type", "code"}}`."""
-    return Error(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return Error(status, body, headers)
 
 
 # --- the server --------------------------------------------------------------
@@ -192,6 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(reply.status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in reply.headers:
+            self.send_header(name, value)
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)

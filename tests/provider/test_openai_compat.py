@@ -28,7 +28,7 @@ from actors.provider.openai_compat import OpenAIProvider, provider_from_env
 from actors.session.tracker import provider_floor
 from events.kinds import Usage
 from events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall
-from tests.compactor.builders import COUNTER, coding_session, request
+from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import (
     ChatServer,
     Error,
@@ -42,10 +42,7 @@ from tests.provider.chat_server import (
 )
 from tests.provider.conftest import SECRET_KEY, Connect
 
-GOOD_SUMMARY = (
-    "<analysis>The session fixed a test.</analysis>\n<summary>\n"
-    "## Objective and constraints\n- Fix the failing test.\n</summary>"
-)
+GOOD_SUMMARY = ledger("- Fix the failing test.", analysis="The session fixed a test.")
 READ_SCHEMA = '{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}'
 
 
