@@ -50,6 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import lmdb
 import msgspec
 
 from events.codec import (
@@ -273,9 +274,9 @@ class Journal:
                     ack_mark.close()
                 index.close()
                 raise
-        except OSError as exc:
+        except (OSError, lmdb.Error) as exc:  # a full disk reaches us from LMDB as lmdb.DiskError
             os.close(lock_fd)
-            raise StorageFailed(f"cannot open the store at {path}: {exc}") from exc
+            raise StorageFailed(f"cannot open the store at {path}: {type(exc).__name__}: {exc}") from exc
         except BaseException:
             os.close(lock_fd)
             raise

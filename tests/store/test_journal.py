@@ -272,3 +272,24 @@ def test_load_equals_replay_full_with_checkpoints(journal: Journal) -> None:
     assert summary is not None and summary.checkpoint_seq == refs[-1].seq
     assert journal.load("c") == replay(journal.read("c"))
     assert journal.load("nobody").last_seq == 0
+
+
+def test_an_lmdb_disk_error_at_open_is_a_typed_storage_failure(tmp_path: Path, monkeypatch) -> None:
+    """A full disk reaches the index as lmdb.DiskError (not an OSError): open fails typed, lock released."""
+    import lmdb
+
+    from store import StorageFailed
+    from store.index import Index
+
+    with Journal.open(tmp_path) as journal:
+        journal.append("s", [started()], expected_seq=0)
+
+    def full(self: Index, batch: object) -> None:
+        raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+
+    monkeypatch.setattr(Index, "commit", full)
+    with pytest.raises(StorageFailed, match="DiskError"):
+        Journal.open(tmp_path)
+    monkeypatch.undo()
+    with Journal.open(tmp_path) as journal:  # the lock was released, nothing was lost
+        assert journal.last_seq("s") == 1
