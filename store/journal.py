@@ -390,7 +390,7 @@ class Journal:
         if self.readonly:
             raise ReadOnlyStore(f"the store at {self.root} is open read-only")
         if self._failed is not None:
-            raise self._failed
+            raise _own_copy(self._failed)
         if self._closing:
             raise StoreClosed(f"the journal of {self.root} is closed")
         validate_session_id(sid)
@@ -984,6 +984,8 @@ def _resolve(pending: _Pending, records: list[Record] | None, error: BaseExcepti
     if pending.done:
         return
     pending.done = True
+    if isinstance(error, StorageFailed):
+        error = _own_copy(error)
     if pending.future is None:
         pending.result = records or []
         pending.error = error
@@ -992,6 +994,18 @@ def _resolve(pending: _Pending, records: list[Record] | None, error: BaseExcepti
         pending.future.set_exception(error)
     else:
         pending.future.set_result(records or [])
+
+
+def _own_copy(failure: StorageFailed) -> StorageFailed:
+    """A caller's own instance of the store's one failure, with the same message and cause.
+
+    The same exception object raised in many threads (or from many futures)
+    collects every raise's frames in its traceback, which then grows without
+    bound and interleaves unrelated callers.
+    """
+    copy = StorageFailed(*failure.args)
+    copy.__cause__ = failure.__cause__
+    return copy
 
 
 def _make_store_dirs(root: Path) -> None:

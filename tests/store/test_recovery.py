@@ -262,6 +262,30 @@ def test_fsync_failure_is_fatal_and_reopen_recovers(tmp_path: Path) -> None:
     assert verify_store(root).ok
 
 
+def test_every_caller_gets_its_own_storage_failure_whose_traceback_does_not_grow(tmp_path: Path) -> None:
+    import traceback
+
+    disk = FailingDisk()
+    journal = Journal.open(tmp_path / "store", fsync=disk)
+    fill(journal, "s", 3)
+    disk.fail()
+    futures = [journal.append_async(f"t{n}", [started()], expected_seq=0) for n in range(3)]
+    errors = []
+    for future in futures:
+        with pytest.raises(StorageFailed) as caught:
+            future.result(10)
+        errors.append(caught.value)
+    for _ in range(3):
+        with pytest.raises(StorageFailed) as caught:
+            journal.append("s", [msg(5)], expected_seq=4)
+        errors.append(caught.value)
+    assert len({id(error) for error in errors}) == len(errors)  # never one object raised everywhere
+    depths = [len(traceback.extract_tb(error.__traceback__)) for error in errors[3:]]
+    assert depths[0] == depths[-1]  # the third raise carries no frames of the first two
+    assert all(error.__cause__ is not None for error in errors)  # the OS error that failed the store
+    journal.close()
+
+
 def test_fsync_failure_on_segment_roll_is_fatal(tmp_path: Path) -> None:
     root = tmp_path / "store"
     disk = FailingDisk()
