@@ -10,6 +10,7 @@
 | context-limit error                    | shrink one step (C6) and retry at once        |
 | shrink not possible / not smaller      | fail `overflow` (context-exhausted)           |
 | any other error                        | fail `error` at once                          |
+| the adapter raises something else      | fail `error` at once, its message redacted    |
 | third call without success             | fail with the last call's reason              |
 
 The delay before a retry is C5's 375 ms then 750 ms, or longer when the
@@ -33,6 +34,7 @@ import msgspec
 
 from actors.compactor.ledger import HEADINGS, missing_headings, summary_body
 from actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
+from actors.errors import describe_exception
 from actors.provider.base import (
     Provider,
     ProviderFailure,
@@ -42,6 +44,7 @@ from actors.provider.base import (
     is_context_limit,
     is_retryable_status,
 )
+from actors.provider.redact import adapter_secrets, clean_message
 from actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
 from events.kinds import FailureReason
 from events.model import Message
@@ -203,6 +206,11 @@ def sample_summary(
                 detail = f"{detail}; {note}"
                 return result(None, "error")
             continue
+        except BaseException as error:  # a host adapter's bug: this call failed, and only this call
+            failure = "error"
+            detail = clean_message(f"the provider adapter raised {describe_exception(error)}",
+                                   adapter_secrets(provider))
+            return result(None, "error")
         for index, value in enumerate(_usage_total(completion.usage)):
             usage[index] += value
         body = summary_body(completion.text)

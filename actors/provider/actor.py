@@ -26,14 +26,13 @@ any other exception, BaseExceptions included (let through, pykka would stop
 every actor of the process), is a failure of class `server` with the
 exception's class and its own message. Every message from the adapter is
 redacted first (`redact`: the configured keys and anything shaped like a
-credential) and clipped to `MAX_MESSAGE_CHARS`. A dead `reply_to` cancels
+credential) and clipped to 1,000 chars (`redact.clean_message`). A dead `reply_to` cancels
 the job. The thread is a daemon: nothing here must run at stop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,13 +53,8 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from actors.provider.redact import redact
+from actors.provider.redact import adapter_secrets, clean_message
 from events.kinds import ErrorClass
-
-#: longest message kept from an adapter's exception
-MAX_MESSAGE_CHARS = 1_000
-#: environment variables whose values are keys, redacted from every adapter message
-KEY_VARIABLES = ("CAIRN_API_KEY", "OPENAI_API_KEY")
 
 _ERROR_CLASSES: frozenset[str] = frozenset(get_args(ErrorClass))
 _encoder = msgspec.json.Encoder()
@@ -115,11 +109,7 @@ class ProviderActor(pykka.ThreadingActor):
         super().__init__()
         self._adapter = adapter
         self._perf = perf
-        key = getattr(adapter, "api_key", None)
-        self._secrets = tuple(
-            value for value in (key, *(os.environ.get(name) for name in KEY_VARIABLES))
-            if isinstance(value, str) and value
-        )
+        self._secrets = adapter_secrets(adapter)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, StreamJob):
@@ -180,8 +170,7 @@ class ProviderActor(pykka.ThreadingActor):
 
     def _clean(self, text: str) -> str:
         """An adapter's message as it may be kept: redacted, then clipped."""
-        text = redact(text, self._secrets)
-        return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
+        return clean_message(text, self._secrets)
 
     def _from_failure(
         self, job: int, failure: ProviderFailure, delivered: bool, spent: float

@@ -18,10 +18,15 @@ Pure: no I/O. Over-redacting an innocent word is the accepted cost.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 
 REDACTED = "[redacted]"
+#: longest message kept from an adapter's exception
+MAX_MESSAGE_CHARS = 1_000
+#: environment variables whose values are keys, redacted from every adapter message
+KEY_VARIABLES = ("CAIRN_API_KEY", "OPENAI_API_KEY")
 
 _AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s\"',;]+")
 _TOKENS = re.compile(
@@ -49,3 +54,22 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _TOKENS.sub(REDACTED, text)
     text = _NAMED.sub(lambda match: match.group(1) + REDACTED, text)
     return _URL_CREDENTIALS.sub(lambda match: match.group(1) + REDACTED + "@", text)
+
+
+def adapter_secrets(adapter: object) -> tuple[str, ...]:
+    """The keys to redact from what `adapter` says: its `api_key`, and the keys in the environment.
+
+    Read once, when a shell starts wrapping the adapter (the environment is
+    the one place this module looks outside its arguments).
+    """
+    key = getattr(adapter, "api_key", None)
+    return tuple(
+        value for value in (key, *(os.environ.get(name) for name in KEY_VARIABLES))
+        if isinstance(value, str) and value
+    )
+
+
+def clean_message(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """An adapter's message as cairn may keep it (log, turn result): redacted, then clipped."""
+    text = redact(text, secrets)
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"

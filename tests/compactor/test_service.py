@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.compactor import CompactionBlocked, HookVerdict, NothingToCompact, verify_checkpoint
+from actors.compactor import CompactionBlocked, Compactor, HookVerdict, NothingToCompact, verify_checkpoint
 from actors.compactor.errors import CompactionIneffective
 from actors.compactor.replacement import retained_tail
 from actors.provider.base import UsageReport
@@ -317,3 +317,40 @@ def test_C10_F2_property_a_committed_replacement_is_always_10_percent_smaller_th
     assert checkpoint.replacement_tokens < checkpoint.source_tokens
     assert checkpoint.replacement_tokens * 10 <= checkpoint.source_tokens * 9  # at least 10 % off
     verify_checkpoint(state.context, checkpoint, COUNTER)
+
+
+class _RaisingAdapter:
+    """A host's adapter with a bug: every summary call raises its own exception (a key in its text)."""
+
+    api_key = "my-configured-key-0123"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.calls = 0
+
+    def stream(self, request):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("upstream refused key my-configured-key-0123 (Bearer sk-abcdefghijklmnop)"),
+        KeyboardInterrupt("raised by the adapter"),
+    ],
+    ids=["runtime-error", "base-exception"],
+)
+def test_C5_an_adapter_that_raises_fails_the_summary_at_once_redacted_and_the_fallback_applies(
+    error: BaseException,
+) -> None:
+    adapter = _RaisingAdapter(error)
+    service = Compactor(adapter, model="summary-model", sleep=[].append, counter=COUNTER)
+    outcome = service.compact(request(coding_session(12).state()))
+    assert adapter.calls == 1  # not retried: not a transient provider error
+    assert outcome.strategy == "fallback"
+    assert outcome.failure is not None and outcome.failure.reason == "error"
+    detail = outcome.failure.detail
+    assert type(error).__name__ in detail
+    assert "my-configured-key-0123" not in detail and "sk-abcdefghijklmnop" not in detail
+    assert "[redacted]" in detail or isinstance(error, KeyboardInterrupt)
