@@ -47,7 +47,6 @@ import os
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -543,6 +542,8 @@ class Host:
             turn._finish(msgspec.structs.replace(closed, session=turn.session))
         if self._owns_journal:
             self.journal.close()
+        with _exit_hook_lock:
+            _open_hosts.discard(self)
 
     def __enter__(self) -> Host:
         return self
@@ -703,13 +704,18 @@ class Host:
 
 # --- closing forgotten hosts at exit ----------------------------------------------------------
 
-_open_hosts: weakref.WeakSet[Host] = weakref.WeakSet()
+#: hosts open in this process. Strong references: a host its embedder dropped without closing
+#: still has live (non-daemon) session threads, and must still be closed at exit, or the
+#: interpreter waits for those threads forever. `close` takes a host out.
+_open_hosts: set[Host] = set()
 _exit_hook_lock = threading.Lock()
 _exit_hook_installed = False
 
 
 def _close_all() -> None:
-    for host in list(_open_hosts):
+    with _exit_hook_lock:
+        hosts = list(_open_hosts)
+    for host in hosts:
         with contextlib.suppress(Exception):
             host.close()
 
@@ -717,8 +723,8 @@ def _close_all() -> None:
 def _close_at_exit(host: Host) -> None:
     """Close `host` at interpreter exit *before* Python joins non-daemon threads (session actors)."""
     global _exit_hook_installed
-    _open_hosts.add(host)
     with _exit_hook_lock:
+        _open_hosts.add(host)
         if _exit_hook_installed:
             return
         register = getattr(threading, "_register_atexit", None)

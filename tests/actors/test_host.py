@@ -348,3 +348,32 @@ def test_steering_messages_join_the_active_task_a_compaction_keeps(tmp_path: Pat
     text = task.content if isinstance(task.content, str) else ""
     assert "start: tools 2 x 100 #task" in text and "and keep the public API unchanged" in text  # C11
     reopen_and_compare(host, tmp_path / "store", ["s"]).close()
+
+
+def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter_at_exit(
+    tmp_path: Path,
+) -> None:
+    """Session actors run on non-daemon threads; a dropped, unclosed host must still be closed at exit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = textwrap.dedent(f"""
+        import gc
+        from actors import Host
+        host = Host.open({str(tmp_path / "store")!r}, sweep=False)  # no sweeper thread holds it
+        result = host.send("dropped", "hello", workspace={str(workspace)!r}).result(timeout=60)
+        assert result.status == "completed", result
+        del host, result
+        gc.collect()
+        print("leaving")
+    """)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ, "CAIRN_CPU": "off"})
+    assert done.returncode == 0, done.stderr
+    assert "leaving" in done.stdout
+    with Host.open(tmp_path / "store") as host:
+        assert host.journal.last_seq("dropped") > 0
