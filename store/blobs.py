@@ -42,7 +42,7 @@ from store.segments import FsyncFn, fsync_dir, write_all
 
 BLOB_THRESHOLD = 256 * 1024
 PREVIEW_CHARS = 2000
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")  # with fullmatch (`$` matches before a final newline)
 _part_encoder = msgspec.json.Encoder()
 
 
@@ -54,7 +54,7 @@ class BlobStore:
         self._fsync = fsync
 
     def path(self, sha256: str) -> Path:
-        if not _SHA_RE.match(sha256):
+        if not _SHA_RE.fullmatch(sha256):
             raise BlobError(f"not a SHA-256 hex digest: {sha256[:80]!r}")
         return self.dir / sha256[:2] / sha256[2:]
 

@@ -42,7 +42,8 @@ from store.files import describe, link_target, open_file, shown
 SEGMENT_SUFFIX = ".jsonl"
 #: the largest position a segment may start at (a line's `pos` is a signed 64-bit integer at most)
 MAX_POSITION = (1 << 63) - 1
-_NAME_RE = re.compile(r"^(\d{20})\.jsonl$")
+#: used with fullmatch: `$` would also match before a final newline, and `\d` any Unicode digit
+_NAME_RE = re.compile(r"([0-9]{20})\.jsonl")
 _LAST_LINE_WINDOW = 64 * 1024
 
 FsyncFn = Callable[[int], None]
@@ -55,7 +56,7 @@ def segment_name(first_pos: int) -> str:
 
 def parse_segment_name(name: str) -> int | None:
     """The first position encoded in a segment file name, or None if it is not one."""
-    match = _NAME_RE.match(name)
+    match = _NAME_RE.fullmatch(name)
     if not match:
         return None
     first = int(match.group(1))
@@ -99,7 +100,7 @@ def read_log_dir(log_dir: Path) -> LogDir:
         what = describe(mode)
         if stat.S_ISLNK(mode):
             what += f" to {link_target(log_dir / name)}"
-        if _NAME_RE.match(name) and first is None:
+        if _NAME_RE.fullmatch(name) and first is None:
             what += f", named past the largest position ({MAX_POSITION})"
         elif first is None and stat.S_ISREG(mode):
             what += " whose name is not a segment's"

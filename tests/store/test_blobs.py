@@ -91,3 +91,10 @@ def test_verify_catches_a_missing_or_altered_blob(tmp_path: Path) -> None:
         reader.read_blob(part.sha256)
     with Journal.open(root, readonly=True) as reader, pytest.raises(BlobError):
         reader.read_blob("../../etc/passwd")
+
+
+def test_a_blob_name_is_64_lowercase_hex_digits_matched_whole(tmp_path: Path) -> None:
+    with Journal.open(tmp_path) as journal:
+        for bad in ("a" * 64 + "\n", "A" * 64, "a" * 63, "a" * 65, "../" + "a" * 61):
+            with pytest.raises(BlobError, match="not a SHA-256 hex digest"):
+                journal.read_blob(bad)

@@ -256,3 +256,18 @@ def test_names_and_link_targets_someone_else_chose_are_quoted_escaped(tmp_path: 
     said = [str(info.value), *(str(p) for p in verify_store(root).problems)]
     assert all("\x1b" not in text and "\x07" not in text for text in said)
     assert "/tmp/\\x1b[31mred\\x07" in said[0] and "log/\\x1b[2Jclear" in said[0]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"{0:020d}.jsonl\n", "\u0660" * 20 + ".jsonl", f"{0:020d}.jsonl.bak"],
+    ids=["trailing-newline", "arabic-indic-digits", "suffix-after"],
+)
+def test_a_name_that_only_looks_like_a_segment_is_not_one(tmp_path: Path, name: str) -> None:
+    """Segment names are 20 ASCII digits and `.jsonl`, matched whole (`$` would pass a final newline)."""
+    root = _store(tmp_path / "store")
+    (root / "log" / name).write_bytes(b"")
+    with pytest.raises(StorageError) as info:
+        Journal.open(root)
+    assert type(info.value).__name__ == "UnexpectedEntry"
+    assert [p.code for p in verify_store(root).problems] == ["unexpected-entry"]
