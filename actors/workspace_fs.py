@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal
 
+from store.files import describe as describe_mode
+
 #: lookups of one path that may meet a symlink (or a name that changed under us)
 MAX_LINK_STEPS = 40
 #: directories below the start that a walk descends into
@@ -70,23 +72,6 @@ class Opened:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    return "not a regular file"
 
 
 class _Retry(Exception):
@@ -244,7 +229,7 @@ class Workspace:
             except OSError as exc:
                 raise Refused(f"cannot create {shown}: {exc.strerror}") from None
         if not stat.S_ISREG(info.st_mode):
-            raise Refused(f"{shown} is {file_kind(info.st_mode)}, not a regular file")
+            raise Refused(f"{shown} is {describe_mode(info.st_mode)}, not a regular file")
         try:
             fd = os.open(name, _WRITE_FLAGS if create else _READ_FLAGS, dir_fd=here)
         except OSError as exc:

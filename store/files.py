@@ -41,7 +41,11 @@ def describe(mode: int) -> str:
         return "a FIFO"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "a device or special file"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "a special file"
 
 
 def link_target(path: Path) -> str:
