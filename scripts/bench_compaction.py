@@ -29,6 +29,7 @@ import msgspec
 
 from actors.compactor import CompactionRequest, Compactor, verify_checkpoint
 from actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
+from actors.compactor.errors import CompactionIneffective
 from actors.compactor.fallback import plan_fallback
 from actors.compactor.ledger import HEADINGS
 from actors.compactor.replacement import fallback_summary_message
@@ -186,6 +187,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     reasons: dict[str, int] = {}
     for path in ("llm", "fallback"):
         kept = total = tasks = tasks_ok = llm_used = 0
+        refused: list[str] = []  # sessions nothing could shrink: no checkpoint, by design
         ratios: list[float] = []
         reductions: list[float] = []
         worst = ""
@@ -194,7 +196,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
             service = Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter)
             request = CompactionRequest(state=sample.state, workspace="/bench/ws", trigger="threshold",
                                         now_ms=10**12)
-            outcome = service.compact(request)
+            try:
+                outcome = service.compact(request)
+            except CompactionIneffective:
+                refused.append(sample.name)
+                continue
             checkpoint = outcome.checkpoint
             llm_used += checkpoint.strategy == "llm"
             if path == "llm" and outcome.failure is not None:
@@ -219,7 +225,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 pass
         stats[path] = {
             "kept": kept, "total": total, "tasks": tasks, "tasks_ok": tasks_ok, "ratios": ratios,
-            "reductions": reductions, "llm_used": llm_used, "worst": worst,
+            "reductions": reductions, "llm_used": llm_used, "worst": worst, "refused": refused,
         }
     figures: list[dict[str, Any]] = []
     n = len(samples)
@@ -235,6 +241,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
         worst = max(s["ratios"])
         figures.append(figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
                                worst <= 1.0, f"worst: {s['worst']}"))
+        refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s["refused"]})
+        figures.append(figure(f"{name}.refused_cannot_shrink", len(s["refused"]), "sessions", None, None,
+                              f"of {n}: nothing smaller than the source, so no checkpoint "
+                              f"(kinds: {', '.join(refused_kinds) or 'none'})"))
         mean = round(statistics.mean(s["reductions"]), 3)
         detail = f"1 - replacement/source; median {statistics.median(s['reductions']):.3f}"
         figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))

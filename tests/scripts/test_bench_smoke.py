@@ -1,0 +1,25 @@
+"""The quality benches run to the end on the current pipeline (`cairn bench --quick` once crashed).
+
+Speed is never judged here (that is `cairn bench`'s job, on a quiet
+machine): only that each suite finishes and that its quality figures, which
+do not depend on the machine, meet their targets.
+"""
+
+from __future__ import annotations
+
+from scripts import bench_compaction, bench_context
+
+
+def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
+    figures = {figure["name"]: figure for figure in bench_compaction.run(quick=True)}
+    for name in ("llm", "fallback"):
+        assert figures[f"compaction.{name}.records_verbatim"]["value"] == 100.0
+        assert figures[f"compaction.{name}.active_task_kept"]["value"] == 100.0
+        assert figures[f"compaction.{name}.max_replacement_over_target"]["value"] <= 1.0
+        assert figures[f"compaction.{name}.mean_reduction"]["value"] > 0  # nothing committed grows
+    assert figures["compaction.audit_rederived"]["met"] is True
+
+
+def test_the_context_bench_runs() -> None:
+    names = {figure["name"] for figure in bench_context.run(quick=True)}
+    assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= names
