@@ -109,6 +109,21 @@ class SizedTools:
 _PLAN = re.compile(r"tools (\d+) x (\d+) #(\S+)")
 
 
+class GatedTools(SizedTools):
+    """A tool executor whose first call waits for the test: a turn held mid-flight, no sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT)
+        return super().__call__(invocation)
+
+
 class Agent:
     """A scripted model: a message `tools N x T #tag` makes it call `read` N times, T tokens each.
 

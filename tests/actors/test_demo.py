@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,16 +119,6 @@ class FullDisk:
         if full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         os.fsync(fd)
-
-
-@pytest.fixture
-def thread_crashes() -> Iterator[list[str]]:
-    """Exceptions that ended a thread (what `threading.excepthook` would print as a traceback)."""
-    seen: list[str] = []
-    hook = threading.excepthook
-    threading.excepthook = lambda args: seen.append(f"{args.thread}: {args.exc_type.__name__}")
-    yield seen
-    threading.excepthook = hook
 
 
 def test_a_disk_that_fills_up_mid_run_ends_the_demo_with_one_line_and_exit_2(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import Host, ToolInvocation, ToolOutcome
+from actors import Host
 from actors.compactor.errors import CompactionBlocked
 from actors.compactor.hooks import HookContext, HookVerdict
 from actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
@@ -24,6 +24,7 @@ from tests.actors.helpers import (
     WAIT,
     Agent,
     Clock,
+    GatedTools,
     Seed,
     SizedTools,
     kinds,
@@ -32,21 +33,6 @@ from tests.actors.helpers import (
     scripted,
     words,
 )
-
-
-class GatedTools(SizedTools):
-    """A tool executor whose first call waits for the test: a turn held mid-flight, no sleeping."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
-        if not self.entered.is_set():
-            self.entered.set()
-            assert self.release.wait(WAIT)
-        return super().__call__(invocation)
 
 
 def test_send_starts_a_session_and_streams_its_turn_live(tmp_path: Path) -> None:

@@ -14,16 +14,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from actors import ToolInvocation, ToolOutcome
 from store.errors import StorageFailed
-from tests.actors.helpers import WAIT, SizedTools, open_host, scripted
+from tests.actors.helpers import WAIT, GatedTools, open_host, scripted
 
 
 class FillingDisk:
@@ -38,37 +35,13 @@ class FillingDisk:
         os.fsync(fd)
 
 
-class HeldTool(SizedTools):
-    """Its first call waits for the test: the disk fills up while the turn is mid-flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
-        if not self.entered.is_set():
-            self.entered.set()
-            assert self.release.wait(WAIT)
-        return super().__call__(invocation)
-
-
-@pytest.fixture
-def thread_crashes() -> Iterator[list[str]]:
-    seen: list[str] = []
-    hook = threading.excepthook
-    threading.excepthook = lambda args: seen.append(f"{args.thread}: {args.exc_type.__name__}")
-    yield seen
-    threading.excepthook = hook
-
-
 def test_a_full_disk_fails_turns_with_a_typed_error_and_no_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, thread_crashes: list[str]
 ) -> None:
     caplog.set_level(logging.DEBUG)
     root = tmp_path / "store"
     disk = FillingDisk()
-    tool = HeldTool()
+    tool = GatedTools()
     host = open_host(root, scripted(), tools=tool, disk=disk)  # type: ignore[arg-type]
     assert host.send("other", "a first turn", workspace=tmp_path).result(WAIT).ok
     turn = host.send("s", "tools 1 x 10 #a", workspace=tmp_path)
