@@ -7,7 +7,7 @@ All derive from `CairnError`; the ones that are the caller's fault are also
 
 from __future__ import annotations
 
-from events.errors import CairnError, InputError
+from cairn.events.errors import CairnError, InputError
 
 
 class HostError(CairnError):

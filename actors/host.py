@@ -2,7 +2,7 @@
 
 Embedding cairn::
 
-    from actors import Host, WorkspaceTools
+    from cairn.actors import Host, WorkspaceTools
 
     with Host.open("./cairn-data", provider=my_adapter, tools=WorkspaceTools()) as host:
         turn = host.send("session-1", "fix the failing test", workspace="/repo")
@@ -53,10 +53,9 @@ from typing import Any, Literal
 
 import msgspec
 import pykka
-
-from actors.compactor.hooks import PreCompactionHook
-from actors.compactor.service import CompactionConfig
-from actors.errors import (
+from cairn.actors.compactor.hooks import PreCompactionHook
+from cairn.actors.compactor.service import CompactionConfig
+from cairn.actors.errors import (
     HostBusy,
     HostClosed,
     HostError,
@@ -65,24 +64,24 @@ from actors.errors import (
     SessionExists,
     UnknownSession,
 )
-from actors.provider.base import Provider
-from actors.provider.retry import RetryPolicy
-from actors.provider.scripted import ScriptedProvider
-from actors.session.actor import Load, ManualCompact, Query, Runtime, Send, SessionActor
-from actors.session.handoff import is_hidden_event
-from actors.session.request import AssembledRequest
-from actors.session.settings import SessionSettings
-from actors.session.stream import Turn, TurnResult
-from actors.session.tokens import load_encoding
-from actors.tools import ToolExecutor
-from events.codec import Record, validate_session_id
-from events.errors import InputError
-from events.kinds import CheckpointCommitted, EventBase, SessionStarted
-from events.model import ImagePart, Part, TextPart
-from events.state import SessionState
-from store.errors import SeqConflict, StorageFailed
-from store.journal import Journal
-from store.segments import FsyncFn
+from cairn.actors.provider.base import Provider
+from cairn.actors.provider.retry import RetryPolicy
+from cairn.actors.provider.scripted import ScriptedProvider
+from cairn.actors.session.actor import Load, ManualCompact, Query, Runtime, Send, SessionActor
+from cairn.actors.session.handoff import is_hidden_event
+from cairn.actors.session.request import AssembledRequest
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.stream import Turn, TurnResult
+from cairn.actors.session.tokens import load_encoding
+from cairn.actors.tools import ToolExecutor
+from cairn.events.codec import Record, validate_session_id
+from cairn.events.errors import InputError
+from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted
+from cairn.events.model import ImagePart, Part, TextPart
+from cairn.events.state import SessionState
+from cairn.store.errors import SeqConflict, StorageFailed
+from cairn.store.journal import Journal
+from cairn.store.segments import FsyncFn
 
 log = logging.getLogger("cairn.host")
 

@@ -28,10 +28,9 @@ from typing import Any, BinaryIO, Protocol
 
 import msgspec
 import re2
-
-from actors.workspace_fs import Refused, Workspace
-from events.kinds import FileAccess
-from events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
+from cairn.actors.workspace_fs import Refused, Workspace
+from cairn.events.kinds import FileAccess
+from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
 
 
 class ToolInvocation(msgspec.Struct, frozen=True, kw_only=True):

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal
 
-from store.files import describe as describe_mode
+from cairn.store.files import describe as describe_mode
 
 #: lookups of one path that may meet a symlink (or a name that changed under us)
 MAX_LINK_STEPS = 40

@@ -32,8 +32,7 @@ from collections.abc import Callable, Sequence
 import crc32c
 import msgspec
 import msgspec.inspect
-
-from events.errors import (
+from cairn.events.errors import (
     ChecksumMismatch,
     CorruptLine,
     InvalidEvent,
@@ -43,7 +42,7 @@ from events.errors import (
     UnknownKind,
     UnsupportedVersion,
 )
-from events.kinds import CHECKPOINT_VERSION, EVENT_TYPES, KINDS, Event, EventBase, raw_object_problem
+from cairn.events.kinds import CHECKPOINT_VERSION, EVENT_TYPES, KINDS, Event, EventBase, raw_object_problem
 
 SCHEMA_VERSION = 1
 #: Largest line accepted on write and on read: a 16 MiB checkpoint plus envelope room.

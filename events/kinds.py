@@ -19,9 +19,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
-
-from events.errors import InvalidEvent
-from events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
+from cairn.events.errors import InvalidEvent
+from cairn.events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
 
 #: K1 limits on a checkpoint's replacement.
 MAX_REPLACEMENT_MESSAGES = 4096

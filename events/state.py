@@ -34,9 +34,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
-
-from events.codec import Record
-from events.kinds import (
+from cairn.events.codec import Record
+from cairn.events.kinds import (
     EVENT_TYPES,
     AssistantMessage,
     Carried,
@@ -56,7 +55,7 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, MessageMeta, TextPart, text_of
+from cairn.events.model import Message, MessageMeta, TextPart, text_of
 
 #: How many distinct recent file accesses the state keeps (W1 filters, then takes 5).
 RECENT_FILES_KEPT = 64

@@ -1,6 +1,6 @@
 """`cairn bench`: every benchmark of the project, as ratios measured in one run.
 
-Usage: python scripts/bench.py [--quick] [--json] [--only store,context,compaction]
+Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction]
 Exit 0 when every figure with a target met it, 1 otherwise.
 """
 
@@ -12,13 +12,9 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scripts import _console
+from cairn import _console
 
 Figure = dict[str, Any]
 
@@ -32,10 +28,10 @@ def figure(
 
 #: suite name -> module with `run(quick: bool) -> list[dict]`
 SUITES = {
-    "store": "scripts.bench_store",
-    "context": "scripts.bench_context",
-    "compaction": "scripts.bench_compaction",
-    "turns": "scripts.bench_turns",
+    "store": "cairn.bench_store",
+    "context": "cairn.bench_context",
+    "compaction": "cairn.bench_compaction",
+    "turns": "cairn.bench_turns",
 }
 
 

@@ -1,6 +1,6 @@
 """Compaction quality harness: a seeded corpus of sessions through the LLM and fallback paths.
 
-Usage: python scripts/bench_compaction.py [--quick] [--json]
+Usage: python -m cairn.bench_compaction [--quick] [--json]
 
 The corpus (seeded, so every run sees the same sessions) mixes tool-heavy
 coding sessions carrying exact continuation records, long user requests,
@@ -19,24 +19,20 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import msgspec
-
-from actors.compactor import CompactionRequest, Compactor, verify_checkpoint
-from actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
-from actors.compactor.errors import CompactionIneffective
-from actors.compactor.fallback import plan_fallback
-from actors.compactor.ledger import HEADINGS
-from actors.compactor.replacement import fallback_summary_message
-from actors.provider.scripted import ScriptedProvider, http_error
-from actors.session.tokens import TokenCounter
-from events.codec import GENESIS, Record
-from events.kinds import (
+from cairn.actors.compactor import CompactionRequest, Compactor, verify_checkpoint
+from cairn.actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
+from cairn.actors.compactor.errors import CompactionIneffective
+from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.ledger import HEADINGS
+from cairn.actors.compactor.replacement import fallback_summary_message
+from cairn.actors.provider.scripted import ScriptedProvider, http_error
+from cairn.actors.session.tokens import TokenCounter
+from cairn.bench import figure
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     EventBase,
@@ -46,9 +42,8 @@ from events.kinds import (
     TurnStarted,
     UserMessage,
 )
-from events.model import ImagePart, Message, Part, TextPart, ToolCall
-from events.state import SessionState, replay
-from scripts.bench import figure
+from cairn.events.model import ImagePart, Message, Part, TextPart, ToolCall
+from cairn.events.state import SessionState, replay
 
 SEED = 20_261_202
 KINDS = ("coding", "long-request", "images", "huge-output", "tiny")
@@ -262,7 +257,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run this suite alone, with the report and flags of `cairn bench`."""
-    from scripts import bench
+    from cairn import bench
 
     return bench.main(["--only", "compaction", *(argv if argv is not None else sys.argv[1:])])
 

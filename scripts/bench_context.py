@@ -1,6 +1,6 @@
 """Context-accounting benchmark: the per-turn cost of the pre-request check on a 200,000-token session.
 
-Usage: python scripts/bench_context.py [--quick] [--json]
+Usage: python -m cairn.bench_context [--quick] [--json]
 
 A seeded session of about 2,000 messages (mostly tool turns, a few huge
 outputs that the tool-result budget cuts) is folded from its events. Then
@@ -23,24 +23,20 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from actors.session.handoff import decide_handoff
-from actors.session.request import AssembledRequest, assemble, request_event
-from actors.session.slimming import plan_micro, plan_snip
-from actors.session.tokens import TokenCounter, load_encoding
-from actors.session.tool_budget import render_context
-from actors.session.tracker import occupancy
-from actors.session.view import HistoryView
-from events.codec import GENESIS, Record
-from events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage
-from events.model import TextPart, ToolCall, ToolStatus
-from events.state import SessionState, evolve, replay
-from scripts.bench import figure
+from cairn.actors.session.handoff import decide_handoff
+from cairn.actors.session.request import AssembledRequest, assemble, request_event
+from cairn.actors.session.slimming import plan_micro, plan_snip
+from cairn.actors.session.tokens import TokenCounter, load_encoding
+from cairn.actors.session.tool_budget import render_context
+from cairn.actors.session.tracker import occupancy
+from cairn.actors.session.view import HistoryView
+from cairn.bench import figure
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage
+from cairn.events.model import TextPart, ToolCall, ToolStatus
+from cairn.events.state import SessionState, evolve, replay
 
 SEED = 20_261_203
 TARGET_TOKENS = 200_000
@@ -245,7 +241,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run this suite alone, with the report and flags of `cairn bench`."""
-    from scripts import bench
+    from cairn import bench
 
     return bench.main(["--only", "context", *(argv if argv is not None else sys.argv[1:])])
 

@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.placement import batch_scheduled, on_one_cpu
-from events.codec import GENESIS, decode_run, encode_line
-from events.kinds import (
+from cairn.actors.placement import batch_scheduled, on_one_cpu
+from cairn.bench import Figure, figure
+from cairn.events.codec import GENESIS, decode_run, encode_line
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     EventBase,
@@ -33,11 +34,10 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, TextPart, ToolCall
-from events.state import Replayer, carried_for_checkpoint
-from scripts.bench import Figure, figure
-from store import Journal
-from store.segments import segment_name
+from cairn.events.model import Message, TextPart, ToolCall
+from cairn.events.state import Replayer, carried_for_checkpoint
+from cairn.store import Journal
+from cairn.store.segments import segment_name
 
 
 def _payload(rng: random.Random, low: int, high: int) -> str:

@@ -1,6 +1,6 @@
 """Runtime benchmark: cairn's own time per turn, and memory with many sessions, through a real host.
 
-Usage: python scripts/bench_turns.py [--quick] [--json]
+Usage: python -m cairn.bench_turns [--quick] [--json]
 
 1. Turn overhead. 1,000 sessions x 5 turns through one host on a
    zero-latency scripted provider (a one-line reply, no tools), driven by 16
@@ -40,13 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from actors import Host, SessionSettings
-from actors.placement import on_one_cpu
-from actors.provider.scripted import Reply, ScriptedProvider
-from scripts.bench import figure
+from cairn.actors import Host, SessionSettings
+from cairn.actors.placement import on_one_cpu
+from cairn.actors.provider.scripted import Reply, ScriptedProvider
+from cairn.bench import figure
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
 CLIENTS = 16
@@ -214,7 +211,7 @@ def _memory_child(touched: int) -> dict[str, Any]:
 def memory(quick: bool) -> list[dict[str, Any]]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_turns", "--memory-child", str(touched)],
+        [sys.executable, "-m", "cairn.bench_turns", "--memory-child", str(touched)],
         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=900, check=True,
     )
     data = json.loads(done.stdout)

@@ -1,6 +1,6 @@
 """Crash campaign for the store: SIGKILL a writer at random moments and check every invariant.
 
-    python scripts/crashtest.py --store DIR --kills N --seed S [--mode kill|lose-unsynced|both]
+    python -m cairn.crashtest --store DIR --kills N --seed S [--mode kill|lose-unsynced|both]
 
 A child process appends events of 200 B to 64 KiB to many sessions from
 several threads and reports each acknowledgement (sid, seq, pos, content
@@ -42,18 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-
-if __package__ in (None, ""):  # run as a script: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from events.codec import decode_envelope
-from events.errors import DecodeError
-from events.kinds import EventBase, SessionStarted, UserMessage
-from events.model import TextPart
-from store import Journal, verify_store
-from store.errors import AcknowledgedDataMissing
-from store.loss import ACK_MARK
-from store.segments import iter_lines, list_segments, segment_name
+from cairn.events.codec import decode_envelope
+from cairn.events.errors import DecodeError
+from cairn.events.kinds import EventBase, SessionStarted, UserMessage
+from cairn.events.model import TextPart
+from cairn.store import Journal, verify_store
+from cairn.store.errors import AcknowledgedDataMissing
+from cairn.store.loss import ACK_MARK
+from cairn.store.segments import iter_lines, list_segments, segment_name
 
 SEGMENT_BYTES = 256 * 1024
 THREADS = 4

@@ -66,27 +66,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import lmdb
+from cairn import _console
+from cairn.actors import Host, SessionSettings, WorkspaceTools, placement
+from cairn.actors.provider.base import Provider, ProviderRequest, TextDelta
+from cairn.actors.provider.config import ProviderConfigError
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.actors.provider.scripted import Outcome, Reply, ScriptedProvider, context_limit, http_error
+from cairn.actors.session.budget import budget_for
+from cairn.actors.session.profile import tools_json
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.codec import Record
+from cairn.events.errors import CairnError
+from cairn.events.kinds import CheckpointCommitted, TurnFailed, Usage
+from cairn.events.model import TextPart, ToolCall
+from cairn.store.files import private_dir
+from cairn.store.segments import FsyncFn
 from rich.text import Text
-
-from actors import Host, SessionSettings, WorkspaceTools, placement
-from actors.provider.base import Provider, ProviderRequest, TextDelta
-from actors.provider.config import ProviderConfigError
-from actors.provider.openai_compat import OpenAIProvider
-from actors.provider.scripted import Outcome, Reply, ScriptedProvider, context_limit, http_error
-from actors.session.budget import budget_for
-from actors.session.profile import tools_json
-from actors.session.tokens import TokenCounter
-from events.codec import Record
-from events.errors import CairnError
-from events.kinds import CheckpointCommitted, TurnFailed, Usage
-from events.model import TextPart, ToolCall
-from scripts import _console
-from store.files import private_dir
-from store.segments import FsyncFn
 
 DEFAULT_SESSIONS = 8
 DEFAULT_TURNS = 12

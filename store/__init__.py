@@ -1,6 +1,6 @@
 """cairn's durable event log: JSONL segments, LMDB index, group commit, recovery."""
 
-from store.errors import (
+from cairn.store.errors import (
     AcknowledgedDataMissing,
     CorruptionError,
     SeqConflict,
@@ -10,10 +10,10 @@ from store.errors import (
     StoreLocked,
     UnexpectedEntry,
 )
-from store.index import CheckpointRef, SessionSummary
-from store.journal import Journal
-from store.recovery import Recovery
-from store.verify import VerifyReport, index_dump, reindex, verify_store
+from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.journal import Journal
+from cairn.store.recovery import Recovery
+from cairn.store.verify import VerifyReport, index_dump, reindex, verify_store
 
 __all__ = [
     "AcknowledgedDataMissing",

@@ -33,12 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-
-from events.kinds import EventBase, ToolResult, UserMessage
-from events.model import BlobPart, ImagePart, Part, TextPart
-from store.errors import BlobError, UnexpectedEntry
-from store.files import check_dir, open_file, private_dir, read_file
-from store.segments import FsyncFn, fsync_dir, write_all
+from cairn.events.kinds import EventBase, ToolResult, UserMessage
+from cairn.events.model import BlobPart, ImagePart, Part, TextPart
+from cairn.store.errors import BlobError, UnexpectedEntry
+from cairn.store.files import check_dir, open_file, private_dir, read_file
+from cairn.store.segments import FsyncFn, fsync_dir, write_all
 
 BLOB_THRESHOLD = 256 * 1024
 PREVIEW_CHARS = 2000

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from events.errors import CairnError, InputError
+from cairn.events.errors import CairnError, InputError
 
 if TYPE_CHECKING:
-    from store.loss import Loss
+    from cairn.store.loss import Loss
 
 
 class StorageError(CairnError):

@@ -22,7 +22,7 @@ import os
 import stat
 from pathlib import Path
 
-from store.errors import UnexpectedEntry
+from cairn.store.errors import UnexpectedEntry
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600

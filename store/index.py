@@ -45,11 +45,10 @@ from typing import Any
 
 import lmdb
 import msgspec
-
-from events.codec import GENESIS
-from events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
-from store.errors import UnexpectedEntry
-from store.files import FILE_MODE, check_dir, describe, private_dir
+from cairn.events.codec import GENESIS
+from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
+from cairn.store.errors import UnexpectedEntry
+from cairn.store.files import FILE_MODE, check_dir, describe, private_dir
 
 #: the index's format; an index of another format is rebuilt from the log when opened (a
 #: read-only open reads through a private rebuilt copy). 2: cumulative usage in the summaries.

@@ -52,8 +52,7 @@ from typing import Any
 
 import lmdb
 import msgspec
-
-from events.codec import (
+from cairn.events.codec import (
     GENESIS,
     SCHEMA_VERSION,
     Record,
@@ -65,12 +64,12 @@ from events.codec import (
     json_string,
     validate_session_id,
 )
-from events.errors import DecodeError, InputError, InvalidEvent
-from events.kinds import KINDS, EventBase, ToolResult, UserMessage
-from events.model import BlobPart, ImagePart, TextPart
-from events.state import Replayer, SessionState
-from store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, BlobStore, externalize
-from store.errors import (
+from cairn.events.errors import DecodeError, InputError, InvalidEvent
+from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage
+from cairn.events.model import BlobPart, ImagePart, TextPart
+from cairn.events.state import Replayer, SessionState
+from cairn.store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, BlobStore, externalize
+from cairn.store.errors import (
     AppendTimeout,
     BlobError,
     CorruptionError,
@@ -81,8 +80,8 @@ from store.errors import (
     StoreClosed,
     StoreLocked,
 )
-from store.files import DIR_MODE, check_dir, check_file, open_file, private_dir
-from store.index import (
+from cairn.store.files import DIR_MODE, check_dir, check_file, open_file, private_dir
+from cairn.store.index import (
     DEFAULT_MAP_SIZE,
     CheckpointRef,
     Index,
@@ -92,10 +91,10 @@ from store.index import (
     Loc,
     SessionSummary,
 )
-from store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
-from store.reader import Progress
-from store.recovery import Recovery, open_for_reading, recover
-from store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
+from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
+from cairn.store.reader import Progress
+from cairn.store.recovery import Recovery, open_for_reading, recover
+from cairn.store.segments import FsyncFn, SegmentReader, SegmentWriter, segment_name
 
 log = logging.getLogger("cairn.store")
 

@@ -47,11 +47,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
-
-from store.errors import AcknowledgedDataMissing, UnexpectedEntry
-from store.files import open_file, read_file
-from store.index import Index, IndexMeta
-from store.segments import FsyncFn, fsync_dir, segment_end, segment_name, write_all
+from cairn.store.errors import AcknowledgedDataMissing, UnexpectedEntry
+from cairn.store.files import open_file, read_file
+from cairn.store.index import Index, IndexMeta
+from cairn.store.segments import FsyncFn, fsync_dir, segment_end, segment_name, write_all
 
 ACK_MARK = "ACKED"
 OPERATOR_LOG = "operator.jsonl"

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-
-from events.codec import (
+from cairn.events.codec import (
     Envelope,
     Record,
     chain_digest_of_content,
@@ -30,8 +29,8 @@ from events.codec import (
     line_content,
     validate_session_id,
 )
-from events.errors import DecodeError, InputError
-from store.segments import iter_lines, list_segments, segment_name
+from cairn.events.errors import DecodeError, InputError
+from cairn.store.segments import iter_lines, list_segments, segment_name
 
 Progress = Callable[[int, int], None]
 

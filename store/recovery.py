@@ -63,14 +63,14 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from events.codec import decode_envelope
-from events.errors import DecodeError
-from store.errors import CatchUpFailed, UnexpectedEntry
-from store.files import open_file
-from store.index import CorruptEntry, Index, IndexBuilder, IndexMeta, IndexUnusable
-from store.loss import Evidence, Loss, find_losses, gather_evidence, missing_error
-from store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
-from store.segments import FsyncFn, list_segments, parse_segment_name, read_log_dir, segment_name
+from cairn.events.codec import decode_envelope
+from cairn.events.errors import DecodeError
+from cairn.store.errors import CatchUpFailed, UnexpectedEntry
+from cairn.store.files import open_file
+from cairn.store.index import CorruptEntry, Index, IndexBuilder, IndexMeta, IndexUnusable
+from cairn.store.loss import Evidence, Loss, find_losses, gather_evidence, missing_error
+from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
+from cairn.store.segments import FsyncFn, list_segments, parse_segment_name, read_log_dir, segment_name
 
 log = logging.getLogger("cairn.store")
 

@@ -38,10 +38,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.errors import NothingToRepair, StorageError, UnexpectedEntry
-from store.files import check_dir, open_file, private_dir
-from store.index import Index, IndexUnusable
-from store.loss import (
+from cairn.store.errors import NothingToRepair, StorageError, UnexpectedEntry
+from cairn.store.files import check_dir, open_file, private_dir
+from cairn.store.index import Index, IndexUnusable
+from cairn.store.loss import (
     QUARANTINE,
     AcceptedLoss,
     Loss,
@@ -51,10 +51,18 @@ from store.loss import (
     find_losses,
     gather_evidence,
 )
-from store.reader import Progress
-from store.recovery import _cut, log_end
-from store.segments import FsyncFn, fsync_dir, partial_end, read_log_dir, segment_end, segment_name, write_all
-from store.verify import reindex_locked
+from cairn.store.reader import Progress
+from cairn.store.recovery import _cut, log_end
+from cairn.store.segments import (
+    FsyncFn,
+    fsync_dir,
+    partial_end,
+    read_log_dir,
+    segment_end,
+    segment_name,
+    write_all,
+)
+from cairn.store.verify import reindex_locked
 
 log = logging.getLogger("cairn.store")
 
@@ -73,7 +81,7 @@ def accept_loss(
     cairn did not make (move them first), `NothingToRepair` when no
     unaccepted loss is found (nothing is changed then).
     """
-    from store.journal import _take_lock
+    from cairn.store.journal import _take_lock
 
     path = Path(root)
     if not check_dir(path / "log"):

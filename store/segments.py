@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from events.codec import decode_envelope
-from events.errors import DecodeError
-from store.files import describe, link_target, open_file, shown
+from cairn.events.codec import decode_envelope
+from cairn.events.errors import DecodeError
+from cairn.store.files import describe, link_target, open_file, shown
 
 SEGMENT_SUFFIX = ".jsonl"
 #: the largest position a segment may start at (a line's `pos` is a signed 64-bit integer at most)

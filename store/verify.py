@@ -42,16 +42,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
-
-from events.codec import GENESIS
-from store.blobs import BlobStore, blob_refs
-from store.errors import UnexpectedEntry
-from store.files import check_dir, loose_modes
-from store.index import Index, IndexMeta, IndexUnusable, decode_meta, explain_entry
-from store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
-from store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
-from store.recovery import Recovery, _doubt, rebuild_through, recover
-from store.segments import fsync_dir, read_log_dir, segment_name
+from cairn.events.codec import GENESIS
+from cairn.store.blobs import BlobStore, blob_refs
+from cairn.store.errors import UnexpectedEntry
+from cairn.store.files import check_dir, loose_modes
+from cairn.store.index import Index, IndexMeta, IndexUnusable, decode_meta, explain_entry
+from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
+from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
+from cairn.store.recovery import Recovery, _doubt, rebuild_through, recover
+from cairn.store.segments import fsync_dir, read_log_dir, segment_name
 
 _SHOWN_SESSIONS = 20
 _SHOWN_PER_SESSION = 3
@@ -543,7 +542,7 @@ def reindex(root: str | os.PathLike[str], progress: Progress | None = None) -> R
     operator accepted their loss (the old index names their sessions), and
     with `UnexpectedEntry` for entries cairn did not make.
     """
-    from store.journal import _take_lock
+    from cairn.store.journal import _take_lock
 
     path = Path(root)
     if not check_dir(path / "log"):

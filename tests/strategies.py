@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from hypothesis import strategies as st
-
-from events.errors import InvalidEvent
-from events.kinds import (
+from cairn.events.errors import InvalidEvent
+from cairn.events.kinds import (
     AssistantMessage,
     Carried,
     CheckpointCommitted,
@@ -44,8 +42,9 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import BlobPart, ImagePart, Message, MessageMeta, Part, TextPart, ToolCall
-from store.blobs import BlobStore
+from cairn.events.model import BlobPart, ImagePart, Message, MessageMeta, Part, TextPart, ToolCall
+from cairn.store.blobs import BlobStore
+from hypothesis import strategies as st
 
 # JSON-safe text: any unicode except lone surrogates (which UTF-8 cannot carry).
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)

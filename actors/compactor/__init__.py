@@ -1,8 +1,13 @@
 """The compactor: verified replacements of an over-full history (CONTEXT-RULES C, F, K, W)."""
 
-from actors.compactor.breaker import BreakerView, breaker_view, normalize_workspace
-from actors.compactor.checkpoint import rederive_replacement, source_hash, strip_handoff, verify_checkpoint
-from actors.compactor.errors import (
+from cairn.actors.compactor.breaker import BreakerView, breaker_view, normalize_workspace
+from cairn.actors.compactor.checkpoint import (
+    rederive_replacement,
+    source_hash,
+    strip_handoff,
+    verify_checkpoint,
+)
+from cairn.actors.compactor.errors import (
     AuditMismatch,
     CompactionBlocked,
     CompactionError,
@@ -10,9 +15,9 @@ from actors.compactor.errors import (
     FallbackOverTarget,
     NothingToCompact,
 )
-from actors.compactor.gates import effect_target, manual_compaction_due
-from actors.compactor.hooks import HookContext, HookVerdict, PreCompactionHook
-from actors.compactor.service import CompactionConfig, CompactionOutcome, CompactionRequest, Compactor
+from cairn.actors.compactor.gates import effect_target, manual_compaction_due
+from cairn.actors.compactor.hooks import HookContext, HookVerdict, PreCompactionHook
+from cairn.actors.compactor.service import CompactionConfig, CompactionOutcome, CompactionRequest, Compactor
 
 __all__ = [
     "AuditMismatch",

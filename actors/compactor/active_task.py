@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.kinds import OpenTurn
-from events.model import Message, MessageMeta
+from cairn.events.kinds import OpenTurn
+from cairn.events.model import Message, MessageMeta
 
 TASK_VERBATIM_CHARS = 6000
 TASK_HEAD_CHARS = 4500

@@ -23,9 +23,8 @@ import contextlib
 from typing import Any
 
 import pykka
-
-from actors.compactor.errors import CompactionBlocked
-from actors.compactor.service import CompactionOutcome, CompactionRequest, Compactor
+from cairn.actors.compactor.errors import CompactionBlocked
+from cairn.actors.compactor.service import CompactionOutcome, CompactionRequest, Compactor
 
 
 class CompactJob:

@@ -22,8 +22,7 @@ import posixpath
 from typing import Literal
 
 import msgspec
-
-from events.state import SessionState
+from cairn.events.state import SessionState
 
 FAILURE_LIMIT = 3
 DEFAULT_COOLDOWN_MS = 10 * 60 * 1000

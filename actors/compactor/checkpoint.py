@@ -23,24 +23,23 @@ import hashlib
 from collections.abc import Sequence
 
 import msgspec
-
-from actors.compactor.active_task import active_task_message, task_text
-from actors.compactor.errors import AuditMismatch
-from actors.compactor.fallback import plan_fallback
-from actors.compactor.files import ORIGIN as FILES_ORIGIN
-from actors.compactor.ledger import extract_records, record_texts
-from actors.compactor.replacement import (
+from cairn.actors.compactor.active_task import active_task_message, task_text
+from cairn.actors.compactor.errors import AuditMismatch
+from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.files import ORIGIN as FILES_ORIGIN
+from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.replacement import (
     assemble,
     fallback_summary_message,
     message_ids,
     retained_tail,
     summary_message,
 )
-from actors.session.slimming import marker_text
-from actors.session.tokens import TokenCounter
-from events.kinds import CheckpointCommitted
-from events.model import Message
-from events.state import remove_tool_turns
+from cairn.actors.session.slimming import marker_text
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.kinds import CheckpointCommitted
+from cairn.events.model import Message
+from cairn.events.state import remove_tool_turns
 
 HANDOFF_ORIGIN = "handoff"
 _encoder = msgspec.json.Encoder()

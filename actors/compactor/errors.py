@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from events.errors import CairnError
-from events.kinds import CompactionFailed
+from cairn.events.errors import CairnError
+from cairn.events.kinds import CompactionFailed
 
 
 class CompactionError(CairnError):

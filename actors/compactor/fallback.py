@@ -20,13 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
-
-from actors.compactor.active_task import TASK_VERBATIM_CHARS
-from actors.compactor.errors import FallbackOverTarget
-from actors.compactor.replacement import SUPERSEDED_ORIGINS
-from actors.session.tokens import TokenCounter
-from events.kinds import MAX_REPLACEMENT_MESSAGES
-from events.model import Message, text_of, units
+from cairn.actors.compactor.active_task import TASK_VERBATIM_CHARS
+from cairn.actors.compactor.errors import FallbackOverTarget
+from cairn.actors.compactor.replacement import SUPERSEDED_ORIGINS
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.kinds import MAX_REPLACEMENT_MESSAGES
+from cairn.events.model import Message, text_of, units
 
 #: a unit that could keep fewer chars than this per message is not worth cutting
 MIN_CUT_CHARS = 64

@@ -24,10 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 import msgspec
-
-from actors.compactor.prompt import PromptFile, render_files
-from events.kinds import FileAccess
-from events.model import Message, MessageMeta
+from cairn.actors.compactor.prompt import PromptFile, render_files
+from cairn.events.kinds import FileAccess
+from cairn.events.model import Message, MessageMeta
 
 MAX_FILES = 5
 MAX_LINES = 200

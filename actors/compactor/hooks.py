@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import msgspec
-
-from events.kinds import Trigger
+from cairn.events.kinds import Trigger
 
 
 class HookContext(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,8 +31,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
-
-from events.model import Message, text_of
+from cairn.events.model import Message, text_of
 
 HEADINGS: tuple[str, ...] = (
     "Objective and constraints",

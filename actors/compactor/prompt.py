@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
-
-from actors.compactor.ledger import HEADINGS, escape_headings
-from events.model import BlobPart, ImagePart, Message, text_of, units
+from cairn.actors.compactor.ledger import HEADINGS, escape_headings
+from cairn.events.model import BlobPart, ImagePart, Message, text_of, units
 
 PROMPT_VERSION = "cairn-ledger-1"
 INITIAL_CHAR_CAP = 5000

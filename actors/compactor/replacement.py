@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.compactor.ledger import ExactRecord, rebuild_ledger, record_lines, summary_body
-from events.model import Message, MessageMeta
+from cairn.actors.compactor.ledger import ExactRecord, rebuild_ledger, record_lines, summary_body
+from cairn.events.model import Message, MessageMeta
 
 TAIL_PERCENT = 20
 SUMMARY_ORIGIN = "summary"

@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import msgspec
-
-from actors.compactor.ledger import HEADINGS, missing_headings, summary_body
-from actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
-from actors.errors import describe_exception
-from actors.provider.base import (
+from cairn.actors.compactor.ledger import HEADINGS, missing_headings, summary_body
+from cairn.actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
+from cairn.actors.errors import describe_exception
+from cairn.actors.provider.base import (
     Provider,
     ProviderFailure,
     ProviderRequest,
@@ -44,10 +43,10 @@ from actors.provider.base import (
     is_context_limit,
     is_retryable_status,
 )
-from actors.provider.redact import adapter_secrets, clean_message
-from actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
-from events.kinds import FailureReason
-from events.model import Message
+from cairn.actors.provider.redact import adapter_secrets, clean_message
+from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
+from cairn.events.kinds import FailureReason
+from cairn.events.model import Message
 
 MAX_CALLS = 3
 SUMMARY_MAX_OUTPUT_TOKENS = 8000

@@ -37,29 +37,34 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import msgspec
-
-from actors.compactor.active_task import active_task_message, task_text
-from actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
-from actors.compactor.checkpoint import source_hash, strip_handoff
-from actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
-from actors.compactor.fallback import plan_fallback
-from actors.compactor.files import FilePlan, Restoration, files_message, plan_restoration, read_recent_files
-from actors.compactor.gates import effect_gate, effect_target, fallback_target, reduction_gate
-from actors.compactor.hooks import HookContext, PreCompactionHook
-from actors.compactor.ledger import RecordSet, extract_records, record_texts
-from actors.compactor.prompt import PROMPT_VERSION, images_in
-from actors.compactor.replacement import (
+from cairn.actors.compactor.active_task import active_task_message, task_text
+from cairn.actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
+from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
+from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
+from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.files import (
+    FilePlan,
+    Restoration,
+    files_message,
+    plan_restoration,
+    read_recent_files,
+)
+from cairn.actors.compactor.gates import effect_gate, effect_target, fallback_target, reduction_gate
+from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
+from cairn.actors.compactor.ledger import RecordSet, extract_records, record_texts
+from cairn.actors.compactor.prompt import PROMPT_VERSION, images_in
+from cairn.actors.compactor.replacement import (
     assemble,
     fallback_summary_message,
     message_ids,
     retained_tail,
     summary_message,
 )
-from actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
-from actors.provider.base import Provider, UsageReport
-from actors.provider.retry import RetryPolicy
-from actors.session.tokens import TokenCounter
-from events.kinds import (
+from cairn.actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
+from cairn.actors.provider.base import Provider, UsageReport
+from cairn.actors.provider.retry import RetryPolicy
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.kinds import (
     CHECKPOINT_VERSION,
     MAX_REPLACEMENT_BYTES,
     MAX_REPLACEMENT_MESSAGES,
@@ -70,8 +75,8 @@ from events.kinds import (
     FailureReason,
     Trigger,
 )
-from events.model import Message
-from events.state import SessionState, carried_for_checkpoint
+from cairn.events.model import Message
+from cairn.events.state import SessionState, carried_for_checkpoint
 
 FileReader = Callable[[FilePlan, str], Restoration]
 

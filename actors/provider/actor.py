@@ -40,9 +40,8 @@ from typing import Any, get_args
 
 import msgspec
 import pykka
-
-from actors.errors import describe_exception
-from actors.provider.base import (
+from cairn.actors.errors import describe_exception
+from cairn.actors.provider.base import (
     Finished,
     Provider,
     ProviderFailure,
@@ -53,8 +52,8 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from actors.provider.redact import adapter_secrets, clean_message
-from events.kinds import ErrorClass
+from cairn.actors.provider.redact import adapter_secrets, clean_message
+from cairn.events.kinds import ErrorClass
 
 _ERROR_CLASSES: frozenset[str] = frozenset(get_args(ErrorClass))
 _encoder = msgspec.json.Encoder()

@@ -31,10 +31,9 @@ from collections.abc import Iterator
 from typing import Literal, Protocol
 
 import msgspec
-
-from events.errors import CairnError
-from events.kinds import ErrorClass
-from events.model import Message, ToolCall
+from cairn.events.errors import CairnError
+from cairn.events.kinds import ErrorClass
+from cairn.events.model import Message, ToolCall
 
 Purpose = Literal["turn", "summary"]
 

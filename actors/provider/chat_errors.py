@@ -31,11 +31,10 @@ import ssl
 from collections.abc import Callable
 
 import openai
-
-from actors.provider.base import ProviderFailure, is_context_limit, is_retryable_status
-from actors.provider.chat_stream import MalformedChunk, TruncatedStream
-from actors.provider.retry import parse_retry_after
-from events.kinds import ErrorClass
+from cairn.actors.provider.base import ProviderFailure, is_context_limit, is_retryable_status
+from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream
+from cairn.actors.provider.retry import parse_retry_after
+from cairn.events.kinds import ErrorClass
 
 Scrub = Callable[[str], str]
 

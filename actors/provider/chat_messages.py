@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from events.model import IMAGE_PLACEHOLDER, BlobPart, ImagePart, Message, Part, TextPart
+from cairn.events.model import IMAGE_PLACEHOLDER, BlobPart, ImagePart, Message, Part, TextPart
 
 ChatMessage = dict[str, Any]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from actors.provider.base import (
+from cairn.actors.provider.base import (
     Finished,
     ProviderOutput,
     ReasoningDelta,
@@ -39,7 +39,7 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from events.model import ToolCall
+from cairn.events.model import ToolCall
 
 
 class MalformedChunk(ValueError):

@@ -42,12 +42,11 @@ from types import TracebackType
 from typing import Any, cast
 
 import openai
-
-from actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
-from actors.provider.chat_errors import scrubber, to_failure
-from actors.provider.chat_messages import ToolSchemaError, to_chat_messages, to_chat_tools
-from actors.provider.chat_stream import ChunkAssembler, MalformedChunk
-from actors.provider.config import OpenAIConfig, OutputCapField
+from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
+from cairn.actors.provider.chat_errors import scrubber, to_failure
+from cairn.actors.provider.chat_messages import ToolSchemaError, to_chat_messages, to_chat_tools
+from cairn.actors.provider.chat_stream import ChunkAssembler, MalformedChunk
+from cairn.actors.provider.config import OpenAIConfig, OutputCapField
 
 #: C5: the summary call's bounds
 SUMMARY_TEMPERATURE = 0.0

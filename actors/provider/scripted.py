@@ -42,9 +42,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 import msgspec
-
-from actors.compactor.ledger import HEADINGS, RECORD_PREFIX
-from actors.provider.base import (
+from cairn.actors.compactor.ledger import HEADINGS, RECORD_PREFIX
+from cairn.actors.provider.base import (
     Finished,
     ProviderFailure,
     ProviderOutput,
@@ -56,8 +55,8 @@ from actors.provider.base import (
     UsageReport,
     is_retryable_status,
 )
-from events.kinds import ErrorClass
-from events.model import Message, ToolCall, text_of
+from cairn.events.kinds import ErrorClass
+from cairn.events.model import Message, ToolCall, text_of
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):

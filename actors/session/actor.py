@@ -56,21 +56,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pykka
-
-from actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
-from actors.compactor.errors import CompactionIneffective
-from actors.compactor.gates import manual_compaction_due, shrink_gate
-from actors.compactor.hooks import PreCompactionHook
-from actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
-from actors.errors import (
+from cairn.actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
+from cairn.actors.compactor.errors import CompactionIneffective
+from cairn.actors.compactor.gates import manual_compaction_due, shrink_gate
+from cairn.actors.compactor.hooks import PreCompactionHook
+from cairn.actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
+from cairn.actors.errors import (
     SessionCrashed,
     SessionStopped,
     UnknownSession,
     WorkspaceMismatch,
     describe_exception,
 )
-from actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
-from actors.provider.base import (
+from cairn.actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
+from cairn.actors.provider.base import (
     Finished,
     Provider,
     ProviderRequest,
@@ -79,16 +78,16 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from actors.provider.retry import RetryDecision, RetryPolicy, decide_retry
-from actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
-from actors.session.images import inline_image_blobs
-from actors.session.request import AssembledRequest, assemble, request_event
-from actors.session.settings import SessionSettings
-from actors.session.slimming import SlimPlan, apply_plan, plan_micro, plan_snip, read_only_tools
-from actors.session.stream import Turn, TurnResult, TurnStatus
-from actors.session.tokens import Encoding, TokenCounter
-from actors.session.tracker import Occupancy, occupancy
-from actors.session.turn import (
+from cairn.actors.provider.retry import RetryDecision, RetryPolicy, decide_retry
+from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
+from cairn.actors.session.images import inline_image_blobs
+from cairn.actors.session.request import AssembledRequest, assemble, request_event
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.slimming import SlimPlan, apply_plan, plan_micro, plan_snip, read_only_tools
+from cairn.actors.session.stream import Turn, TurnResult, TurnStatus
+from cairn.actors.session.tokens import Encoding, TokenCounter
+from cairn.actors.session.tracker import Occupancy, occupancy
+from cairn.actors.session.turn import (
     VERDICT_NOTES,
     UserContent,
     completion_event,
@@ -105,15 +104,15 @@ from actors.session.turn import (
     tool_result_event,
     unique_calls,
 )
-from actors.session.view import HistoryView
-from actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
-from events.codec import Record
-from events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
-from events.kinds import EventBase, FailedPhase, ProviderError, Trigger
-from events.model import Message, ToolCall
-from events.state import SessionState, replay
-from store.errors import SeqConflict
-from store.journal import Journal
+from cairn.actors.session.view import HistoryView
+from cairn.actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
+from cairn.events.codec import Record
+from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
+from cairn.events.kinds import EventBase, FailedPhase, ProviderError, Trigger
+from cairn.events.model import Message, ToolCall
+from cairn.events.state import SessionState, replay
+from cairn.store.errors import SeqConflict
+from cairn.store.journal import Journal
 
 log = logging.getLogger("cairn.session")
 

@@ -43,12 +43,11 @@ import unicodedata
 from typing import Literal
 
 import msgspec
-
-from actors.session.budget import BudgetSnapshot, thresholds
-from events.errors import InputError
-from events.kinds import HANDOFF_VERSION, EventBase, Handoff
-from events.model import Message, MessageMeta, TextPart
-from events.state import SessionState
+from cairn.actors.session.budget import BudgetSnapshot, thresholds
+from cairn.events.errors import InputError
+from cairn.events.kinds import HANDOFF_VERSION, EventBase, Handoff
+from cairn.events.model import Message, MessageMeta, TextPart
+from cairn.events.state import SessionState
 
 HandoffStatus = Literal["none", "current", "suppressed"]
 

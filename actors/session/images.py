@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 import msgspec
-
-from events.errors import CairnError
-from events.model import BlobPart, ImagePart, Message, Part
+from cairn.events.errors import CairnError
+from cairn.events.model import BlobPart, ImagePart, Message, Part
 
 log = logging.getLogger("cairn.session")
 

@@ -14,10 +14,9 @@ import functools
 import hashlib
 
 import msgspec
-
-from actors.session.tokens import TokenCounter
-from events.model import Message
-from events.state import SessionInfo
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.model import Message
+from cairn.events.state import SessionInfo
 
 #: P2: tokens added per tool schema for the provider's framing of it
 TOOL_OVERHEAD = 8

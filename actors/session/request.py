@@ -15,13 +15,12 @@ baseline the next projection starts from (P3, P6).
 from __future__ import annotations
 
 import msgspec
-
-from actors.session.budget import BudgetSnapshot
-from actors.session.tracker import Occupancy, Projection, occupancy
-from actors.session.view import HistoryView
-from events.kinds import Request
-from events.model import Message
-from events.state import SessionState
+from cairn.actors.session.budget import BudgetSnapshot
+from cairn.actors.session.tracker import Occupancy, Projection, occupancy
+from cairn.actors.session.view import HistoryView
+from cairn.events.kinds import Request
+from cairn.events.model import Message
+from cairn.events.state import SessionState
 
 
 class PartTokens(msgspec.Struct, frozen=True, kw_only=True):

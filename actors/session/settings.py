@@ -9,8 +9,7 @@ other defaults does not change a running conversation.
 from __future__ import annotations
 
 import msgspec
-
-from events.kinds import SessionStarted
+from cairn.events.kinds import SessionStarted
 
 
 class SessionSettings(msgspec.Struct, frozen=True, kw_only=True):

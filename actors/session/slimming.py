@@ -37,13 +37,12 @@ Rules:
 from __future__ import annotations
 
 import msgspec
-
-from actors.session.tracker import Occupancy
-from actors.session.view import HistoryView, TurnEntry
-from events.codec import Record
-from events.kinds import ContextSlimmed, SlimMode
-from events.model import Message, MessageMeta
-from events.state import SessionInfo, SessionState, evolve
+from cairn.actors.session.tracker import Occupancy
+from cairn.actors.session.view import HistoryView, TurnEntry
+from cairn.events.codec import Record
+from cairn.events.kinds import ContextSlimmed, SlimMode
+from cairn.events.model import Message, MessageMeta
+from cairn.events.state import SessionInfo, SessionState, evolve
 
 #: S2: tools read-only by default, when the host declares none
 DEFAULT_READ_ONLY_TOOLS = ("read", "grep", "glob", "search", "web-search", "web-fetch", "list")

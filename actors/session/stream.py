@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Literal
 
 import msgspec
-
-from actors.errors import TurnTimeout
-from actors.provider.base import ReasoningDelta, TextDelta
-from events.codec import Record
-from events.kinds import FailedPhase
+from cairn.actors.errors import TurnTimeout
+from cairn.actors.provider.base import ReasoningDelta, TextDelta
+from cairn.events.codec import Record
+from cairn.events.kinds import FailedPhase
 
 StreamItem = Record | TextDelta | ReasoningDelta
 TurnStatus = Literal["completed", "failed", "rejected"]

@@ -13,8 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import msgspec
-
-from events.model import BlobPart, ImagePart, Message, TextPart
+from cairn.events.model import BlobPart, ImagePart, Message, TextPart
 
 MESSAGE_OVERHEAD = 4
 TOOL_CALL_OVERHEAD = 4

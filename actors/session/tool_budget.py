@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
-
-from events.model import BlobPart, ImagePart, Message, Part, TextPart
+from cairn.events.model import BlobPart, ImagePart, Message, Part, TextPart
 
 #: X1: a result longer than this shows only the preview
 RESULT_LIMIT = 100_000

@@ -39,14 +39,13 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
-
-from actors.session.budget import BudgetSnapshot, budget_for, snapshot
-from actors.session.handoff import EpochHandoff, epoch_handoff, handoff_message
-from actors.session.profile import RequestProfile, profile_of
-from actors.session.view import HistoryView
-from events.kinds import Usage
-from events.model import Message
-from events.state import SessionState
+from cairn.actors.session.budget import BudgetSnapshot, budget_for, snapshot
+from cairn.actors.session.handoff import EpochHandoff, epoch_handoff, handoff_message
+from cairn.actors.session.profile import RequestProfile, profile_of
+from cairn.actors.session.view import HistoryView
+from cairn.events.kinds import Usage
+from cairn.events.model import Message
+from cairn.events.state import SessionState
 
 Source = Literal["provider", "provider_plus_estimate", "local_estimate"]
 

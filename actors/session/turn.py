@@ -40,18 +40,17 @@ from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
-
-from actors.compactor.checkpoint import source_hash
-from actors.compactor.gates import shrink_gate
-from actors.provider.base import UsageReport, is_context_limit
-from actors.session.settings import SessionSettings, session_started
-from actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
-from actors.session.tokens import TokenCounter
-from actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
-from actors.session.tracker import Occupancy
-from actors.session.view import HistoryView
-from actors.tools import ToolOutcome
-from events.kinds import (
+from cairn.actors.compactor.checkpoint import source_hash
+from cairn.actors.compactor.gates import shrink_gate
+from cairn.actors.provider.base import UsageReport, is_context_limit
+from cairn.actors.session.settings import SessionSettings, session_started
+from cairn.actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
+from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
+from cairn.actors.session.tracker import Occupancy
+from cairn.actors.session.view import HistoryView
+from cairn.actors.tools import ToolOutcome
+from cairn.events.kinds import (
     CHECKPOINT_VERSION,
     AssistantMessage,
     CheckpointCommitted,
@@ -66,8 +65,8 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, Part, TextPart, ToolCall
-from events.state import SessionState, carried_for_checkpoint
+from cairn.events.model import Message, Part, TextPart, ToolCall
+from cairn.events.state import SessionState, carried_for_checkpoint
 
 #: R3: the snip before a reactive compaction keeps 3 tool turns from 10 messages up
 REACTIVE_KEEP = MICRO_KEEP

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from actors.session.tokens import TokenCounter
-from actors.session.tool_budget import TurnBudgets
-from events.model import Message, ToolTurn
-from events.state import SessionState
+from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.session.tool_budget import TurnBudgets
+from cairn.events.model import Message, ToolTurn
+from cairn.events.state import SessionState
 
 
 class TurnEntry:

@@ -17,12 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from actors.host import Host
-from actors.provider.base import ProviderRequest
-from actors.provider.scripted import Outcome, Reply, ScriptedProvider
-from actors.session.settings import SessionSettings
-from actors.tools import ToolInvocation, ToolOutcome
-from events.kinds import (
+from cairn.actors.host import Host
+from cairn.actors.provider.base import ProviderRequest
+from cairn.actors.provider.scripted import Outcome, Reply, ScriptedProvider
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.tools import ToolInvocation, ToolOutcome
+from cairn.events.kinds import (
     AssistantMessage,
     EventBase,
     SessionStarted,
@@ -31,9 +31,9 @@ from events.kinds import (
     TurnStarted,
     UserMessage,
 )
-from events.model import TextPart, ToolCall
-from events.state import SessionState
-from store.journal import Journal
+from cairn.events.model import TextPart, ToolCall
+from cairn.events.state import SessionState
+from cairn.store.journal import Journal
 
 WAIT = 30.0
 WINDOW = 20_000  # with CAP: input budget 16,000, hand-off at 11,200, compaction at 12,800

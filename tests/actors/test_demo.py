@@ -19,10 +19,9 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from actors import placement
-from scripts import cairn, demo
-from store import verify_store
+from cairn import cli, demo
+from cairn.actors import placement
+from cairn.store import verify_store
 
 
 def test_demo_shows_every_behaviour_and_continues_on_the_same_store(
@@ -61,7 +60,7 @@ def test_demo_shows_every_behaviour_and_continues_on_the_same_store(
 
 def test_cairn_demo_is_wired_into_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "store"
-    code = cairn.main(["demo", "--store", str(store), "--sessions", "2", "--turns", "1", "--json"])
+    code = cli.main(["demo", "--store", str(store), "--sessions", "2", "--turns", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["replayed_identically"] == 2
     assert code == 1 and not report["seen"]["fallback checkpoint"]  # too small a run to show it all
@@ -70,7 +69,7 @@ def test_cairn_demo_is_wired_into_the_cli(tmp_path: Path, capsys: pytest.Capture
 @pytest.mark.skipif(not placement.supported(), reason="needs os.sched_setaffinity")
 def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    command = [sys.executable, "-m", "scripts.cairn", "demo", "--sessions", "1", "--turns", "1", "--json"]
+    command = [sys.executable, "-m", "cairn.cli", "demo", "--sessions", "1", "--turns", "1", "--json"]
     allowed = sorted(os.sched_getaffinity(0))
     cases = (("auto", "one-cpu", None), ("off", "os", None), (str(allowed[-1]), "one-cpu", allowed[-1]),
              ("batch", "batch", None))
@@ -98,7 +97,7 @@ def test_a_store_path_that_cannot_be_a_store_is_one_line_exit_2(
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     path = {"file": tmp_path / "file", "dev-null": Path("/dev/null"), "symlink-loop": tmp_path / "loop",
             "under-a-file": tmp_path / "file" / "store"}[make]
-    code = cairn.main(["demo", "--store", str(path), "--sessions", "1", "--turns", "1"])
+    code = cli.main(["demo", "--store", str(path), "--sessions", "1", "--turns", "1"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.startswith(f"cairn demo: --store {path}") and len(err.splitlines()) == 1, err
@@ -155,7 +154,7 @@ def test_a_real_full_disk_ends_the_demo_with_one_line_and_exit_2(tmp_path: Path)
         pytest.skip("cannot mount a tmpfs here")
     try:
         root = Path(__file__).resolve().parents[2]
-        command = [sys.executable, "-m", "scripts.cairn", "demo", "--store", str(small / "store")]
+        command = [sys.executable, "-m", "cairn.cli", "demo", "--store", str(small / "store")]
         env = {**os.environ, "CAIRN_CPU": "off"}
         done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, done.stderr
@@ -166,7 +165,7 @@ def test_a_real_full_disk_ends_the_demo_with_one_line_and_exit_2(tmp_path: Path)
         again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 2 and len(again.stderr.splitlines()) == 1, again.stderr
         assert "Traceback" not in again.stderr
-        listed = subprocess.run([sys.executable, "-m", "scripts.cairn", "sessions", "--store",
+        listed = subprocess.run([sys.executable, "-m", "cairn.cli", "sessions", "--store",
                                  str(small / "store")], cwd=root, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr  # readers read
     finally:

@@ -6,19 +6,26 @@ import threading
 from pathlib import Path
 
 import pytest
+from cairn.actors import Host
+from cairn.actors.compactor.errors import CompactionBlocked
+from cairn.actors.compactor.hooks import HookContext, HookVerdict
+from cairn.actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
+from cairn.actors.provider.base import TextDelta
+from cairn.actors.provider.scripted import Reply, ScriptedProvider
+from cairn.actors.session import actor as session_actor
+from cairn.actors.session.stream import Turn
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.codec import Record
+from cairn.events.kinds import (
+    CheckpointCommitted,
+    Handoff,
+    SessionStarted,
+    TurnFailed,
+    TurnStarted,
+    UserMessage,
+)
+from cairn.events.model import TextPart, ToolCall
 
-from actors import Host
-from actors.compactor.errors import CompactionBlocked
-from actors.compactor.hooks import HookContext, HookVerdict
-from actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
-from actors.provider.base import TextDelta
-from actors.provider.scripted import Reply, ScriptedProvider
-from actors.session import actor as session_actor
-from actors.session.stream import Turn
-from actors.session.tokens import TokenCounter
-from events.codec import Record
-from events.kinds import CheckpointCommitted, Handoff, SessionStarted, TurnFailed, TurnStarted, UserMessage
-from events.model import TextPart, ToolCall
 from tests.actors.helpers import (
     SETTINGS,
     WAIT,
@@ -162,7 +169,7 @@ def test_an_unfinished_turn_is_marked_interrupted_when_its_session_loads(tmp_pat
     seed = Seed(host.journal, "s", str(tmp_path))
     seed.turn(tools=[30])
     call = ToolCall("lost-1", "read", '{"tokens": 5}')
-    from events.kinds import AssistantMessage
+    from cairn.events.kinds import AssistantMessage
 
     host.journal.append("s", [
         UserMessage(message_id="ux", content=(TextPart("half done"),)),
@@ -348,7 +355,7 @@ def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter
     workspace.mkdir()
     script = textwrap.dedent(f"""
         import gc
-        from actors import Host
+        from cairn.actors import Host
         host = Host.open({str(tmp_path / "store")!r}, sweep=False)  # no sweeper thread holds it
         result = host.send("dropped", "hello", workspace={str(workspace)!r}).result(timeout=60)
         assert result.status == "completed", result

@@ -5,8 +5,9 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from actors.session.stream import Turn
-from events.state import SessionState
+from cairn.actors.session.stream import Turn
+from cairn.events.state import SessionState
+
 from tests.actors.helpers import WAIT, open_host, scripted
 
 SESSIONS = 1_000

@@ -8,9 +8,8 @@ import sys
 import threading
 
 import pytest
-
-from actors import placement
-from actors.placement import PlacementError, choose_cpu, parse_setting
+from cairn.actors import placement
+from cairn.actors.placement import PlacementError, choose_cpu, parse_setting
 
 linux_only = pytest.mark.skipif(not placement.supported(), reason="needs os.sched_setaffinity")
 
@@ -55,7 +54,7 @@ def test_pin_process_places_every_thread_and_children_started_unpinned_get_it_ba
     # in a child interpreter: pinning a whole process is not something to do to the test runner
     code = """
 import os, threading, subprocess, sys
-from actors import placement
+from cairn.actors import placement
 started, stop = threading.Event(), threading.Event()
 def idle():
     started.set(); stop.wait()

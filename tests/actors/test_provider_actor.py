@@ -7,9 +7,8 @@ from typing import Any
 
 import pykka
 import pytest
-
-from actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
-from actors.provider.base import (
+from cairn.actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
+from cairn.actors.provider.base import (
     Finished,
     ProviderFailure,
     ProviderRequest,
@@ -19,7 +18,7 @@ from actors.provider.base import (
     UsageReport,
     complete,
 )
-from actors.provider.scripted import (
+from cairn.actors.provider.scripted import (
     FailAfter,
     Reply,
     ScriptedProvider,
@@ -27,7 +26,7 @@ from actors.provider.scripted import (
     empty_reply,
     http_error,
 )
-from events.model import Message, ToolCall
+from cairn.events.model import Message, ToolCall
 
 WAIT = 10.0
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from actors.provider.base import (
+from cairn.actors.provider.base import (
     ProviderFailure,
     ProviderOutput,
     ProviderRequest,
@@ -22,9 +21,10 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from actors.provider.redact import redact
-from events.kinds import ProviderError, TurnFailed
-from events.model import TextPart, ToolCall
+from cairn.actors.provider.redact import redact
+from cairn.events.kinds import ProviderError, TurnFailed
+from cairn.events.model import TextPart, ToolCall
+
 from tests.actors.helpers import WAIT, open_host
 
 SECRET = "sk-proj-abc123def456ghi789"

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from actors.tools import ToolInvocation, ToolOutcome, WorkspaceTools
-from events.kinds import FileAccess
-from events.model import ToolCall
+from cairn.actors.tools import ToolInvocation, ToolOutcome, WorkspaceTools
+from cairn.events.kinds import FileAccess
+from cairn.events.model import ToolCall
 
 
 def _call(workspace: Path, name: str, arguments: str) -> ToolInvocation:

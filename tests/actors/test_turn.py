@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from actors.session.settings import SessionSettings
-from actors.session.tracker import occupancy
-from actors.session.turn import (
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.tracker import occupancy
+from cairn.actors.session.turn import (
     INTERRUPTED_RESULT,
     interrupted_events,
     is_overflow,
@@ -18,11 +17,20 @@ from actors.session.turn import (
     unanswered_calls,
     unique_calls,
 )
-from actors.tools import ToolOutcome
-from events.codec import GENESIS, Record
-from events.kinds import Carried, EventBase, SessionStarted, ToolResult, TurnFailed, TurnStarted, UserMessage
-from events.model import Message, TextPart, ToolCall
-from events.state import SessionState, replay
+from cairn.actors.tools import ToolOutcome
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
+    Carried,
+    EventBase,
+    SessionStarted,
+    ToolResult,
+    TurnFailed,
+    TurnStarted,
+    UserMessage,
+)
+from cairn.events.model import Message, TextPart, ToolCall
+from cairn.events.state import SessionState, replay
+
 from tests.session.builders import Session, new_view
 
 

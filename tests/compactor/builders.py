@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import msgspec
-
-from actors.compactor import CompactionConfig, CompactionRequest, Compactor
-from actors.compactor.service import FileReader
-from actors.provider.scripted import Outcome, ScriptedProvider
-from actors.session.tokens import TokenCounter
-from events.codec import GENESIS, Record
-from events.kinds import (
+from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
+from cairn.actors.compactor.service import FileReader
+from cairn.actors.provider.scripted import Outcome, ScriptedProvider
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
     AssistantMessage,
     EventBase,
     FileAccess,
@@ -18,8 +17,8 @@ from events.kinds import (
     TurnStarted,
     UserMessage,
 )
-from events.model import ImagePart, Message, Part, TextPart, ToolCall
-from events.state import SessionState, replay
+from cairn.events.model import ImagePart, Message, Part, TextPart, ToolCall
+from cairn.events.state import SessionState, replay
 
 COUNTER = TokenCounter()
 

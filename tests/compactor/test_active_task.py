@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from actors.compactor.active_task import active_task_message, clip_task, task_text
-from events.kinds import OpenTurn
+from cairn.actors.compactor.active_task import active_task_message, clip_task, task_text
+from cairn.events.kinds import OpenTurn
+
 from tests.compactor.builders import coding_session, compactor, request, text
 
 

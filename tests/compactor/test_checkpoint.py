@@ -6,14 +6,14 @@ import json
 
 import crc32c
 import pytest
+from cairn.actors.compactor import AuditMismatch, rederive_replacement, source_hash, verify_checkpoint
+from cairn.actors.provider.scripted import http_error
+from cairn.events.codec import GENESIS, Record, decode_line, encode_line
+from cairn.events.errors import InputError, MalformedEvent, UnsupportedVersion
+from cairn.events.kinds import CheckpointCommitted
+from cairn.events.model import Message
+from cairn.events.state import replay
 
-from actors.compactor import AuditMismatch, rederive_replacement, source_hash, verify_checkpoint
-from actors.provider.scripted import http_error
-from events.codec import GENESIS, Record, decode_line, encode_line
-from events.errors import InputError, MalformedEvent, UnsupportedVersion
-from events.kinds import CheckpointCommitted
-from events.model import Message
-from events.state import replay
 from tests.compactor.builders import COUNTER, coding_session, compactor, replace, request
 
 

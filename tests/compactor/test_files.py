@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from actors.compactor.files import files_message, plan_restoration, read_recent_files
-from events.kinds import FileAccess
+from cairn.actors.compactor.files import files_message, plan_restoration, read_recent_files
+from cairn.events.kinds import FileAccess
+
 from tests.compactor.builders import Log, compactor, request, text
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.compactor.gates import (
+from cairn.actors.compactor.gates import (
     effect_gate,
     effect_target,
     fallback_target,

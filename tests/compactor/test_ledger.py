@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.compactor.ledger import (
+from cairn.actors.compactor.ledger import (
     NO_EVIDENCE_LINE,
     ExactRecord,
     extract_records,
@@ -13,7 +10,10 @@ from actors.compactor.ledger import (
     parse_record,
     rebuild_ledger,
 )
-from actors.provider.scripted import Reply, context_limit
+from cairn.actors.provider.scripted import Reply, context_limit
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.compactor.builders import C7_HEADINGS, Log, compactor, request, text
 
 

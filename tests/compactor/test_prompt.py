@@ -5,9 +5,8 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
-
-from actors.compactor.errors import CompactionIneffective
-from actors.compactor.prompt import (
+from cairn.actors.compactor.errors import CompactionIneffective
+from cairn.actors.compactor.prompt import (
     INITIAL_CHAR_CAP,
     MIN_CHAR_CAP,
     PromptFile,
@@ -16,9 +15,10 @@ from actors.compactor.prompt import (
     next_shape,
     prompt_chars,
 )
-from actors.provider.scripted import context_limit
-from events.kinds import FileAccess
-from events.model import ImagePart, Message, TextPart, text_of, units
+from cairn.actors.provider.scripted import context_limit
+from cairn.events.kinds import FileAccess
+from cairn.events.model import ImagePart, Message, TextPart, text_of, units
+
 from tests.compactor.builders import C7_HEADINGS, Log, coding_session, compactor, request
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
-
-from actors.compactor.ledger import summary_body
-from actors.compactor.prompt import PromptShape, build_prompt
-from actors.provider.base import ProviderFailure, ProviderRequest, complete, is_context_limit
-from actors.provider.scripted import (
+from cairn.actors.compactor.ledger import summary_body
+from cairn.actors.compactor.prompt import PromptShape, build_prompt
+from cairn.actors.provider.base import ProviderFailure, ProviderRequest, complete, is_context_limit
+from cairn.actors.provider.scripted import (
     Reply,
     ScriptedProvider,
     context_limit,
     empty_reply,
     http_error,
 )
+
 from tests.compactor.builders import C7_HEADINGS, coding_session
 
 

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from cairn.actors.compactor import (
+    CompactionBlocked,
+    Compactor,
+    HookVerdict,
+    NothingToCompact,
+    verify_checkpoint,
+)
+from cairn.actors.compactor.errors import CompactionIneffective
+from cairn.actors.compactor.replacement import retained_tail
+from cairn.actors.provider.base import UsageReport
+from cairn.actors.provider.scripted import Reply, empty_reply, http_error, network_error
+from cairn.events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
+from cairn.events.model import Message, MessageMeta, text_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.compactor import CompactionBlocked, Compactor, HookVerdict, NothingToCompact, verify_checkpoint
-from actors.compactor.errors import CompactionIneffective
-from actors.compactor.replacement import retained_tail
-from actors.provider.base import UsageReport
-from actors.provider.scripted import Reply, empty_reply, http_error, network_error
-from events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
-from events.model import Message, MessageMeta, text_of
 from tests.compactor.builders import (
     COUNTER,
     Log,

@@ -6,10 +6,7 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from events.codec import (
+from cairn.events.codec import (
     GENESIS,
     MAX_LINE_BYTES,
     chain_digest,
@@ -20,7 +17,7 @@ from events.codec import (
     encode_line,
     validate_session_id,
 )
-from events.errors import (
+from cairn.events.errors import (
     ChecksumMismatch,
     CorruptLine,
     InputError,
@@ -30,8 +27,11 @@ from events.errors import (
     UnknownKind,
     UnsupportedVersion,
 )
-from events.kinds import CheckpointCommitted, Usage, UserMessage
-from events.model import Message, TextPart
+from cairn.events.kinds import CheckpointCommitted, Usage, UserMessage
+from cairn.events.model import Message, TextPart
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.strategies import events as event_strategies
 
 

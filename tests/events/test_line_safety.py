@@ -12,11 +12,10 @@ import json
 import crc32c
 import msgspec
 import pytest
-
-from events.codec import GENESIS, checked_body, decode_line, encode_line, validate_session_id
-from events.errors import InvalidEvent, InvalidSessionId, MalformedEvent
-from events.kinds import Handoff, TurnStarted, Usage, UserMessage
-from events.model import Message, TextPart, ToolCall, shape_problem
+from cairn.events.codec import GENESIS, checked_body, decode_line, encode_line, validate_session_id
+from cairn.events.errors import InvalidEvent, InvalidSessionId, MalformedEvent
+from cairn.events.kinds import Handoff, TurnStarted, Usage, UserMessage
+from cairn.events.model import Message, TextPart, ToolCall, shape_problem
 
 
 @pytest.mark.parametrize("tail", ["\n", "\r\n", "\r", "\x00", "\u2028", " ", "\x85", "\n\n"], ids=ascii)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import msgspec
-
-from events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall, shape_problem
+from cairn.events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall, shape_problem
 
 
 def test_M1_a_message_carries_every_field_and_round_trips():

@@ -5,11 +5,8 @@ from __future__ import annotations
 from functools import reduce
 
 import msgspec
-from hypothesis import given
-from hypothesis import strategies as st
-
-from events.codec import GENESIS, Record
-from events.kinds import (
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     CompactionFailed,
@@ -24,8 +21,10 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, TextPart, ToolCall
-from events.state import SessionState, carried_for_checkpoint, evolve, replay
+from cairn.events.model import Message, TextPart, ToolCall
+from cairn.events.state import SessionState, carried_for_checkpoint, evolve, replay
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 class Log:

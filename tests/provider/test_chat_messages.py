@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.provider.chat_messages import ToolSchemaError, to_chat_message, to_chat_messages, to_chat_tools
-from events.model import (
+from cairn.actors.provider.chat_messages import (
+    ToolSchemaError,
+    to_chat_message,
+    to_chat_messages,
+    to_chat_tools,
+)
+from cairn.events.model import (
     IMAGE_PLACEHOLDER,
     BlobPart,
     ImagePart,
@@ -19,6 +21,9 @@ from events.model import (
     TextPart,
     ToolCall,
 )
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests import strategies
 
 SHA = "ab" * 32

@@ -7,10 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.provider.base import (
+from cairn.actors.provider.base import (
     Finished,
     ProviderOutput,
     ReasoningDelta,
@@ -18,8 +15,11 @@ from actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from actors.provider.chat_stream import ChunkAssembler, MalformedChunk, TruncatedStream, usage_report
-from events.model import ToolCall
+from cairn.actors.provider.chat_stream import ChunkAssembler, MalformedChunk, TruncatedStream, usage_report
+from cairn.events.model import ToolCall
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.provider.chat_server import call_more, call_start, chunk, usage_chunk
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from actors.provider.config import NO_KEY, OpenAIConfig, ProviderConfigError
-from events.errors import InputError
+from cairn.actors.provider.config import NO_KEY, OpenAIConfig, ProviderConfigError
+from cairn.events.errors import InputError
 
 KEY = "sk-config-test-0123456789abcdef"
 LOCAL = "http://127.0.0.1:8000/v1"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cairn import cli, demo
+from cairn.store import verify_store
 
-from scripts import cairn, demo
-from store import verify_store
 from tests.provider.chat_server import ChatServer, Received, Reply, Sse, call_start, chunk, usage_chunk
 from tests.provider.conftest import SECRET_KEY
 
@@ -120,7 +120,7 @@ def test_demo_on_an_openai_endpoint_crosses_the_handoff_band_compacts_and_replay
 ) -> None:
     store = tmp_path / "store"
 
-    code = cairn.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "2",
+    code = cli.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "2",
                        "--turns", str(TURNS), "--json"])
 
     report = json.loads(capsys.readouterr().out)

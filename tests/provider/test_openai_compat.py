@@ -10,9 +10,8 @@ import time
 import traceback
 
 import pytest
-
-from actors.compactor import CompactionConfig, Compactor
-from actors.provider.base import (
+from cairn.actors.compactor import CompactionConfig, Compactor
+from cairn.actors.provider.base import (
     Finished,
     ProviderFailure,
     ProviderOutput,
@@ -23,11 +22,12 @@ from actors.provider.base import (
     UsageReport,
     complete,
 )
-from actors.provider.config import OpenAIConfig
-from actors.provider.openai_compat import OpenAIProvider, provider_from_env
-from actors.session.tracker import provider_floor
-from events.kinds import Usage
-from events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall
+from cairn.actors.provider.config import OpenAIConfig
+from cairn.actors.provider.openai_compat import OpenAIProvider, provider_from_env
+from cairn.actors.session.tracker import provider_floor
+from cairn.events.kinds import Usage
+from cairn.events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall
+
 from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import (
     ChatServer,

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cairn.actors import Host, SessionSettings, WorkspaceTools
+from cairn.actors.compactor import Compactor
+from cairn.actors.provider.base import ProviderFailure, ProviderRequest
+from cairn.actors.provider.config import OpenAIConfig
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.actors.provider.retry import RetryPolicy
+from cairn.events.kinds import ProviderError, Request, TurnFailed
+from cairn.events.model import Message
 
-from actors import Host, SessionSettings, WorkspaceTools
-from actors.compactor import Compactor
-from actors.provider.base import ProviderFailure, ProviderRequest
-from actors.provider.config import OpenAIConfig
-from actors.provider.openai_compat import OpenAIProvider
-from actors.provider.retry import RetryPolicy
-from events.kinds import ProviderError, Request, TurnFailed
-from events.model import Message
 from tests.actors.helpers import START_MS, WAIT, Clock, reopen_and_compare
 from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import ChatServer, Error, api_error, text_reply

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from actors import Host, SessionSettings, WorkspaceTools
-from actors.provider.base import TextDelta
-from actors.provider.openai_compat import OpenAIProvider
-from actors.session.tokens import TokenCounter
-from events.kinds import (
+from cairn import cli
+from cairn.actors import Host, SessionSettings, WorkspaceTools
+from cairn.actors.provider.base import TextDelta
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.actors.session.tokens import TokenCounter
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     ProviderError,
@@ -29,7 +29,7 @@ from events.kinds import (
     TurnFailed,
     Usage,
 )
-from scripts import cairn
+
 from tests.actors.helpers import WAIT, Clock, reopen_and_compare, words
 from tests.provider.chat_server import (
     ChatServer,
@@ -357,7 +357,7 @@ def test_the_api_key_never_reaches_the_log_the_cli_or_the_turn_error(
     assert files
     for path in files:  # segments, blobs, the index: every byte the store holds
         assert secret not in path.read_bytes(), f"the key is in {path}"
-    assert cairn.main(["log", SID, "--store", str(tmp_path / "store"), "--json"]) == 0
+    assert cli.main(["log", SID, "--store", str(tmp_path / "store"), "--json"]) == 0
     out = capsys.readouterr().out
     assert "Incorrect API key provided" in out and SECRET_KEY not in out
 

@@ -7,7 +7,7 @@ do not depend on the machine, meet their targets.
 
 from __future__ import annotations
 
-from scripts import bench_compaction, bench_context
+from cairn import bench_compaction, bench_context
 
 
 def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:

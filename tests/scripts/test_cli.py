@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from events.kinds import (
+from cairn.cli import main
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     SessionStarted,
@@ -17,9 +17,8 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, TextPart
-from scripts.cairn import main
-from store import Journal
+from cairn.events.model import Message, TextPart
+from cairn.store import Journal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,11 +108,13 @@ def test_reindex_then_verify_is_clean(store, capsys):
     assert run(capsys, "verify", "--store", str(store))[0] == 0
 
 
-def test_console_script_runs_as_a_module(store):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "cairn.py"), "sessions", "--store",
-                             str(store), "--json"], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
-    assert len(json.loads(result.stdout)) == 2
+def test_the_cli_runs_as_a_module_and_as_the_console_script(store):
+    console = Path(sys.executable).with_name("cairn")
+    for command in ([sys.executable, "-m", "cairn.cli"], [str(console)]):
+        result = subprocess.run([*command, "sessions", "--store", str(store), "--json"],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        assert len(json.loads(result.stdout)) == 2
 
 
 def test_context_shows_the_next_request_with_token_counts(store, capsys):
@@ -134,8 +135,7 @@ def test_context_shows_the_next_request_with_token_counts(store, capsys):
 def _forge_line(store: Path, sid: str, seq: int, kind: str, body: dict) -> None:
     """Append a line the way a newer cairn would write it: valid frame, crc and chain."""
     import crc32c
-
-    from events.codec import chain_digest, decode_envelope
+    from cairn.events.codec import chain_digest, decode_envelope
 
     segment = sorted((store / "log").glob("*.jsonl"))[-1]
     lines = segment.read_bytes().splitlines(keepends=True)

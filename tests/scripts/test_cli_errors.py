@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from events.kinds import SessionStarted, TurnStarted, UserMessage
-from events.model import TextPart
-from scripts import cairn
-from store import Journal
+from cairn import cli
+from cairn.events.kinds import SessionStarted, TurnStarted, UserMessage
+from cairn.events.model import TextPart
+from cairn.store import Journal
 
 ROOT = Path(__file__).resolve().parents[2]
 CAIRN = Path(sys.executable).parent / "cairn"
@@ -37,7 +36,7 @@ def store(tmp_path: Path) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cairn.main(list(argv))
+    code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -93,7 +92,7 @@ def test_a_path_that_is_no_store_is_one_line_exit_2(tmp_path, capsys, make) -> N
 @pytest.fixture
 def writer(store: Path) -> Iterator[subprocess.Popen[str]]:
     """Another process holding the store for writing, until its stdin closes."""
-    code = ("import sys\nfrom store import Journal\nwith Journal.open(sys.argv[1]):\n"
+    code = ("import sys\nfrom cairn.store import Journal\nwith Journal.open(sys.argv[1]):\n"
             "    print('open', flush=True)\n    sys.stdin.read()\n")
     with subprocess.Popen([sys.executable, "-c", code, str(store)], cwd=ROOT, stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True) as child:

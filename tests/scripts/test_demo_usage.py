@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cairn import cli, demo
 
-from scripts import cairn, demo
 from tests.provider.chat_server import ChatServer, Received, Reply, text_reply
 from tests.provider.conftest import SECRET_KEY
 
@@ -61,7 +61,7 @@ def test_the_demo_shows_usage_a_server_never_sent_as_unknown(
     tmp_path: Path, endpoint: ChatServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "store"
-    code = cairn.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "1",
+    code = cli.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "1",
                        "--turns", str(TURNS), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report  # healthy: no usage is no fault of the run
@@ -75,9 +75,9 @@ def test_the_demo_shows_usage_a_server_never_sent_as_unknown(
     row = next(line for line in shown.splitlines() if "demo-1" in line and "completed" in line)
     assert "unknown" in row
 
-    assert cairn.main(["sessions", "--store", str(store), "--json"]) == 0
+    assert cli.main(["sessions", "--store", str(store), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)[0]
     assert listed["prompt_tokens"] is None and listed["completion_tokens"] is None
     assert listed["usage_complete"] is False and listed["last_usage_total_tokens"] is None
-    assert cairn.main(["sessions", "--store", str(store)]) == 0
+    assert cli.main(["sessions", "--store", str(store)]) == 0
     assert capsys.readouterr().out.splitlines()[1].count("unknown") == 2

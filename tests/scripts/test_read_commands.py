@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from actors import Host
-from actors.provider.scripted import Reply, ScriptedProvider, http_error
-from actors.tools import ToolInvocation, ToolOutcome
-from events.kinds import EVENT_TYPES
-from events.model import ToolCall
-from scripts import cairn, demo
-from store import Journal
+from cairn import cli, demo
+from cairn.actors import Host
+from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
+from cairn.actors.tools import ToolInvocation, ToolOutcome
+from cairn.events.kinds import EVENT_TYPES
+from cairn.events.model import ToolCall
+from cairn.store import Journal
 
 CAIRN = Path(sys.executable).parent / "cairn"  # the installed console script
 BIG = 300_000  # chars of a tool result: over the 256 KiB blob threshold
@@ -87,7 +86,7 @@ def test_the_store_holds_every_event_kind_a_fork_a_blob_and_checkpoints(store: P
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cairn.main(list(argv))
+    code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -160,7 +159,7 @@ def test_every_event_of_every_kind_is_described_in_listings(store: Path) -> None
     with Journal.open(store, readonly=True) as journal:
         for sid in _sessions(store):
             for record in journal.read(sid):
-                assert cairn.describe(record.event), (sid, record.seq, record.kind)
+                assert cli.describe(record.event), (sid, record.seq, record.kind)
                 described[record.kind] = described.get(record.kind, 0) + 1
     assert set(described) >= EVERY_KIND
 

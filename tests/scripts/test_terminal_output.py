@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 import pytest
-
-from events.kinds import (
+from cairn import _console, cli, demo
+from cairn.events.kinds import (
     AssistantMessage,
     CompactionFailed,
     Handoff,
@@ -36,9 +36,8 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import TextPart, ToolCall
-from scripts import _console, cairn, demo
-from store import Journal
+from cairn.events.model import TextPart, ToolCall
+from cairn.store import Journal
 
 CAIRN = Path(sys.executable).parent / "cairn"
 MARKUP = "[bold red]alarm[/] :smile:"
@@ -95,7 +94,7 @@ def test_tables_show_control_sequences_escaped_and_markup_as_written(
         monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
         monkeypatch.setenv("COLUMNS", "1000")  # a wide terminal: no cell is folded
     for command in COMMANDS:
-        code = cairn.main([*command, "--store", str(store)])
+        code = cli.main([*command, "--store", str(store)])
         out = capsys.readouterr().out.encode()
         assert code == 0, command
         _assert_nothing_raw(out, command)
@@ -110,14 +109,14 @@ def test_json_output_carries_the_text_exactly_and_nothing_a_terminal_acts_on(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for command in COMMANDS:
-        assert cairn.main([*command, "--store", str(store), "--json"]) == 0
+        assert cli.main([*command, "--store", str(store), "--json"]) == 0
         out = capsys.readouterr().out
         _assert_nothing_raw(out.encode(), command)
         assert "\x1b" not in out
         documents = [json.loads(line) for line in out.splitlines()]
         if command[0] != "checkpoints":  # the session has none
             assert any(HOSTILE in text for text in _strings(documents)), command
-    cairn.main(["log", "s", "--store", str(store), "--json", "--kind", "user-message"])
+    cli.main(["log", "s", "--store", str(store), "--json", "--kind", "user-message"])
     line = json.loads(capsys.readouterr().out)
     assert line["content"][0]["text"] == HOSTILE
 

@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from cairn.cli import main
+from cairn.store import Journal, StorageError
 
-from scripts.cairn import main
-from store import Journal, StorageError
 from tests.store.helpers import fill, msg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def store(tmp_path: Path) -> Path:
 
 
 def cairn(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "cairn.py"), *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cairn.cli", *argv], capture_output=True,
                           text=True, check=False, timeout=120)
 
 

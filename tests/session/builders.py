@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from actors.session.request import assemble, request_event
-from actors.session.tokens import TokenCounter
-from actors.session.view import HistoryView
-from events.codec import GENESIS, Record
-from events.kinds import (
+from cairn.actors.session.request import assemble, request_event
+from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.session.view import HistoryView
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     EventBase,
@@ -16,8 +16,8 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import Message, Part, TextPart, ToolCall
-from events.state import SessionState, carried_for_checkpoint, evolve
+from cairn.events.model import Message, Part, TextPart, ToolCall
+from cairn.events.state import SessionState, carried_for_checkpoint, evolve
 
 _counter: TokenCounter | None = None
 

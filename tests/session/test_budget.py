@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.session.budget import (
+from cairn.actors.session.budget import (
     budget_for,
     input_budget,
     output_reserve,
@@ -13,6 +10,8 @@ from actors.session.budget import (
     snapshot,
     thresholds,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 PHASE_ORDER = {"below_handoff": 0, "handoff_band": 1, "compaction_due": 2}
 

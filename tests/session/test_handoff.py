@@ -6,11 +6,8 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.session.budget import budget_for, snapshot, thresholds
-from actors.session.handoff import (
+from cairn.actors.session.budget import budget_for, snapshot, thresholds
+from cairn.actors.session.handoff import (
     HandoffRecord,
     InvalidHandoff,
     decide_handoff,
@@ -25,10 +22,13 @@ from actors.session.handoff import (
     strip_handoff,
     validate_record,
 )
-from actors.session.request import assemble, request_event
-from actors.session.tracker import occupancy
-from events.kinds import Handoff, UserMessage
-from events.model import Message, TextPart
+from cairn.actors.session.request import assemble, request_event
+from cairn.actors.session.tracker import occupancy
+from cairn.events.kinds import Handoff, UserMessage
+from cairn.events.model import Message, TextPart
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.session.builders import Session, new_view, summary_message
 
 FIELDS = [

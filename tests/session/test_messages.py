@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.session.view import HistoryView
-from events.model import (
+from cairn.actors.session.view import HistoryView
+from cairn.events.model import (
     IMAGE_PLACEHOLDER,
     BlobPart,
     ImagePart,
@@ -18,7 +15,10 @@ from events.model import (
     tool_turns,
     units,
 )
-from events.state import SessionState
+from cairn.events.state import SessionState
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.session.builders import counter
 
 

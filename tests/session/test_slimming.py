@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import msgspec
-from hypothesis import given
-from hypothesis import strategies as st
-
-from actors.session.slimming import (
+from cairn.actors.session.slimming import (
     DEFAULT_READ_ONLY_TOOLS,
     apply_plan,
     candidates,
@@ -17,10 +14,13 @@ from actors.session.slimming import (
     rank_of,
     read_only_tools,
 )
-from actors.session.tracker import occupancy
-from events.kinds import ToolResult
-from events.model import Message, TextPart, tool_turns
-from events.state import SessionState, replay
+from cairn.actors.session.tracker import occupancy
+from cairn.events.kinds import ToolResult
+from cairn.events.model import Message, TextPart, tool_turns
+from cairn.events.state import SessionState, replay
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.session.builders import Session, new_view
 
 

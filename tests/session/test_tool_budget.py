@@ -6,10 +6,11 @@ The spec's numbers are stated literally (X1 100,000 and 2,000 chars, X2
 
 from __future__ import annotations
 
-from actors.session.request import assemble
-from actors.session.tool_budget import render_context, render_result, render_turn
-from events.model import BlobPart, ImagePart, Message, MessageMeta, TextPart, ToolCall
-from events.state import replay
+from cairn.actors.session.request import assemble
+from cairn.actors.session.tool_budget import render_context, render_result, render_turn
+from cairn.events.model import BlobPart, ImagePart, Message, MessageMeta, TextPart, ToolCall
+from cairn.events.state import replay
+
 from tests.session.builders import Session, new_view
 
 SHA = "9f" * 32

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
-from events.model import Message, TextPart
-from events.state import user_text_message
-from store import Journal
+from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
+from cairn.events.model import Message, TextPart
+from cairn.events.state import user_text_message
+from cairn.store import Journal
 
 
 def started(workspace: str = "/work/repo", model: str = "m-1") -> SessionStarted:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
-from events.errors import InputError, InvalidEvent, InvalidSessionId
-from events.kinds import (
+from cairn.events.errors import InputError, InvalidEvent, InvalidSessionId
+from cairn.events.kinds import (
     AssistantMessage,
     Carried,
     CheckpointCommitted,
@@ -35,8 +34,9 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import BlobPart, Message, TextPart, ToolCall
-from store import Journal, verify_store
+from cairn.events.model import BlobPart, Message, TextPart, ToolCall
+from cairn.store import Journal, verify_store
+
 from tests.store.helpers import segment_files, started
 
 

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from store import verify_store
+from cairn.store import verify_store
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "crashtest.py"
 
@@ -31,8 +30,9 @@ def test_crash_campaign_keeps_every_acknowledged_event(tmp_path: Path) -> None:
 
 def test_crashtest_fails_when_an_invariant_breaks(tmp_path: Path) -> None:
     """The harness is not vacuous: an acknowledged event that vanished is reported."""
-    from scripts.crashtest import Campaign, check
-    from store import Journal
+    from cairn.crashtest import Campaign, check
+    from cairn.store import Journal
+
     from tests.store.helpers import fill
 
     store = tmp_path / "store"
@@ -46,8 +46,9 @@ def test_crashtest_fails_when_an_invariant_breaks(tmp_path: Path) -> None:
 
 def test_crashtest_fails_when_acknowledged_bytes_are_gone(tmp_path: Path) -> None:
     """Damage that reached acknowledged bytes fails the round: the writer refuses, and the harness says so."""
-    from scripts.crashtest import Campaign, check
-    from store import Journal
+    from cairn.crashtest import Campaign, check
+    from cairn.store import Journal
+
     from tests.store.helpers import fill, segment_files
 
     store = tmp_path / "store"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from store import Journal, index_dump, reindex
-from store.index import SessionSummary, _encoder, _Head
+from cairn.store import Journal, index_dump, reindex
+from cairn.store.index import SessionSummary, _encoder, _Head
+
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 
@@ -67,7 +68,7 @@ def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
 
 def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
     """A host touching many sessions keeps bounded memory; an evicted head reloads from the index."""
-    from events.kinds import SessionStarted, Usage
+    from cairn.events.kinds import SessionStarted, Usage
 
     root = tmp_path / "store"
     with Journal.open(root) as journal:

@@ -14,10 +14,10 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
+from cairn import cli
+from cairn.events.kinds import AssistantMessage, Usage
+from cairn.store import Journal, index_dump, reindex
 
-from events.kinds import AssistantMessage, Usage
-from scripts import cairn
-from store import Journal, index_dump, reindex
 from tests.store.helpers import started
 
 
@@ -65,7 +65,7 @@ def test_sessions_json_says_unknown_not_0_and_names_the_last_requests_total(
 ) -> None:
     root = tmp_path / "store"
     _store(root)
-    assert cairn.main(["sessions", "--store", str(root), "--json"]) == 0
+    assert cli.main(["sessions", "--store", str(root), "--json"]) == 0
     listed = {s["sid"]: s for s in json.loads(capsys.readouterr().out)}
     assert listed["all"]["prompt_tokens"] == 3003 and listed["all"]["completion_tokens"] == 30
     assert listed["all"]["usage_complete"] is True and listed["all"]["last_usage_total_tokens"] == 1012
@@ -73,7 +73,7 @@ def test_sessions_json_says_unknown_not_0_and_names_the_last_requests_total(
     assert listed["none"]["usage_complete"] is False and listed["none"]["responses_without_usage"] == 2
     assert listed["some"]["prompt_tokens"] == 500 and listed["some"]["responses_without_usage"] == 2
     assert "usage_tokens" not in listed["all"]  # the old, ambiguous name
-    assert cairn.main(["sessions", "--store", str(root)]) == 0
+    assert cli.main(["sessions", "--store", str(root)]) == 0
     table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:] if line}
     assert " 3,003 " in table["all"] and table["none"].count("unknown") == 2
     assert "≥500" in table["some"]
@@ -102,7 +102,7 @@ def test_an_index_from_before_the_figures_is_rebuilt_not_read_as_zeros(
     _store(root)
     rebuilt = index_dump(root)
     _downgrade(root)
-    assert cairn.main(["sessions", "--store", str(root), "--json"]) == 0  # a reader: a private rebuild
+    assert cli.main(["sessions", "--store", str(root), "--json"]) == 0  # a reader: a private rebuild
     listed = {s["sid"]: s for s in json.loads(capsys.readouterr().out)}
     assert listed["all"]["prompt_tokens"] == 3003 and listed["none"]["prompt_tokens"] is None
     with Journal.open(root) as journal:  # a writer rebuilds the store's own

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from cairn.events.codec import GENESIS, encode_line
+from cairn.store import CorruptionError, Journal, StorageError, StoreLocked, reindex, verify_store
 
-from events.codec import GENESIS, encode_line
-from store import CorruptionError, Journal, StorageError, StoreLocked, reindex, verify_store
 from tests.store.helpers import fill, msg
 
 # The names this issue adds are imported where they are used, so that every test here runs (and fails for
@@ -119,7 +119,7 @@ def test_missing_acknowledged_lines_refuse_a_writer_and_fail_verify(tmp_path: Pa
     before = _files(root)
     with pytest.raises(StorageError) as info:
         Journal.open(root)
-    from store.errors import AcknowledgedDataMissing
+    from cairn.store.errors import AcknowledgedDataMissing
 
     assert isinstance(info.value, AcknowledgedDataMissing)
     [loss] = info.value.losses
@@ -161,8 +161,8 @@ def test_missing_acknowledged_lines_refuse_a_writer_and_fail_verify(tmp_path: Pa
 def test_an_accepted_loss_is_recorded_and_appends_continue_past_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from store.loss import read_ack_mark
-    from store.repair import accept_loss
+    from cairn.store.loss import read_ack_mark
+    from cairn.store.repair import accept_loss
 
     root = _store(tmp_path / "store")
     _truncate_mid_line(root)
@@ -203,7 +203,7 @@ def test_an_accepted_loss_is_recorded_and_appends_continue_past_it(
 
 
 def test_a_lost_middle_segment_accepted_leaves_broken_sessions_closed(tmp_path: Path) -> None:
-    from store.repair import accept_loss
+    from cairn.store.repair import accept_loss
 
     root = _store(tmp_path / "store")
     _delete_middle(root)
@@ -223,8 +223,8 @@ def test_a_lost_middle_segment_accepted_leaves_broken_sessions_closed(tmp_path: 
 
 
 def test_repair_refuses_when_nothing_is_missing_and_while_a_writer_runs(tmp_path: Path) -> None:
-    from store.errors import NothingToRepair
-    from store.repair import accept_loss
+    from cairn.store.errors import NothingToRepair
+    from cairn.store.repair import accept_loss
 
     root = _store(tmp_path / "store")
     before = _files(root)
@@ -319,7 +319,7 @@ def test_what_a_crash_leaves_past_the_acknowledged_bytes_is_cut(tmp_path: Path, 
 def test_the_acknowledgement_mark_follows_each_group_commit_without_an_fsync_of_its_own(
     tmp_path: Path,
 ) -> None:
-    from store.loss import read_ack_mark
+    from cairn.store.loss import read_ack_mark
 
     root = tmp_path / "store"
     fsyncs: list[int] = []
@@ -345,7 +345,7 @@ def test_the_acknowledgement_mark_follows_each_group_commit_without_an_fsync_of_
 
 
 def test_a_damaged_mark_is_no_evidence_and_is_said(tmp_path: Path) -> None:
-    from store.loss import read_ack_mark
+    from cairn.store.loss import read_ack_mark
 
     root = _store(tmp_path / "store")
     (root / ACK_MARK).write_bytes(b"cairn-acked-1 garbage\n")

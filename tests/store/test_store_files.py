@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cairn.store import Journal, StorageError, reindex, verify_store
 
-from store import Journal, StorageError, reindex, verify_store
 from tests.store.helpers import fill, msg, started
 
 SEGMENT = "00000000000000000000.jsonl"
@@ -222,7 +222,7 @@ def test_store_files_are_private_to_the_user_whatever_the_umask(tmp_path: Path, 
     assert dirs == dict.fromkeys(dirs, 0o700)
     assert files == dict.fromkeys(files, 0o600)
 
-    from store.repair import accept_loss
+    from cairn.store.repair import accept_loss
 
     segments = sorted((root / "log").iterdir())
     os.truncate(segments[-1], segments[-1].stat().st_size - 10)  # a loss, so that repair writes its files

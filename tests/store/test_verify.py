@@ -13,7 +13,8 @@ import shutil
 import threading
 from pathlib import Path
 
-from store import Journal, verify_store
+from cairn.store import Journal, verify_store
+
 from tests.store.helpers import fill, msg
 
 CLOCK = 1_700_000_000_000

@@ -15,15 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import lmdb
 import msgspec
-
-from events.codec import Record, decode_line
-from events.errors import CairnError, DecodeError, InputError, UnknownKind
-from events.kinds import (
+from cairn import _console
+from cairn.events.codec import Record, decode_line
+from cairn.events.errors import CairnError, DecodeError, InputError, UnknownKind
+from cairn.events.kinds import (
     KINDS,
     AssistantMessage,
     CheckpointCommitted,
@@ -41,12 +38,11 @@ from events.kinds import (
     Usage,
     UserMessage,
 )
-from events.model import text_of
-from events.state import replay
-from scripts import _console
+from cairn.events.model import text_of
+from cairn.events.state import replay
 
 if TYPE_CHECKING:
-    from store.index import SessionSummary
+    from cairn.store.index import SessionSummary
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -162,7 +158,7 @@ def describe(event: EventBase) -> str:
 
 
 def text_of_parts(event: UserMessage) -> str:
-    from events.model import Message
+    from cairn.events.model import Message
 
     return text_of(Message(role="user", content=event.content))
 
@@ -194,7 +190,7 @@ def _store_root(args: argparse.Namespace) -> Path:
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from store import Journal
+    from cairn.store import Journal
 
     return Journal.open(_store_root(args), readonly=True)
 
@@ -258,8 +254,8 @@ def cmd_log(args: argparse.Namespace) -> int:
     (envelope only for such lines) with a warning. Any other bad line stops
     the listing after what was read, and exits 1.
     """
-    from store import CorruptionError
-    from store.reader import iter_records
+    from cairn.store import CorruptionError
+    from cairn.store.reader import iter_records
 
     kinds = set(args.kind or ())
     _check_range(args.from_seq, args.to_seq)
@@ -397,9 +393,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     """What the session's next request would send, with local token counts per message and part."""
-    from actors.session.request import assemble
-    from actors.session.tokens import TokenCounter
-    from actors.session.view import HistoryView
+    from cairn.actors.session.request import assemble
+    from cairn.actors.session.tokens import TokenCounter
+    from cairn.actors.session.view import HistoryView
 
     with _open(args) as journal:
         if journal.last_seq(args.session) == 0:
@@ -438,7 +434,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check the store; exit 1 for problems. Warnings (a torn tail, an accepted loss) and information (an
     index that lags the log) leave the exit code 0."""
-    from store.verify import verify_store
+    from cairn.store.verify import verify_store
 
     root = _store_root(args)
     with _progress("verifying", not args.json) as progress:
@@ -459,7 +455,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from store.verify import reindex
+    from cairn.store.verify import reindex
 
     root = _store_root(args)
     with _progress("reindexing", not args.json) as progress:
@@ -471,7 +467,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """The one repair cairn makes on request: accept, and log, the loss of acknowledged lines."""
-    from store.repair import accept_loss
+    from cairn.store.repair import accept_loss
 
     root = _store_root(args)
     if not args.accept_loss:
@@ -496,7 +492,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from scripts import demo
+    from cairn import demo
 
     argv = ["--store", args.store, "--sessions", str(args.sessions), "--turns", str(args.turns),
             "--provider", args.provider]
@@ -504,7 +500,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from scripts import bench
+    from cairn import bench
 
     argv = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else [])]
     if args.only:
@@ -581,7 +577,7 @@ def exit_code(error: BaseException) -> int:
     bad arguments, no or another writer's store (`StoreLocked`), a disk that
     failed (`StorageFailed`), an OS error on the path.
     """
-    from store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
+    from cairn.store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
 
     held = CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry
     if isinstance(error, held):
