@@ -1,25 +1,7 @@
-"""cairn's runtime: a host of session actors over the durable log.
+"""cairn's runtime: the host, its session, compactor and provider actors, and their pure policies.
 
-    from cairn.actors import Host, WorkspaceTools
-    host = Host.open("./cairn-data", tools=WorkspaceTools())
-    turn = host.send("session-1", "fix the failing test", workspace="/repo")
-
-See `actors.host` for the full surface and `actors.tools` for tool executors.
+The layers import one way only: host -> session -> compactor -> provider,
+with shared leaves (`errors`, `tokens`, `tools`, `workspace_fs`,
+`placement`) that import none of them (checked by tests/test_layers.py).
+What a host needs is re-exported by the package `cairn`.
 """
-
-from cairn.actors.errors import HostError
-from cairn.actors.host import Host
-from cairn.actors.session.settings import SessionSettings
-from cairn.actors.session.stream import Turn, TurnResult
-from cairn.actors.tools import ToolInvocation, ToolOutcome, WorkspaceTools
-
-__all__ = [
-    "Host",
-    "HostError",
-    "SessionSettings",
-    "ToolInvocation",
-    "ToolOutcome",
-    "Turn",
-    "TurnResult",
-    "WorkspaceTools",
-]

@@ -2,7 +2,7 @@
 
 Embedding cairn::
 
-    from cairn.actors import Host, WorkspaceTools
+    from cairn import Host, WorkspaceTools
 
     with Host.open("./cairn-data", provider=my_adapter, tools=WorkspaceTools()) as host:
         turn = host.send("session-1", "fix the failing test", workspace="/repo")
@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 import msgspec
 import pykka
+
 from cairn.actors.compactor.hooks import PreCompactionHook
 from cairn.actors.compactor.service import CompactionConfig
 from cairn.actors.errors import (
@@ -72,7 +73,7 @@ from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
-from cairn.actors.session.tokens import load_encoding
+from cairn.actors.tokens import load_encoding
 from cairn.actors.tools import ToolExecutor
 from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError

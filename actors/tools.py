@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Protocol
 
 import msgspec
 import re2
+
 from cairn.actors.workspace_fs import Refused, Workspace
 from cairn.events.kinds import FileAccess
 from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus

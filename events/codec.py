@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 import crc32c
 import msgspec
 import msgspec.inspect
+
 from cairn.events.errors import (
     ChecksumMismatch,
     CorruptLine,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
+
 from cairn.events.errors import InvalidEvent
 from cairn.events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
 

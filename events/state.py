@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
+
 from cairn.events.codec import Record
 from cairn.events.kinds import (
     EVENT_TYPES,

@@ -92,44 +92,118 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-if TYPE_CHECKING:  # the same names, for type checkers and editors
-    from cairn.actors.compactor.errors import CompactionBlocked
-    from cairn.actors.compactor.service import CompactionConfig
+if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re-exported)
+    from cairn.actors.compactor.errors import CompactionBlocked as CompactionBlocked
+    from cairn.actors.compactor.service import CompactionConfig as CompactionConfig
     from cairn.actors.errors import (
-        HostBusy,
-        HostClosed,
-        HostError,
-        SessionExists,
-        TurnTimeout,
-        UnknownSession,
-        WorkspaceMismatch,
+        HostBusy as HostBusy,
     )
-    from cairn.actors.host import Host, HostStats
+    from cairn.actors.errors import (
+        HostClosed as HostClosed,
+    )
+    from cairn.actors.errors import (
+        HostError as HostError,
+    )
+    from cairn.actors.errors import (
+        SessionExists as SessionExists,
+    )
+    from cairn.actors.errors import (
+        TurnTimeout as TurnTimeout,
+    )
+    from cairn.actors.errors import (
+        UnknownSession as UnknownSession,
+    )
+    from cairn.actors.errors import (
+        WorkspaceMismatch as WorkspaceMismatch,
+    )
+    from cairn.actors.host import Host as Host
+    from cairn.actors.host import HostStats as HostStats
     from cairn.actors.provider.base import (
-        Finished,
-        Provider,
-        ProviderFailure,
-        ProviderOutput,
-        ProviderRequest,
-        ReasoningDelta,
-        TextDelta,
-        ToolCallReady,
-        UsageReport,
+        Finished as Finished,
     )
-    from cairn.actors.provider.openai_compat import OpenAIProvider
-    from cairn.actors.provider.retry import RetryPolicy
-    from cairn.actors.provider.scripted import ScriptedProvider
-    from cairn.actors.session.settings import SessionSettings
-    from cairn.actors.session.stream import Turn, TurnResult
-    from cairn.actors.tools import ToolError, ToolExecutor, ToolInvocation, ToolOutcome, WorkspaceTools
-    from cairn.events.codec import Record
-    from cairn.events.errors import CairnError, InputError, InvalidEvent, InvalidSessionId
-    from cairn.events.kinds import Event
-    from cairn.events.model import ImagePart, Message, TextPart, ToolCall
+    from cairn.actors.provider.base import (
+        Provider as Provider,
+    )
+    from cairn.actors.provider.base import (
+        ProviderFailure as ProviderFailure,
+    )
+    from cairn.actors.provider.base import (
+        ProviderOutput as ProviderOutput,
+    )
+    from cairn.actors.provider.base import (
+        ProviderRequest as ProviderRequest,
+    )
+    from cairn.actors.provider.base import (
+        ReasoningDelta as ReasoningDelta,
+    )
+    from cairn.actors.provider.base import (
+        TextDelta as TextDelta,
+    )
+    from cairn.actors.provider.base import (
+        ToolCallReady as ToolCallReady,
+    )
+    from cairn.actors.provider.base import (
+        UsageReport as UsageReport,
+    )
+    from cairn.actors.provider.openai_compat import OpenAIProvider as OpenAIProvider
+    from cairn.actors.provider.retry import RetryPolicy as RetryPolicy
+    from cairn.actors.provider.scripted import ScriptedProvider as ScriptedProvider
+    from cairn.actors.session.settings import SessionSettings as SessionSettings
+    from cairn.actors.session.stream import Turn as Turn
+    from cairn.actors.session.stream import TurnResult as TurnResult
+    from cairn.actors.tools import (
+        ToolError as ToolError,
+    )
+    from cairn.actors.tools import (
+        ToolExecutor as ToolExecutor,
+    )
+    from cairn.actors.tools import (
+        ToolInvocation as ToolInvocation,
+    )
+    from cairn.actors.tools import (
+        ToolOutcome as ToolOutcome,
+    )
+    from cairn.actors.tools import (
+        WorkspaceTools as WorkspaceTools,
+    )
+    from cairn.events.codec import Record as Record
+    from cairn.events.errors import (
+        CairnError as CairnError,
+    )
+    from cairn.events.errors import (
+        InputError as InputError,
+    )
+    from cairn.events.errors import (
+        InvalidEvent as InvalidEvent,
+    )
+    from cairn.events.errors import (
+        InvalidSessionId as InvalidSessionId,
+    )
+    from cairn.events.kinds import Event as Event
+    from cairn.events.model import (
+        ImagePart as ImagePart,
+    )
+    from cairn.events.model import (
+        Message as Message,
+    )
+    from cairn.events.model import (
+        TextPart as TextPart,
+    )
+    from cairn.events.model import (
+        ToolCall as ToolCall,
+    )
     from cairn.store.errors import (
-        AcknowledgedDataMissing,
-        CorruptionError,
-        StorageError,
-        StorageFailed,
-        StoreLocked,
+        AcknowledgedDataMissing as AcknowledgedDataMissing,
+    )
+    from cairn.store.errors import (
+        CorruptionError as CorruptionError,
+    )
+    from cairn.store.errors import (
+        StorageError as StorageError,
+    )
+    from cairn.store.errors import (
+        StorageFailed as StorageFailed,
+    )
+    from cairn.store.errors import (
+        StoreLocked as StoreLocked,
     )

@@ -22,14 +22,14 @@ import time
 from typing import Any
 
 import msgspec
+
 from cairn.actors.compactor import CompactionRequest, Compactor, verify_checkpoint
 from cairn.actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
-from cairn.actors.compactor.ledger import HEADINGS
 from cairn.actors.compactor.replacement import fallback_summary_message
 from cairn.actors.provider.scripted import ScriptedProvider, http_error
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.bench import figure
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
@@ -43,6 +43,7 @@ from cairn.events.kinds import (
     UserMessage,
 )
 from cairn.events.model import ImagePart, Message, Part, TextPart, ToolCall
+from cairn.events.protocol import HEADINGS
 from cairn.events.state import SessionState, replay
 
 SEED = 20_261_202

@@ -28,10 +28,10 @@ from typing import Any
 from cairn.actors.session.handoff import decide_handoff
 from cairn.actors.session.request import AssembledRequest, assemble, request_event
 from cairn.actors.session.slimming import plan_micro, plan_snip
-from cairn.actors.session.tokens import TokenCounter, load_encoding
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter, load_encoding
 from cairn.bench import figure
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cairn.actors import Host, SessionSettings
+from cairn import Host, SessionSettings
 from cairn.actors.placement import on_one_cpu
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.bench import figure

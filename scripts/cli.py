@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 import msgspec
+
 from cairn import _console
 from cairn.events.codec import Record, decode_line
 from cairn.events.errors import CairnError, DecodeError, InputError, UnknownKind
@@ -394,8 +395,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     """What the session's next request would send, with local token counts per message and part."""
     from cairn.actors.session.request import assemble
-    from cairn.actors.session.tokens import TokenCounter
     from cairn.actors.session.view import HistoryView
+    from cairn.actors.tokens import TokenCounter
 
     with _open(args) as journal:
         if journal.last_seq(args.session) == 0:

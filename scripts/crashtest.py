@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+
 from cairn.events.codec import decode_envelope
 from cairn.events.errors import DecodeError
 from cairn.events.kinds import EventBase, SessionStarted, UserMessage

@@ -67,22 +67,23 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from cairn import _console
-from cairn.actors import Host, SessionSettings, WorkspaceTools, placement
+from rich.text import Text
+
+from cairn import Host, SessionSettings, WorkspaceTools, _console
+from cairn.actors import placement
 from cairn.actors.provider.base import Provider, ProviderRequest, TextDelta
 from cairn.actors.provider.config import ProviderConfigError
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import Outcome, Reply, ScriptedProvider, context_limit, http_error
 from cairn.actors.session.budget import budget_for
 from cairn.actors.session.profile import tools_json
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError
 from cairn.events.kinds import CheckpointCommitted, TurnFailed, Usage
 from cairn.events.model import TextPart, ToolCall
 from cairn.store.files import private_dir
 from cairn.store.segments import FsyncFn
-from rich.text import Text
 
 DEFAULT_SESSIONS = 8
 DEFAULT_TURNS = 12

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+
 from cairn.events.kinds import EventBase, ToolResult, UserMessage
 from cairn.events.model import BlobPart, ImagePart, Part, TextPart
 from cairn.store.errors import BlobError, UnexpectedEntry

@@ -45,6 +45,7 @@ from typing import Any
 
 import lmdb
 import msgspec
+
 from cairn.events.codec import GENESIS
 from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
 from cairn.store.errors import UnexpectedEntry

@@ -52,6 +52,7 @@ from typing import Any
 
 import lmdb
 import msgspec
+
 from cairn.events.codec import (
     GENESIS,
     SCHEMA_VERSION,

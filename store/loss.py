@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
+
 from cairn.store.errors import AcknowledgedDataMissing, UnexpectedEntry
 from cairn.store.files import open_file, read_file
 from cairn.store.index import Index, IndexMeta

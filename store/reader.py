@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+
 from cairn.events.codec import (
     Envelope,
     Record,

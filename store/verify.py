@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
+
 from cairn.events.codec import GENESIS
 from cairn.store.blobs import BlobStore, blob_refs
 from cairn.store.errors import UnexpectedEntry

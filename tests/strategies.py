@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from hypothesis import strategies as st
+
 from cairn.events.errors import InvalidEvent
 from cairn.events.kinds import (
     AssistantMessage,
@@ -44,7 +46,6 @@ from cairn.events.kinds import (
 )
 from cairn.events.model import BlobPart, ImagePart, Message, MessageMeta, Part, TextPart, ToolCall
 from cairn.store.blobs import BlobStore
-from hypothesis import strategies as st
 
 # JSON-safe text: any unicode except lone surrogates (which UTF-8 cannot carry).
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)

@@ -23,6 +23,7 @@ import contextlib
 from typing import Any
 
 import pykka
+
 from cairn.actors.compactor.errors import CompactionBlocked
 from cairn.actors.compactor.service import CompactionOutcome, CompactionRequest, Compactor
 

@@ -22,6 +22,7 @@ import posixpath
 from typing import Literal
 
 import msgspec
+
 from cairn.events.state import SessionState
 
 FAILURE_LIMIT = 3

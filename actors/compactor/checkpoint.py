@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Sequence
 
 import msgspec
+
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.errors import AuditMismatch
 from cairn.actors.compactor.fallback import plan_fallback
@@ -35,10 +36,10 @@ from cairn.actors.compactor.replacement import (
     retained_tail,
     summary_message,
 )
-from cairn.actors.session.slimming import marker_text
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import CheckpointCommitted
 from cairn.events.model import Message
+from cairn.events.protocol import marker_text
 from cairn.events.state import remove_tool_turns
 
 HANDOFF_ORIGIN = "handoff"

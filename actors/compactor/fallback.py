@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
+
 from cairn.actors.compactor.active_task import TASK_VERBATIM_CHARS
 from cairn.actors.compactor.errors import FallbackOverTarget
 from cairn.actors.compactor.replacement import SUPERSEDED_ORIGINS
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import MAX_REPLACEMENT_MESSAGES
 from cairn.events.model import Message, text_of, units
 

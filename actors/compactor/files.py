@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 import msgspec
+
 from cairn.actors.compactor.prompt import PromptFile, render_files
 from cairn.events.kinds import FileAccess
 from cairn.events.model import Message, MessageMeta

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import msgspec
+
 from cairn.events.kinds import Trigger
 
 

@@ -31,21 +31,12 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
-from cairn.events.model import Message, text_of
 
-HEADINGS: tuple[str, ...] = (
-    "Objective and constraints",
-    "Decisions and rationale",
-    "Workspace mutations",
-    "Verification evidence",
-    "Active tasks and background work",
-    "Open risks or blockers",
-    "Exact next action",
-)
+from cairn.events.model import Message, text_of
+from cairn.events.protocol import HEADINGS, RECORD_PREFIX
 
 #: origins of the summary messages that carry records in `meta.record`
 SUMMARY_ORIGINS = ("summary", "fallback-summary")
-RECORD_PREFIX = "EXACT CONTINUATION RECORD"
 NO_EVIDENCE_LINE = "- No evidence observed."
 MAX_RECORDS = 32
 MAX_RECORD_PAYLOAD = 2048

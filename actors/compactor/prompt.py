@@ -22,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
-from cairn.actors.compactor.ledger import HEADINGS, escape_headings
+
+from cairn.actors.compactor.ledger import escape_headings
 from cairn.events.model import BlobPart, ImagePart, Message, text_of, units
+from cairn.events.protocol import HEADINGS
 
 PROMPT_VERSION = "cairn-ledger-1"
 INITIAL_CHAR_CAP = 5000

@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import msgspec
-from cairn.actors.compactor.ledger import HEADINGS, missing_headings, summary_body
+
+from cairn.actors.compactor.ledger import missing_headings, summary_body
 from cairn.actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
 from cairn.actors.errors import describe_exception
 from cairn.actors.provider.base import (
@@ -47,6 +48,7 @@ from cairn.actors.provider.redact import adapter_secrets, clean_message
 from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
 from cairn.events.kinds import FailureReason
 from cairn.events.model import Message
+from cairn.events.protocol import HEADINGS
 
 MAX_CALLS = 3
 SUMMARY_MAX_OUTPUT_TOKENS = 8000

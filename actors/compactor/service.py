@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import msgspec
+
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
@@ -63,7 +64,7 @@ from cairn.actors.compactor.replacement import (
 from cairn.actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
 from cairn.actors.provider.base import Provider, UsageReport
 from cairn.actors.provider.retry import RetryPolicy
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
     CHECKPOINT_VERSION,
     MAX_REPLACEMENT_BYTES,

@@ -40,6 +40,7 @@ from typing import Any, get_args
 
 import msgspec
 import pykka
+
 from cairn.actors.errors import describe_exception
 from cairn.actors.provider.base import (
     Finished,

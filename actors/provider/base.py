@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Literal, Protocol
 
 import msgspec
+
 from cairn.events.errors import CairnError
 from cairn.events.kinds import ErrorClass
 from cairn.events.model import Message, ToolCall

@@ -31,6 +31,7 @@ import ssl
 from collections.abc import Callable
 
 import openai
+
 from cairn.actors.provider.base import ProviderFailure, is_context_limit, is_retryable_status
 from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream
 from cairn.actors.provider.retry import parse_retry_after

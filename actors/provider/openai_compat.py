@@ -42,6 +42,7 @@ from types import TracebackType
 from typing import Any, cast
 
 import openai
+
 from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
 from cairn.actors.provider.chat_errors import scrubber, to_failure
 from cairn.actors.provider.chat_messages import ToolSchemaError, to_chat_messages, to_chat_tools

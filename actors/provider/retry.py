@@ -47,6 +47,7 @@ from email.utils import parsedate_to_datetime
 from typing import Literal
 
 import msgspec
+
 from cairn.events.errors import InputError
 
 #: C5: the waits before the second and the third call, in milliseconds

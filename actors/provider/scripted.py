@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 import msgspec
-from cairn.actors.compactor.ledger import HEADINGS, RECORD_PREFIX
+
 from cairn.actors.provider.base import (
     Finished,
     ProviderFailure,
@@ -57,6 +57,7 @@ from cairn.actors.provider.base import (
 )
 from cairn.events.kinds import ErrorClass
 from cairn.events.model import Message, ToolCall, text_of
+from cairn.events.protocol import HEADINGS, RECORD_PREFIX
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pykka
+
 from cairn.actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.gates import manual_compaction_due, shrink_gate
@@ -85,7 +86,6 @@ from cairn.actors.session.request import AssembledRequest, assemble, request_eve
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.slimming import SlimPlan, apply_plan, plan_micro, plan_snip, read_only_tools
 from cairn.actors.session.stream import Turn, TurnResult, TurnStatus
-from cairn.actors.session.tokens import Encoding, TokenCounter
 from cairn.actors.session.tracker import Occupancy, occupancy
 from cairn.actors.session.turn import (
     VERDICT_NOTES,
@@ -105,6 +105,7 @@ from cairn.actors.session.turn import (
     unique_calls,
 )
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import Encoding, TokenCounter
 from cairn.actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent

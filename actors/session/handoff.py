@@ -43,6 +43,7 @@ import unicodedata
 from typing import Literal
 
 import msgspec
+
 from cairn.actors.session.budget import BudgetSnapshot, thresholds
 from cairn.events.errors import InputError
 from cairn.events.kinds import HANDOFF_VERSION, EventBase, Handoff

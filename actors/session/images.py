@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 import msgspec
+
 from cairn.events.errors import CairnError
 from cairn.events.model import BlobPart, ImagePart, Message, Part
 

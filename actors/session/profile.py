@@ -14,7 +14,8 @@ import functools
 import hashlib
 
 import msgspec
-from cairn.actors.session.tokens import TokenCounter
+
+from cairn.actors.tokens import TokenCounter
 from cairn.events.model import Message
 from cairn.events.state import SessionInfo
 

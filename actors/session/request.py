@@ -15,6 +15,7 @@ baseline the next projection starts from (P3, P6).
 from __future__ import annotations
 
 import msgspec
+
 from cairn.actors.session.budget import BudgetSnapshot
 from cairn.actors.session.tracker import Occupancy, Projection, occupancy
 from cairn.actors.session.view import HistoryView

@@ -9,6 +9,7 @@ other defaults does not change a running conversation.
 from __future__ import annotations
 
 import msgspec
+
 from cairn.events.kinds import SessionStarted
 
 

@@ -37,11 +37,13 @@ Rules:
 from __future__ import annotations
 
 import msgspec
+
 from cairn.actors.session.tracker import Occupancy
 from cairn.actors.session.view import HistoryView, TurnEntry
 from cairn.events.codec import Record
 from cairn.events.kinds import ContextSlimmed, SlimMode
 from cairn.events.model import Message, MessageMeta
+from cairn.events.protocol import marker_text
 from cairn.events.state import SessionInfo, SessionState, evolve
 
 #: S2: tools read-only by default, when the host declares none
@@ -62,15 +64,6 @@ def read_only_tools(info: SessionInfo | None) -> frozenset[str]:
     """S2: the tools the host declares read-only, or the default names."""
     names = info.read_only_tools if info is not None else None
     return frozenset(DEFAULT_READ_ONLY_TOOLS if names is None else names)
-
-
-def marker_text(count: int) -> str:
-    """S1: the system marker that stands where snipped tool interactions were."""
-    noun = "interaction was" if count == 1 else "interactions were"
-    return (
-        f"[{count} earlier tool {noun} snipped from this conversation to save context. "
-        "Their output is no longer shown; run a tool again if you need it.]"
-    )
 
 
 class SlimPlan(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Literal
 
 import msgspec
+
 from cairn.actors.errors import TurnTimeout
 from cairn.actors.provider.base import ReasoningDelta, TextDelta
 from cairn.events.codec import Record

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
+
 from cairn.events.model import BlobPart, ImagePart, Message, Part, TextPart
 
 #: X1: a result longer than this shows only the preview

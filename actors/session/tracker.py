@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+
 from cairn.actors.session.budget import BudgetSnapshot, budget_for, snapshot
 from cairn.actors.session.handoff import EpochHandoff, epoch_handoff, handoff_message
 from cairn.actors.session.profile import RequestProfile, profile_of

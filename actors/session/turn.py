@@ -40,15 +40,16 @@ from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
+
 from cairn.actors.compactor.checkpoint import source_hash
 from cairn.actors.compactor.gates import shrink_gate
 from cairn.actors.provider.base import UsageReport, is_context_limit
 from cairn.actors.session.settings import SessionSettings, session_started
 from cairn.actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
-from cairn.actors.session.tokens import TokenCounter
 from cairn.actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
 from cairn.actors.session.tracker import Occupancy
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter
 from cairn.actors.tools import ToolOutcome
 from cairn.events.kinds import (
     CHECKPOINT_VERSION,

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cairn.actors.session.tokens import TokenCounter
 from cairn.actors.session.tool_budget import TurnBudgets
+from cairn.actors.tokens import TokenCounter
 from cairn.events.model import Message, ToolTurn
 from cairn.events.state import SessionState
 

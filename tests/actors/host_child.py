@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 
 import msgspec
-from cairn.events.codec import Record
 
+from cairn.events.codec import Record
 from tests.actors.helpers import SETTINGS, Clock, open_host, scripted
 
 _out_lock = threading.Lock()

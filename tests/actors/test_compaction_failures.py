@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed, Request, TurnFailed
-
 from tests.actors.helpers import SETTINGS, WAIT, Agent, Seed, open_host, reopen_and_compare, words
 from tests.compactor.builders import C7_HEADINGS
 

@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from cairn.events.kinds import TurnFailed
 from cairn.store import verify_store
-
 from tests.actors.helpers import WAIT, open_host, scripted
 from tests.actors.host_child import content_hash
 

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from cairn import cli, demo
 from cairn.actors import placement
 from cairn.store import verify_store

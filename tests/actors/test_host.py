@@ -6,7 +6,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from cairn.actors import Host
+
+from cairn import Host
 from cairn.actors.compactor.errors import CompactionBlocked
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
@@ -14,7 +15,7 @@ from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.actors.session import actor as session_actor
 from cairn.actors.session.stream import Turn
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
 from cairn.events.kinds import (
     CheckpointCommitted,
@@ -25,7 +26,6 @@ from cairn.events.kinds import (
     UserMessage,
 )
 from cairn.events.model import TextPart, ToolCall
-
 from tests.actors.helpers import (
     SETTINGS,
     WAIT,
@@ -355,7 +355,7 @@ def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter
     workspace.mkdir()
     script = textwrap.dedent(f"""
         import gc
-        from cairn.actors import Host
+        from cairn import Host
         host = Host.open({str(tmp_path / "store")!r}, sweep=False)  # no sweeper thread holds it
         result = host.send("dropped", "hello", workspace={str(workspace)!r}).result(timeout=60)
         assert result.status == "completed", result

@@ -18,8 +18,8 @@ import traceback
 from pathlib import Path
 
 import pytest
-from cairn.store.errors import StorageFailed
 
+from cairn.store.errors import StorageFailed
 from tests.actors.helpers import WAIT, GatedTools, open_host, scripted
 
 

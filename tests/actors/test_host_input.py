@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn.actors.session.settings import SessionSettings
 from cairn.events.errors import InputError
 from cairn.events.model import ImagePart, TextPart
-
 from tests.actors.helpers import WAIT, open_host, scripted
 
 

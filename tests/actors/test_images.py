@@ -7,12 +7,12 @@ import random
 from pathlib import Path
 
 import pytest
+
 from cairn.actors.provider.scripted import Reply
 from cairn.cli import main as cairn
 from cairn.events.errors import InputError
 from cairn.events.kinds import UserMessage
 from cairn.events.model import BlobPart, ImagePart, TextPart
-
 from tests.actors.helpers import WAIT, open_host, reopen_and_compare, scripted
 
 

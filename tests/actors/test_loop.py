@@ -13,19 +13,19 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.session import actor as session_actor
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.slimming import apply_plan, plan_snip
-from cairn.actors.session.tokens import TokenCounter
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter
 from cairn.events.errors import LineTooLarge
 from cairn.events.kinds import CheckpointCommitted, ContextSlimmed, Handoff, Request
 from cairn.events.state import SessionState, replay
 from cairn.store import Journal
-
 from tests.actors.helpers import (
     WAIT,
     Clock,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from cairn.actors.session.stream import Turn
 from cairn.events.state import SessionState
-
 from tests.actors.helpers import WAIT, open_host, scripted
 
 SESSIONS = 1_000

@@ -8,6 +8,7 @@ import sys
 import threading
 
 import pytest
+
 from cairn.actors import placement
 from cairn.actors.placement import PlacementError, choose_cpu, parse_setting
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from cairn.actors.provider.scripted import Fail, FailAfter, context_limit, empty_reply, http_error
-from cairn.store import verify_store
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from cairn.actors.provider.scripted import Fail, FailAfter, context_limit, empty_reply, http_error
+from cairn.store import verify_store
 from tests.actors.helpers import WAIT, open_host, reopen_and_compare, scripted
 
 TURN_TROUBLE = st.sampled_from([

@@ -7,6 +7,7 @@ from typing import Any
 
 import pykka
 import pytest
+
 from cairn.actors.provider.actor import ProviderActor, ProviderDone, ProviderFailed, ProviderItem, StreamJob
 from cairn.actors.provider.base import (
     Finished,

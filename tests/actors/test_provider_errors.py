@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn.actors.provider.base import (
     ProviderFailure,
     ProviderOutput,
@@ -24,7 +25,6 @@ from cairn.actors.provider.base import (
 from cairn.actors.provider.redact import redact
 from cairn.events.kinds import ProviderError, TurnFailed
 from cairn.events.model import TextPart, ToolCall
-
 from tests.actors.helpers import WAIT, open_host
 
 SECRET = "sk-proj-abc123def456ghi789"

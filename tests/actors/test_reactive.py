@@ -6,20 +6,20 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.actors.compactor.checkpoint import source_hash, verify_checkpoint
 from cairn.actors.compactor.errors import AuditMismatch
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Fail, FailAfter, Reply, context_limit, http_error
 from cairn.actors.session.slimming import apply_plan
-from cairn.actors.session.tokens import TokenCounter
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.turn import reactive_snip
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed, ProviderError, Request, TurnFailed
 from cairn.events.model import ToolCall
 from cairn.events.state import replay
-
 from tests.actors.helpers import WAIT, Seed, kinds, open_host, reopen_and_compare, scripted
 
 

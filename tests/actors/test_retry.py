@@ -8,7 +8,6 @@ from pathlib import Path
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.provider.scripted import Fail, FailAfter, Reply, http_error
 from cairn.events.kinds import CheckpointCommitted, ProviderError, Request, TurnFailed
-
 from tests.actors.helpers import WAIT, Seed, open_host, reopen_and_compare, scripted
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn.actors.provider.scripted import Reply
 from cairn.actors.session import actor as session_actor
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import FileAccess, ToolResult
 from cairn.events.model import BlobPart, ImagePart, Part, TextPart, ToolCall
-
 from tests.actors.helpers import WAIT, open_host, reopen_and_compare, scripted
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from cairn.actors.tools import ToolInvocation, ToolOutcome, WorkspaceTools
 from cairn.events.kinds import FileAccess
 from cairn.events.model import ToolCall

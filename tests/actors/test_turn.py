@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.turn import (
@@ -30,7 +31,6 @@ from cairn.events.kinds import (
 )
 from cairn.events.model import Message, TextPart, ToolCall
 from cairn.events.state import SessionState, replay
-
 from tests.session.builders import Session, new_view
 
 

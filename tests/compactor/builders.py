@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
 from cairn.actors.compactor.service import FileReader
 from cairn.actors.provider.scripted import Outcome, ScriptedProvider
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from cairn.actors.compactor.active_task import active_task_message, clip_task, task_text
 from cairn.events.kinds import OpenTurn
-
 from tests.compactor.builders import coding_session, compactor, request, text
 
 

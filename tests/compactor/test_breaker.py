@@ -5,7 +5,6 @@ from __future__ import annotations
 from cairn.actors.compactor import CompactionConfig, breaker_view, normalize_workspace
 from cairn.actors.provider.scripted import Auto, Reply
 from cairn.events.kinds import CompactionFailed
-
 from tests.compactor.builders import Log, coding_session, compactor, fold, ledger, request
 
 BLOATED = ledger(padding=15000)

@@ -6,6 +6,7 @@ import json
 
 import crc32c
 import pytest
+
 from cairn.actors.compactor import AuditMismatch, rederive_replacement, source_hash, verify_checkpoint
 from cairn.actors.provider.scripted import http_error
 from cairn.events.codec import GENESIS, Record, decode_line, encode_line
@@ -13,7 +14,6 @@ from cairn.events.errors import InputError, MalformedEvent, UnsupportedVersion
 from cairn.events.kinds import CheckpointCommitted
 from cairn.events.model import Message
 from cairn.events.state import replay
-
 from tests.compactor.builders import COUNTER, coding_session, compactor, replace, request
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.compactor.active_task import active_task_message
 from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.ledger import ExactRecord
 from cairn.actors.compactor.replacement import FALLBACK_NOTICE, fallback_summary_message
 from cairn.actors.provider.scripted import http_error
 from cairn.events.model import Message, ToolCall
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.compactor.builders import COUNTER, Log, coding_session, compactor, request, text
 
 

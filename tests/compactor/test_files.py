@@ -6,7 +6,6 @@ import os
 
 from cairn.actors.compactor.files import files_message, plan_restoration, read_recent_files
 from cairn.events.kinds import FileAccess
-
 from tests.compactor.builders import Log, compactor, request, text
 
 

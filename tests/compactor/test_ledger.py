@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.compactor.ledger import (
     NO_EVIDENCE_LINE,
     ExactRecord,
@@ -11,9 +14,6 @@ from cairn.actors.compactor.ledger import (
     rebuild_ledger,
 )
 from cairn.actors.provider.scripted import Reply, context_limit
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.compactor.builders import C7_HEADINGS, Log, compactor, request, text
 
 

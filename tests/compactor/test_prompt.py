@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
+
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.prompt import (
     INITIAL_CHAR_CAP,
@@ -18,7 +19,6 @@ from cairn.actors.compactor.prompt import (
 from cairn.actors.provider.scripted import context_limit
 from cairn.events.kinds import FileAccess
 from cairn.events.model import ImagePart, Message, TextPart, text_of, units
-
 from tests.compactor.builders import C7_HEADINGS, Log, coding_session, compactor, request
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cairn.actors.compactor.ledger import summary_body
 from cairn.actors.compactor.prompt import PromptShape, build_prompt
 from cairn.actors.provider.base import ProviderFailure, ProviderRequest, complete, is_context_limit
@@ -13,7 +14,6 @@ from cairn.actors.provider.scripted import (
     empty_reply,
     http_error,
 )
-
 from tests.compactor.builders import C7_HEADINGS, coding_session
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairn.actors.compactor import (
     CompactionBlocked,
     Compactor,
@@ -16,9 +19,6 @@ from cairn.actors.provider.base import UsageReport
 from cairn.actors.provider.scripted import Reply, empty_reply, http_error, network_error
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed, FileAccess
 from cairn.events.model import Message, MessageMeta, text_of
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.compactor.builders import (
     COUNTER,
     Log,

@@ -6,6 +6,9 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.events.codec import (
     GENESIS,
     MAX_LINE_BYTES,
@@ -29,9 +32,6 @@ from cairn.events.errors import (
 )
 from cairn.events.kinds import CheckpointCommitted, Usage, UserMessage
 from cairn.events.model import Message, TextPart
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.strategies import events as event_strategies
 
 

@@ -12,6 +12,7 @@ import json
 import crc32c
 import msgspec
 import pytest
+
 from cairn.events.codec import GENESIS, checked_body, decode_line, encode_line, validate_session_id
 from cairn.events.errors import InvalidEvent, InvalidSessionId, MalformedEvent
 from cairn.events.kinds import Handoff, TurnStarted, Usage, UserMessage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from cairn.events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall, shape_problem
 
 

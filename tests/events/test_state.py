@@ -5,6 +5,9 @@ from __future__ import annotations
 from functools import reduce
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,
@@ -23,8 +26,6 @@ from cairn.events.kinds import (
 )
 from cairn.events.model import Message, TextPart, ToolCall
 from cairn.events.state import SessionState, carried_for_checkpoint, evolve, replay
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 class Log:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from cairn.actors.provider.config import OpenAIConfig
 from cairn.actors.provider.openai_compat import OpenAIProvider
-
 from tests.provider.chat_server import ChatServer
 
 #: a key that must never show up anywhere but the Authorization header

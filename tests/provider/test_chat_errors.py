@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from cairn.actors.provider.chat_errors import REDACTED, scrubber, status_class, to_failure
-from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cairn.actors.provider.chat_errors import REDACTED, scrubber, status_class, to_failure
+from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream
 
 #: R1's phrase list, stated literally (not the module's tuple, so a dropped phrase fails)
 R1_PHRASES = (

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.provider.chat_messages import (
     ToolSchemaError,
     to_chat_message,
@@ -21,9 +24,6 @@ from cairn.events.model import (
     TextPart,
     ToolCall,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests import strategies
 
 SHA = "ab" * 32

@@ -7,6 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.provider.base import (
     Finished,
     ProviderOutput,
@@ -17,9 +20,6 @@ from cairn.actors.provider.base import (
 )
 from cairn.actors.provider.chat_stream import ChunkAssembler, MalformedChunk, TruncatedStream, usage_report
 from cairn.events.model import ToolCall
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.provider.chat_server import call_more, call_start, chunk, usage_chunk
 
 

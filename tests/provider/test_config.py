@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from cairn.actors.provider.config import NO_KEY, OpenAIConfig, ProviderConfigError
 from cairn.events.errors import InputError
 

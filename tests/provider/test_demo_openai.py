@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn import cli, demo
 from cairn.store import verify_store
-
 from tests.provider.chat_server import ChatServer, Received, Reply, Sse, call_start, chunk, usage_chunk
 from tests.provider.conftest import SECRET_KEY
 

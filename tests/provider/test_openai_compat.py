@@ -10,6 +10,7 @@ import time
 import traceback
 
 import pytest
+
 from cairn.actors.compactor import CompactionConfig, Compactor
 from cairn.actors.provider.base import (
     Finished,
@@ -27,7 +28,6 @@ from cairn.actors.provider.openai_compat import OpenAIProvider, provider_from_en
 from cairn.actors.session.tracker import provider_floor
 from cairn.events.kinds import Usage
 from cairn.events.model import ImagePart, Message, MessageMeta, TextPart, ToolCall
-
 from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import (
     ChatServer,

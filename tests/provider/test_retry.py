@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from cairn.actors.provider.retry import RetryPolicy, decide_retry, parse_retry_after
-from cairn.events.errors import InputError
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cairn.actors.provider.retry import RetryPolicy, decide_retry, parse_retry_after
+from cairn.events.errors import InputError
 
 POLICY = RetryPolicy()
 NOW_MS = 1_445_412_473_000  # Wed, 21 Oct 2015 07:27:53 GMT

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cairn.actors import Host, SessionSettings, WorkspaceTools
+
+from cairn import Host, SessionSettings, WorkspaceTools
 from cairn.actors.compactor import Compactor
 from cairn.actors.provider.base import ProviderFailure, ProviderRequest
 from cairn.actors.provider.config import OpenAIConfig
@@ -22,7 +23,6 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.events.kinds import ProviderError, Request, TurnFailed
 from cairn.events.model import Message
-
 from tests.actors.helpers import START_MS, WAIT, Clock, reopen_and_compare
 from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import ChatServer, Error, api_error, text_reply

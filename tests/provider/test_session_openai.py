@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cairn import cli
-from cairn.actors import Host, SessionSettings, WorkspaceTools
+
+from cairn import Host, SessionSettings, WorkspaceTools, cli
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.openai_compat import OpenAIProvider
-from cairn.actors.session.tokens import TokenCounter
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
@@ -29,7 +29,6 @@ from cairn.events.kinds import (
     TurnFailed,
     Usage,
 )
-
 from tests.actors.helpers import WAIT, Clock, reopen_and_compare, words
 from tests.provider.chat_server import (
     ChatServer,

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cairn.actors import Host, SessionSettings, WorkspaceTools
+
+from cairn import Host, SessionSettings, WorkspaceTools
 from cairn.actors.provider.config import OpenAIConfig
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed
-
 from tests.actors.helpers import WAIT, Clock, reopen_and_compare, words
 from tests.provider.chat_server import ChatServer, Received, Reply, api_error, text_reply
 from tests.provider.conftest import SECRET_KEY

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cairn.cli import main
 from cairn.events.kinds import (
     AssistantMessage,
@@ -135,6 +136,7 @@ def test_context_shows_the_next_request_with_token_counts(store, capsys):
 def _forge_line(store: Path, sid: str, seq: int, kind: str, body: dict) -> None:
     """Append a line the way a newer cairn would write it: valid frame, crc and chain."""
     import crc32c
+
     from cairn.events.codec import chain_digest, decode_envelope
 
     segment = sorted((store / "log").glob("*.jsonl"))[-1]

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from cairn import cli
 from cairn.events.kinds import SessionStarted, TurnStarted, UserMessage
 from cairn.events.model import TextPart

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cairn import cli, demo
 
+from cairn import cli, demo
 from tests.provider.chat_server import ChatServer, Received, Reply, text_reply
 from tests.provider.conftest import SECRET_KEY
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cairn import cli, demo
-from cairn.actors import Host
+
+from cairn import Host, cli, demo
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import EVENT_TYPES

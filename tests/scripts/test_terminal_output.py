@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 import pytest
+
 from cairn import _console, cli, demo
 from cairn.events.kinds import (
     AssistantMessage,

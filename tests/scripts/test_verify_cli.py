@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from cairn.cli import main
 from cairn.store import Journal, StorageError
-
 from tests.store.helpers import fill, msg
 
 ROOT = Path(__file__).resolve().parents[2]

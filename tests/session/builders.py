@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cairn.actors.session.request import assemble, request_event
-from cairn.actors.session.tokens import TokenCounter
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,

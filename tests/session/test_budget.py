@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.budget import (
     budget_for,
     input_budget,
@@ -10,8 +13,6 @@ from cairn.actors.session.budget import (
     snapshot,
     thresholds,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 PHASE_ORDER = {"below_handoff": 0, "handoff_band": 1, "compaction_due": 2}
 

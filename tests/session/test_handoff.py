@@ -6,6 +6,9 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.budget import budget_for, snapshot, thresholds
 from cairn.actors.session.handoff import (
     HandoffRecord,
@@ -26,9 +29,6 @@ from cairn.actors.session.request import assemble, request_event
 from cairn.actors.session.tracker import occupancy
 from cairn.events.kinds import Handoff, UserMessage
 from cairn.events.model import Message, TextPart
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import Session, new_view, summary_message
 
 FIELDS = [

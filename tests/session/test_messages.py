@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.view import HistoryView
 from cairn.events.model import (
     IMAGE_PLACEHOLDER,
@@ -16,9 +19,6 @@ from cairn.events.model import (
     units,
 )
 from cairn.events.state import SessionState
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import counter
 
 

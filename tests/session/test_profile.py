@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import msgspec
+
 from cairn.actors.session.profile import fingerprint, profile_of, system_messages, tools_json
 from cairn.events.state import SessionInfo
-
 from tests.session.builders import counter
 
 TOOLS = ('{"name":"read","parameters":{"type":"object"}}', '{"name":"edit","parameters":{}}')

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+
 from cairn.actors.session.handoff import decide_handoff
 from cairn.actors.session.request import assemble, request_event
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.session.tracker import occupancy
-
 from tests.session.builders import Session, new_view
 
 

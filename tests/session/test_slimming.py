@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.slimming import (
     DEFAULT_READ_ONLY_TOOLS,
     apply_plan,
     candidates,
-    marker_text,
     micro_due,
     plan_micro,
     plan_snip,
@@ -17,10 +19,8 @@ from cairn.actors.session.slimming import (
 from cairn.actors.session.tracker import occupancy
 from cairn.events.kinds import ToolResult
 from cairn.events.model import Message, TextPart, tool_turns
+from cairn.events.protocol import marker_text
 from cairn.events.state import SessionState, replay
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import Session, new_view
 
 

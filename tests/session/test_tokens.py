@@ -7,16 +7,16 @@ import subprocess
 import sys
 import textwrap
 
-from cairn.actors.session.tokens import TokenCounter, load_encoding
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter, load_encoding
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import ToolResult
 from cairn.events.model import ImagePart, Message, TextPart, ToolCall
 from cairn.events.state import SessionState, evolve
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import Session, counter
 
 
@@ -99,7 +99,7 @@ def test_T2_encoder_loads_offline_with_an_empty_cache_and_no_network(tmp_path) -
         socket.socket = refuse
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
-        from cairn.actors.session.tokens import TokenCounter, load_encoding
+        from cairn.actors.tokens import TokenCounter, load_encoding
         assert load_encoding("cl100k_base") is load_encoding()
         print(TokenCounter().text("hello world"))
         """

@@ -10,7 +10,6 @@ from cairn.actors.session.request import assemble
 from cairn.actors.session.tool_budget import render_context, render_result, render_turn
 from cairn.events.model import BlobPart, ImagePart, Message, MessageMeta, TextPart, ToolCall
 from cairn.events.state import replay
-
 from tests.session.builders import Session, new_view
 
 SHA = "9f" * 32

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.slimming import plan_snip
 from cairn.actors.session.tracker import baseline_of, occupancy, project, provider_floor
 from cairn.events.kinds import ContextSlimmed, Usage
 from cairn.events.model import Message
 from cairn.events.state import SessionState, evolve, replay
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import Session, new_view, summary_message
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.session.view import HistoryView
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import AssistantMessage, ContextSlimmed, EventBase, ToolResult, UserMessage
 from cairn.events.model import BlobPart, TextPart, ToolCall, tool_turns
 from cairn.events.state import SessionState, evolve
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.session.builders import counter, new_view, summary_message
 
 _sizes = st.sampled_from([0, 10, 1_000, 60_000, 100_001])

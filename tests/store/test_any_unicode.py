@@ -19,14 +19,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from cairn.events.codec import decode_line
 from cairn.events.errors import CairnError, InputError, InvalidEvent
 from cairn.events.kinds import EventBase
 from cairn.store import Journal, verify_store
 from cairn.store.segments import list_segments
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.strategies import HOSTILE_KIND_STRATEGIES, put_known_blobs
 
 EXAMPLES = int(os.environ.get("CAIRN_ANY_UNICODE_EXAMPLES", "40"))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.events.errors import InputError, InvalidEvent, InvalidSessionId
 from cairn.events.kinds import (
     AssistantMessage,
@@ -36,7 +37,6 @@ from cairn.events.kinds import (
 )
 from cairn.events.model import BlobPart, Message, TextPart, ToolCall
 from cairn.store import Journal, verify_store
-
 from tests.store.helpers import segment_files, started
 
 

@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+
 from cairn.events.kinds import ToolResult, UserMessage
 from cairn.events.model import BlobPart, ImagePart, TextPart
 from cairn.store import Journal, verify_store
 from cairn.store.blobs import BLOB_THRESHOLD, PREVIEW_CHARS
 from cairn.store.errors import BlobError
-
 from tests.store.helpers import started
 
 

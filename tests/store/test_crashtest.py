@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cairn.store import verify_store
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "crashtest.py"
@@ -32,7 +33,6 @@ def test_crashtest_fails_when_an_invariant_breaks(tmp_path: Path) -> None:
     """The harness is not vacuous: an acknowledged event that vanished is reported."""
     from cairn.crashtest import Campaign, check
     from cairn.store import Journal
-
     from tests.store.helpers import fill
 
     store = tmp_path / "store"
@@ -48,7 +48,6 @@ def test_crashtest_fails_when_acknowledged_bytes_are_gone(tmp_path: Path) -> Non
     """Damage that reached acknowledged bytes fails the round: the writer refuses, and the harness says so."""
     from cairn.crashtest import Campaign, check
     from cairn.store import Journal
-
     from tests.store.helpers import fill, segment_files
 
     store = tmp_path / "store"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from cairn.store import Journal, index_dump, reindex
 from cairn.store.index import SessionSummary, _encoder, _Head
-
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 

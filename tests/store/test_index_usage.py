@@ -14,10 +14,10 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
+
 from cairn import cli
 from cairn.events.kinds import AssistantMessage, Usage
 from cairn.store import Journal, index_dump, reindex
-
 from tests.store.helpers import started
 
 

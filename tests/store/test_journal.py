@@ -8,13 +8,13 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+
 from cairn.events.codec import GENESIS, MAX_LINE_BYTES, chain_digest, decode_line
 from cairn.events.errors import InvalidEvent, InvalidSessionId, LineTooLarge
 from cairn.events.kinds import AssistantMessage, TurnStarted, UserMessage
 from cairn.events.state import replay
 from cairn.store import Journal, SeqConflict, StoreClosed, StoreLocked
 from cairn.store.errors import ReadOnlyStore
-
 from tests.store.helpers import checkpoint, fill, msg, segment_files, started, usage
 
 
@@ -277,6 +277,7 @@ def test_load_equals_replay_full_with_checkpoints(journal: Journal) -> None:
 def test_an_lmdb_disk_error_at_open_is_a_typed_storage_failure(tmp_path: Path, monkeypatch) -> None:
     """A full disk reaches the index as lmdb.DiskError (not an OSError): open fails typed, lock released."""
     import lmdb
+
     from cairn.store import StorageFailed
     from cairn.store.index import Index
 

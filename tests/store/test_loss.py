@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
 from cairn.events.codec import GENESIS, encode_line
 from cairn.store import CorruptionError, Journal, StorageError, StoreLocked, reindex, verify_store
-
 from tests.store.helpers import fill, msg
 
 # The names this issue adds are imported where they are used, so that every test here runs (and fails for

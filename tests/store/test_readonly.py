@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cairn.events.codec import decode_line
 from cairn.store import CorruptionError, Journal
-
 from tests.store.helpers import checkpoint, fill, msg, segment_files, started
 
 SEGMENT_BYTES = 1_500

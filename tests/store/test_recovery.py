@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from cairn.events.codec import GENESIS, decode_line, encode_line
 from cairn.store import CorruptionError, Journal, StorageFailed, index_dump, reindex, verify_store
 from cairn.store.errors import AcknowledgedDataMissing
-
 from tests.store.helpers import fill, msg, segment_files, started
 
 

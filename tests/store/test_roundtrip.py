@@ -9,14 +9,14 @@ from pathlib import Path
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairn.events.codec import decode_envelope, decode_line
 from cairn.events.errors import UnknownKind
 from cairn.events.kinds import KINDS, EventBase
 from cairn.store import Journal, verify_store
 from cairn.store.reader import iter_records
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.fixtures.make_golden import BASE_TS, SID, golden_events
 from tests.strategies import KIND_STRATEGIES, events, put_known_blobs
 

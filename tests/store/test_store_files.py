@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cairn.store import Journal, StorageError, reindex, verify_store
 
+from cairn.store import Journal, StorageError, reindex, verify_store
 from tests.store.helpers import fill, msg, started
 
 SEGMENT = "00000000000000000000.jsonl"

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 from cairn.store import Journal, verify_store
-
 from tests.store.helpers import fill, msg
 
 CLOCK = 1_700_000_000_000

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import msgspec
+
 from cairn.events.model import BlobPart, ImagePart, Message, TextPart
 
 MESSAGE_OVERHEAD = 4
