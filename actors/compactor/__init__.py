@@ -1,6 +1,6 @@
 """The compactor: verified replacements of an over-full history (CONTEXT-RULES C, F, K, W)."""
 
-from cairn.actors.compactor.breaker import BreakerView, breaker_view, normalize_workspace
+from cairn.actors.compactor.breaker import BreakerView, breaker_view
 from cairn.actors.compactor.checkpoint import (
     rederive_replacement,
     source_hash,
@@ -37,7 +37,6 @@ __all__ = [
     "breaker_view",
     "effect_target",
     "manual_compaction_due",
-    "normalize_workspace",
     "rederive_replacement",
     "source_hash",
     "strip_handoff",

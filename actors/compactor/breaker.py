@@ -1,9 +1,10 @@
 """The compaction circuit breaker (C4): closed, open or half-open, derived from the log.
 
-The breaker of a (normalized workspace, session) pair is not kept in memory:
-its consecutive-failure count and the time of the last failure come from the
-session's `compaction-failed` events (folded into `SessionState.carried`, and
-carried through every checkpoint), so it survives restarts and passivation.
+The breaker of a (workspace, session) pair (the workspace compared by
+`breaker_key`) is not kept in memory: its consecutive-failure count and the
+time of the last failure come from the session's `compaction-failed` events
+(folded into `SessionState.carried`, and carried through every checkpoint),
+so it survives restarts and passivation.
 
 | failures | since the last failure | state     | the LLM is              |
 |----------|------------------------|-----------|-------------------------|
@@ -45,8 +46,14 @@ class BreakerView(msgspec.Struct, frozen=True):
         return self.mode != "open"
 
 
-def normalize_workspace(workspace: str) -> str:
-    """The breaker's workspace key: absolute-looking, `.`/`..`/`//` folded (`/x/.` is `/x`)."""
+def breaker_key(workspace: str) -> str:
+    """The workspace half of a breaker's key: `\\` read as `/`, then `.`/`..`/`//` folded
+    lexically (`/x/.` is `/x`); never made absolute, never resolved on disk.
+
+    Unlike the host's normalization of a workspace (made absolute against
+    the process's current directory), this is pure: the key is compared only
+    with the key of the workspace the session recorded, so it must not
+    depend on where the process runs."""
     if not workspace:
         return ""
     return posixpath.normpath(workspace.replace("\\", "/"))
@@ -61,8 +68,8 @@ def breaker_view(
     limit: int = FAILURE_LIMIT,
 ) -> BreakerView:
     """C4: the breaker for compacting `state`'s session under `workspace` at `now_ms`."""
-    key = normalize_workspace(workspace)
-    own = normalize_workspace(state.info.workspace) if state.info is not None else key
+    key = breaker_key(workspace)
+    own = breaker_key(state.info.workspace) if state.info is not None else key
     failures = state.carried.compaction_failures if own == key else 0
     last = state.carried.last_compaction_failure_ts if own == key else None
     mode: BreakerMode = "closed"
