@@ -1,24 +1,25 @@
 """The compaction service (C1-C12): decide a verified replacement and the events that record it.
 
-`Compactor.compact(request)` is a decision, not an effect: it returns the
-events the session must persist (any `compaction-failed`, then the
-`checkpoint-committed`) and never writes the log. Its steps, in order:
+`Compactor.compact(request)` returns the events the session must persist
+(any `compaction-failed`, then the `checkpoint-committed`) and never writes
+the log. Its steps, in order:
 
-1. C1: strip the hand-off; count the source.
+1. C1: strip the hand-off; count the source. With C4's breaker (keyed by
+   the session and the `breaker_key` of the workspace), C10's target,
+   C11's active task and C8's records (from the full source), this is the
+   `Basis` both strategies work from.
 2. C2/C3: the pre-compaction hook may block (`CompactionBlocked`, not a
    failure for the breaker).
-3. C4: the breaker of (normalized workspace, session); an open breaker skips
-   the model.
-4. C10 target; C11 active task; C8 records (from the full source).
-5. LLM path: restore recent files (W), sample the summary (C5-C7, C12),
-   rebuild the ledger (C8), assemble (C9), pass the effect gate (C10 plus
-   minimum progress, and K1's message and byte limits, so a checkpoint is
-   never refused on write). Any failure is one `compaction-failed` event and the
-   breaker's count goes up.
-6. Otherwise the deterministic fallback (F1-F5), built for at most 90 % of
-   the source (`gates.fallback_target`). If it still saves under 10 % (the
-   notice and the task alone are that large), nothing is committed:
-   `CompactionIneffective` carries the
+3. C4: an open breaker skips the model. Otherwise the LLM path: restore
+   recent files (W), sample the summary (C5-C7, C12), and judge it into a
+   `Choice` (`choice.llm_choice`: C8 ledger, C9 assembly, the C10 effect
+   gate with minimum progress, K1's limits). A choice that passes is
+   committed, and resets the breaker.
+4. Otherwise its failure is one `compaction-failed` event (the breaker's
+   count goes up) and the deterministic fallback (F1-F5) is judged
+   (`choice.fallback_choice`), built for at most 90 % of the source. If it
+   still saves under 10 % (the notice and the task alone are that large),
+   nothing is committed: `CompactionIneffective` carries the
    `compaction-failed` events (the LLM path's, then the fallback's
    `insufficient-reduction`) for the session to persist before it fails the
    turn (threshold: phase `compaction`; reactive: the original provider
@@ -27,9 +28,10 @@ events the session must persist (any `compaction-failed`, then the
 A summary counts only when it names all seven ledger headings (C7); one
 that does not is a `malformed` failure, and the fallback applies.
 
-Time comes in as `now_ms`; retries sleep through the injected `sleep`
-(their waits follow `actors.provider.retry`, with the injected random
-`draw` for jitter); the only I/O is the injected file reader of W.
+Effects, all injected or handed in: the provider's summary calls (at most
+three, C5), the waits between them through `sleep` (their lengths follow
+`actors.provider.retry`, with `draw` for jitter), the file reader of W, and
+the host's hook. Time comes in as `now_ms`; nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -41,39 +43,23 @@ import msgspec
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
+from cairn.actors.compactor.choice import Basis, Choice, fallback_choice, llm_choice
 from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
-from cairn.actors.compactor.fallback import plan_fallback
-from cairn.actors.compactor.files import (
-    FilePlan,
-    Restoration,
-    files_message,
-    plan_restoration,
-    read_recent_files,
-)
-from cairn.actors.compactor.gates import effect_gate, effect_target, fallback_target, reduction_gate
+from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
+from cairn.actors.compactor.gates import effect_target
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
-from cairn.actors.compactor.ledger import RecordSet, extract_records, record_texts
-from cairn.actors.compactor.prompt import PROMPT_VERSION, images_in
-from cairn.actors.compactor.replacement import (
-    assemble,
-    fallback_summary_message,
-    message_ids,
-    retained_tail,
-    summary_message,
-)
-from cairn.actors.compactor.sampling import Draw, Sampled, Sleep, sample_summary
+from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.prompt import PROMPT_VERSION
+from cairn.actors.compactor.replacement import message_ids
+from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
 from cairn.actors.provider.base import Provider, UsageReport
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
     CHECKPOINT_VERSION,
-    MAX_REPLACEMENT_BYTES,
-    MAX_REPLACEMENT_MESSAGES,
     Carried,
     CheckpointCommitted,
-    CheckpointDiagnostics,
     CompactionFailed,
-    FailureReason,
     Trigger,
 )
 from cairn.events.model import Message
@@ -128,17 +114,6 @@ class CompactionOutcome(msgspec.Struct, frozen=True, kw_only=True):
         return next((e for e in self.events if isinstance(e, CompactionFailed)), None)
 
 
-class _Llm(msgspec.Struct, frozen=True, kw_only=True):
-    """The LLM path's result: a checkpoint on success, a failure reason otherwise."""
-
-    sampled: Sampled | None
-    restoration: Restoration
-    replacement: tuple[Message, ...] = ()
-    tokens: int = 0
-    failure: FailureReason | None = None
-    detail: str = ""
-
-
 class Compactor:
     """Builds verified replacements; one per session, used from the compactor actor's thread."""
 
@@ -167,148 +142,60 @@ class Compactor:
         self.retry = retry if retry is not None else RetryPolicy()
         self.draw = draw
 
+
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
+        """C1-C12: the events recording one compaction of the session (the steps in the module doc).
+
+        Raises `NothingToCompact`, `CompactionBlocked` (C3) or `CompactionIneffective`.
+        """
+        basis = self._basis(request)  # C1, C4, C8, C10, C11
+        self._run_hook(request, basis)  # C2, C3
+        llm = self._llm_choice(request, basis) if basis.breaker.allows_llm else None  # C4
+        if llm is not None and llm.failure is None:
+            return _outcome(request, basis, llm, failed=())
+        failed = () if llm is None or llm.failure is None else (llm.failure,)
+        fallback = fallback_choice(basis, llm, self.counter)
+        if fallback.failure is not None:
+            raise CompactionIneffective(fallback.failure.detail, (*failed, fallback.failure))
+        return _outcome(request, basis, fallback, failed)
+
+    def _basis(self, request: CompactionRequest) -> Basis:
+        """What both strategies work from; raises `NothingToCompact` for an empty source (C1)."""
         state = request.state
         source = strip_handoff(request.source if request.source is not None else state.context)  # C1
         if not source:
             raise NothingToCompact(f"session {state.sid} has nothing to compact")
         source_tokens = self.counter.messages(source)
-        breaker = breaker_view(
-            state, request.workspace, request.now_ms, cooldown_ms=self.config.breaker_cooldown_ms
-        )
-        self._run_hook(request, source, source_tokens, breaker)  # C2, C3
         window = request.context_window
         if window is None and state.info is not None:
             window = state.info.context_window
-        target = effect_target(source_tokens, window)  # C10
         epoch = state.epoch + 1
-        summary_id, _, task_id = message_ids(epoch)
         task = task_text(state.carried.open_turn)  # C11
-        task_message = active_task_message(task, task_id)
-        records = extract_records(record_texts(source))  # C8, from the full source
-
-        llm: _Llm | None = None
-        if breaker.allows_llm:
-            llm = self._llm_path(request, source, source_tokens, target, records, task_message)
-        events: list[CompactionFailed | CheckpointCommitted] = []
-        carried: Carried
-        if llm is not None and llm.failure is None and llm.sampled is not None:
-            carried = carried_for_checkpoint(state, reset_breaker=True)
-            replacement, tokens, strategy = llm.replacement, llm.tokens, "llm"
-            omitted = len(source) - sum(1 for m in replacement if m.meta.seq)
-            truncated = 0
-            files_restored = tuple(f.path for f in llm.restoration.files)
-        else:
-            carried = carried_for_checkpoint(state, reset_breaker=False)
-            if llm is not None:
-                failure = CompactionFailed(
-                    epoch=state.epoch,
-                    attempt=llm.sampled.calls if llm.sampled is not None else 0,
-                    reason=llm.failure or "error",
-                    consecutive_failures=breaker.failures + 1,
-                    trigger=request.trigger,
-                    detail=llm.detail,
-                    workspace=breaker.workspace,
-                )
-                events.append(failure)
-                carried = msgspec.structs.replace(
-                    carried,
-                    compaction_failures=failure.consecutive_failures,
-                    last_compaction_failure_ts=request.now_ms,
-                )
-            target = fallback_target(target, source_tokens)  # 90 % of the source at most; F2 may raise it
-            plan = plan_fallback(
-                source,
-                summary=fallback_summary_message(records.records, summary_id),
-                task_message=task_message,
-                task=task,
-                target=target,
-                counter=self.counter,
-            )
-            reduced = reduction_gate(source_tokens, plan.tokens)
-            if not reduced.passed:
-                raise self._ineffective(request, breaker, events, f"fallback: {reduced.detail}")
-            replacement, tokens, strategy = plan.replacement, plan.tokens, "fallback"
-            omitted, truncated, files_restored = plan.omitted_messages, plan.truncated_messages, ()
-        if request.trigger == "reactive":
-            carried = msgspec.structs.replace(carried, reactive_since_response=True)  # R2
-        sampled = llm.sampled if llm is not None else None
-        diagnostics = CheckpointDiagnostics(
-            attempts=sampled.calls if sampled is not None else 0,
-            reductions=sampled.reductions if sampled is not None else (),
-            omitted_messages=omitted,
-            omitted_files=llm.restoration.rejected if llm is not None else (),
-            images_omitted=images_in(source),
-            target_tokens=target,
-            failure_reason=_failure_reason(llm) if strategy == "fallback" else None,
-            model_usage_tokens=sampled.total_tokens if sampled is not None else 0,
-            retry_delays_ms=sampled.delays_ms if sampled is not None else (),
-            retry_after_ms=_hints(sampled),
-            prompt_chars=sampled.prompt_chars if sampled is not None else (),
-            records=len(records.records),
-            records_omitted=records.omitted,
-            breaker=breaker.mode,
-            truncated_messages=truncated,
-            failure_detail=llm.detail if llm is not None and strategy == "fallback" else "",
-        )
-        checkpoint = CheckpointCommitted(
-            version=CHECKPOINT_VERSION,
+        return Basis(
+            state=state,
+            trigger=request.trigger,
             epoch=epoch,
-            through_seq=request.through_seq if request.through_seq is not None else state.last_seq,
-            trigger=request.trigger,
-            strategy="llm" if strategy == "llm" else "fallback",
+            source=source,
             source_tokens=source_tokens,
-            replacement_tokens=tokens,
-            replacement_messages=replacement,
-            files_restored=files_restored,
-            source_hash=source_hash(source),
-            prompt_version=PROMPT_VERSION,
-            raw_summary=sampled.raw_text if sampled is not None and strategy == "llm" else None,
-            diagnostics=diagnostics,
-            carried=carried,
+            breaker=breaker_view(
+                state, request.workspace, request.now_ms, cooldown_ms=self.config.breaker_cooldown_ms
+            ),
+            target=effect_target(source_tokens, window),  # C10
+            task=task,
+            task_message=active_task_message(task, message_ids(epoch)[2]),
+            records=extract_records(record_texts(source)),  # C8, from the full source
         )
-        events.append(checkpoint)
-        usage = None
-        if sampled is not None and sampled.calls:
-            usage = UsageReport(
-                prompt_tokens=sampled.prompt_tokens,
-                completion_tokens=sampled.completion_tokens,
-                total_tokens=sampled.total_tokens,
-            )
-        return CompactionOutcome(events=tuple(events), checkpoint=checkpoint, breaker=breaker, usage=usage)
 
-    @staticmethod
-    def _ineffective(
-        request: CompactionRequest,
-        breaker: BreakerView,
-        events: list[CompactionFailed | CheckpointCommitted],
-        detail: str,
-    ) -> CompactionIneffective:
-        """Nothing to commit: the failures so far, plus the fallback's, keeping the breaker's count."""
-        failures = tuple(e for e in events if isinstance(e, CompactionFailed))
-        count = failures[-1].consecutive_failures if failures else breaker.failures
-        event = CompactionFailed(
-            epoch=request.state.epoch,
-            attempt=0,
-            reason="insufficient-reduction",
-            consecutive_failures=count,
-            trigger=request.trigger,
-            detail=detail,
-            workspace=breaker.workspace,
-        )
-        return CompactionIneffective(detail, (*failures, event))
-
-    def _run_hook(
-        self, request: CompactionRequest, source: tuple[Message, ...], tokens: int, breaker: BreakerView
-    ) -> None:
+    def _run_hook(self, request: CompactionRequest, basis: Basis) -> None:
+        """C2/C3: show the host's hook the compaction; raise `CompactionBlocked` if it refuses."""
         if self.hook is None:
             return
         context = HookContext(
             session=request.state.sid,
-            workspace=breaker.workspace,
+            workspace=basis.breaker.workspace,
             trigger=request.trigger,
-            message_count=len(source),
-            tokens=tokens,
+            message_count=len(basis.source),
+            tokens=basis.source_tokens,
         )
         verdict = self.hook(context)
         if verdict is not None and verdict.block:
@@ -317,24 +204,16 @@ class Compactor:
                 epoch=request.state.epoch,
                 attempt=0,
                 reason="blocked",
-                consecutive_failures=breaker.failures,
+                consecutive_failures=basis.breaker.failures,
                 trigger=request.trigger,
                 detail=reason,
-                workspace=breaker.workspace,
+                workspace=basis.breaker.workspace,
             )
             raise CompactionBlocked(reason, event)
 
-    def _llm_path(
-        self,
-        request: CompactionRequest,
-        source: tuple[Message, ...],
-        source_tokens: int,
-        target: int,
-        records: RecordSet,
-        task_message: Message | None,
-    ) -> _Llm:
+    def _llm_choice(self, request: CompactionRequest, basis: Basis) -> Choice:
+        """The LLM path's I/O (read the recent files, W; sample the summary, C5-C7), then its choice."""
         state = request.state
-        summary_id, files_id, _ = message_ids(state.epoch + 1)
         restoration = Restoration()
         if self.config.restore_files:
             plan = plan_restoration(state.carried.recent_files, request.workspace)
@@ -342,48 +221,52 @@ class Compactor:
         sampled = sample_summary(
             self.provider,
             model=self.model,
-            source=source,
+            source=basis.source,
             files=restoration.files,
             sleep=self.sleep,
-            request_id=f"{state.sid}:compact:{state.epoch + 1}",
+            request_id=f"{state.sid}:compact:{basis.epoch}",
             timeout_s=self.config.summary_timeout_s,
             retry=self.retry,
             draw=self.draw,
         )
-        if sampled.raw_text is None:
-            return _Llm(
-                sampled=sampled,
-                restoration=restoration,
-                failure=sampled.failure or "error",
-                detail=sampled.detail,
-            )
-        summary = summary_message(sampled.raw_text, records.records, summary_id)
-        files = files_message(restoration.files, files_id)
-        replacement = assemble(summary, retained_tail(source), files, task_message)  # C9
-        tokens = self.counter.messages(replacement)
-        verdict = effect_gate(source_tokens, tokens, target)  # C10 + minimum progress
-        if verdict.passed and len(replacement) > MAX_REPLACEMENT_MESSAGES:  # K1, beyond C10
-            detail = f"replacement of {len(replacement)} messages, over {MAX_REPLACEMENT_MESSAGES}"
-            verdict = msgspec.structs.replace(verdict, passed=False, detail=detail)
-        if verdict.passed and len(msgspec.json.encode(replacement)) > MAX_REPLACEMENT_BYTES:
-            verdict = msgspec.structs.replace(verdict, passed=False, detail="replacement over 16 MiB")
-        if not verdict.passed:
-            return _Llm(
-                sampled=sampled,
-                restoration=restoration,
-                failure="insufficient-reduction",
-                detail=verdict.detail,
-            )
-        return _Llm(sampled=sampled, restoration=restoration, replacement=replacement, tokens=tokens)
+        return llm_choice(basis, sampled, restoration, self.counter)
 
 
-def _hints(sampled: Sampled | None) -> tuple[int | None, ...]:
-    """The server's hint behind each retry delay; empty when no server gave one."""
-    if sampled is None or all(hint is None for hint in sampled.hints_ms):
-        return ()
-    return sampled.hints_ms
+def _outcome(
+    request: CompactionRequest, basis: Basis, choice: Choice, failed: tuple[CompactionFailed, ...]
+) -> CompactionOutcome:
+    """The checkpoint of `choice`, after this compaction's `failed` events (at most the LLM path's)."""
+    checkpoint = CheckpointCommitted(
+        version=CHECKPOINT_VERSION,
+        epoch=basis.epoch,
+        through_seq=request.through_seq if request.through_seq is not None else request.state.last_seq,
+        trigger=request.trigger,
+        strategy=choice.strategy,
+        source_tokens=basis.source_tokens,
+        replacement_tokens=choice.tokens,
+        replacement_messages=choice.replacement,
+        files_restored=choice.files_restored,
+        source_hash=source_hash(basis.source),
+        prompt_version=PROMPT_VERSION,
+        raw_summary=choice.raw_summary,
+        diagnostics=choice.diagnostics,
+        carried=_carried(request, choice, failed),
+    )
+    return CompactionOutcome(
+        events=(*failed, checkpoint), checkpoint=checkpoint, breaker=basis.breaker, usage=choice.usage
+    )
 
 
-def _failure_reason(llm: _Llm | None) -> str:
-    """Why the fallback was used: the LLM path's failure, or the open breaker."""
-    return "breaker-open" if llm is None else llm.failure or "error"
+def _carried(request: CompactionRequest, choice: Choice, failed: tuple[CompactionFailed, ...]) -> Carried:
+    """What the checkpoint carries: the breaker reset by an LLM success or moved by a failure (C4),
+    and R2's flag after a reactive compaction."""
+    carried = carried_for_checkpoint(request.state, reset_breaker=choice.strategy == "llm")
+    if failed:
+        carried = msgspec.structs.replace(
+            carried,
+            compaction_failures=failed[-1].consecutive_failures,
+            last_compaction_failure_ts=request.now_ms,
+        )
+    if request.trigger == "reactive":
+        carried = msgspec.structs.replace(carried, reactive_since_response=True)  # R2
+    return carried
