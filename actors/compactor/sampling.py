@@ -1,21 +1,22 @@
 """Summary sampling (C5, C6): at most three model calls, retries with injected sleep, shrink on overflow.
 
-| outcome of a call                      | next                                          |
-|----------------------------------------|-----------------------------------------------|
-| a reply with all seven ledger headings | success                                       |
-| an empty reply (blank summary)         | retry after the next delay (375 ms, 750 ms)   |
-| a reply missing a ledger heading (C7)  | fail `malformed` at once                      |
-| retryable error (429 408 409 5xx, net) | retry after the next delay (`retry.decide_retry`) |
-| ... whose `Retry-After` is over the cap| fail `error` at once, the detail says so      |
-| context-limit error                    | shrink one step (C6) and retry at once        |
-| shrink not possible / not smaller      | fail `overflow` (context-exhausted)           |
-| any other error                        | fail `error` at once                          |
-| the adapter raises something else      | fail `error` at once, its message redacted    |
-| third call without success             | fail with the last call's reason              |
+| outcome of a call (`_ask`)              | class         | next                                          |
+|-----------------------------------------|---------------|-----------------------------------------------|
+| a reply with all seven ledger headings  | `_Summary`    | success                                       |
+| an empty reply (blank summary)          | `_Blank`      | retry after the next delay (`_plan_wait`)     |
+| a reply missing a ledger heading (C7)   | `_Malformed`  | fail `malformed` at once                      |
+| retryable error (429 408 409 5xx, net)  | `_Transient`  | retry after the next delay (`_plan_wait`)     |
+| ... with a `Retry-After` over the cap   | `_Transient`  | fail `error` at once, the detail says so      |
+| context-limit error                     | `_Overflow`   | shrink one step (C6, `_shrink`), no wait      |
+| ... on the third call, or none smaller  | `_Overflow`   | fail `overflow` (context-exhausted)           |
+| any other error                         | `_Fatal`      | fail `error` at once                          |
+| the adapter raises something else       | `_Fatal`      | fail `error` at once, its message redacted    |
+| the third call retryable or blank       |               | fail with its reason (`error`, `empty`)       |
 
-The delay before a retry is C5's 375 ms then 750 ms, or longer when the
-server said so on a 429 or 503 (`Retry-After`, `retry-after-ms`; with
-jitter, at most the policy's cap): see `actors.provider.retry`. A reply
+The delay before a retry is C5's 375 ms then 750 ms (the policy's
+schedule, `RETRY_DELAYS_MS` by default), or longer when the server said so
+on a 429 or 503 (`Retry-After`, `retry-after-ms`; with jitter, at most the
+policy's cap): see `actors.provider.retry`. A reply
 that is not empty but lacks any of the seven headings is not retried: the
 same prompt at temperature 0 would get the same shape back, and the
 fallback is the honest answer (the breaker counts it, C4).
@@ -29,6 +30,7 @@ delays asked for, and the server's hint behind each, are recorded.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -45,7 +47,7 @@ from cairn.actors.provider.base import (
     is_retryable_status,
 )
 from cairn.actors.provider.redact import adapter_secrets, clean_message
-from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryPolicy, decide_retry
+from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryDecision, RetryPolicy, decide_retry
 from cairn.events.kinds import FailureReason
 from cairn.events.model import Message
 from cairn.events.protocol import HEADINGS
@@ -77,6 +79,227 @@ class Sampled(msgspec.Struct, frozen=True, kw_only=True):
     files_sent: bool = True
 
 
+class _Prompt(msgspec.Struct, frozen=True):
+    """The summary prompt in its current C6 shape, and its size."""
+
+    shape: PromptShape
+    messages: tuple[Message, ...]
+    chars: int
+    #: whether the restored files are in it (there are some, and C6 has not dropped them)
+    files_sent: bool
+
+
+class _Summary(msgspec.Struct, frozen=True):
+    """A reply with all seven ledger headings: success."""
+
+    text: str
+
+
+class _Blank(msgspec.Struct, frozen=True):
+    """A reply with no summary in it: retried after the next delay."""
+
+
+class _Malformed(msgspec.Struct, frozen=True):
+    """A reply missing a ledger heading (C7): fails at once."""
+
+    detail: str
+
+
+class _Overflow(msgspec.Struct, frozen=True):
+    """A context-limit error: shrink one step (C6) and send again at once."""
+
+    detail: str
+
+
+class _Transient(msgspec.Struct, frozen=True):
+    """A retryable error (C5): send again after the planned wait."""
+
+    detail: str
+    status: int | None
+    hint_ms: int | None
+
+
+class _Fatal(msgspec.Struct, frozen=True):
+    """Any other error, or the adapter raising something else: fails at once."""
+
+    detail: str
+
+
+#: what one summary call came to (the rows of the module table)
+_Answer = _Summary | _Blank | _Malformed | _Overflow | _Transient | _Fatal
+
+
+@dataclass
+class _Tally:
+    """What one sampling has done so far: the calls, their sizes and cost, the waits and shrinks."""
+
+    calls: int = 0
+    sizes: list[int] = field(default_factory=list)
+    reductions: list[str] = field(default_factory=list)
+    delays: list[int] = field(default_factory=list)
+    hints: list[int | None] = field(default_factory=list)
+    usage: list[int] = field(default_factory=lambda: [0, 0, 0])
+    #: the last call's failure and its detail: the result when the calls run out
+    last: tuple[FailureReason, str] = ("empty", "")
+
+    def result(self, raw: str | None, reason: FailureReason | None, detail: str, files_sent: bool) -> Sampled:
+        return Sampled(
+            raw_text=raw,
+            failure=reason,
+            detail=detail,
+            calls=self.calls,
+            reductions=tuple(self.reductions),
+            delays_ms=tuple(self.delays),
+            hints_ms=tuple(self.hints),
+            prompt_chars=tuple(self.sizes),
+            prompt_tokens=self.usage[0],
+            completion_tokens=self.usage[1],
+            total_tokens=self.usage[2],
+            files_sent=files_sent,
+        )
+
+
+def sample_summary(
+    provider: Provider,
+    *,
+    model: str,
+    source: Sequence[Message],
+    files: Sequence[PromptFile],
+    sleep: Sleep,
+    request_id: str = "",
+    timeout_s: float | None = None,
+    retry: RetryPolicy | None = None,
+    draw: Draw | None = None,
+) -> Sampled:
+    """C5/C6: ask the model for the summary of `source`; never more than three calls (the table above).
+
+    `retry` is the wait policy (default: C5's schedule, a 60 s cap); `draw`
+    gives the jitter's number in [0, 1) (default 0: no jitter).
+    """
+    policy = retry if retry is not None else RetryPolicy()
+    prompt = _prompt(source, files, PromptShape())
+    tally = _Tally()
+    wait_ms: int | None = None  # the wait before the next call; None: send it at once
+
+    while tally.calls < MAX_CALLS:
+        if wait_ms is not None:
+            sleep(wait_ms / 1000)
+            wait_ms = None
+        tally.calls += 1
+        tally.sizes.append(prompt.chars)
+        call_id = f"{request_id}:{tally.calls}" if request_id else ""
+        match _ask(provider, _request(model, prompt, timeout_s, call_id), tally):
+            case _Summary(text=text):
+                return tally.result(text, None, "", prompt.files_sent)
+            case _Malformed(detail=detail):
+                return tally.result(None, "malformed", detail, prompt.files_sent)
+            case _Fatal(detail=detail):
+                return tally.result(None, "error", detail, prompt.files_sent)
+            case _Blank():
+                tally.last = ("empty", "the reply had no summary")
+                decision = _plan_wait(tally, None, None, draw, policy)
+                wait_ms = decision.wait_ms if decision.retry else None
+            case _Overflow(detail=detail):
+                tally.last = ("overflow", detail)
+                shrunk = _shrink(source, files, prompt, tally.calls)
+                if isinstance(shrunk, str):
+                    return tally.result(None, "overflow", f"context-exhausted: {shrunk}", prompt.files_sent)
+                prompt, step = shrunk
+                tally.reductions.append(step)
+            case _Transient(detail=detail, status=status, hint_ms=hint_ms):
+                tally.last = ("error", detail)
+                decision = _plan_wait(tally, status, hint_ms, draw, policy)
+                if decision.note:
+                    return tally.result(None, "error", f"{detail}; {decision.note}", prompt.files_sent)
+                wait_ms = decision.wait_ms if decision.retry else None
+    return tally.result(None, *tally.last, prompt.files_sent)
+
+
+def _prompt(source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape) -> _Prompt:
+    messages = build_prompt(source, files, shape)
+    return _Prompt(shape, messages, prompt_chars(messages), shape.include_files and bool(files))
+
+
+def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: str) -> ProviderRequest:
+    """One summary call: temperature 0, a bounded output, `purpose="summary"` (no SDK retries)."""
+    return ProviderRequest(
+        model=model,
+        messages=prompt.messages,
+        purpose="summary",
+        temperature=0.0,
+        max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
+        timeout_s=timeout_s,
+        request_id=request_id,
+    )
+
+
+def _ask(provider: Provider, request: ProviderRequest, tally: _Tally) -> _Answer:
+    """One call and its classification; a reply's usage is added to `tally`."""
+    try:
+        completion = complete(provider, request)
+    except ProviderFailure as error:
+        return _failed(error)
+    except BaseException as error:  # a host adapter's bug: this call failed, and only this call
+        detail = f"the provider adapter raised {describe_exception(error)}"
+        return _Fatal(clean_message(detail, adapter_secrets(provider)))
+    for index, value in enumerate(_usage_total(completion.usage)):
+        tally.usage[index] += value
+    body = summary_body(completion.text)
+    if not body:
+        return _Blank()
+    missing = missing_headings(body)
+    if missing:
+        return _Malformed(_malformed_detail(missing, len(completion.text)))
+    return _Summary(completion.text)
+
+
+def _failed(error: ProviderFailure) -> _Overflow | _Transient | _Fatal:
+    """A provider's failure as a row of the table: context limit, retryable, or neither."""
+    detail: str = error.error_class
+    if error.status_code:
+        detail = f"{detail}: status {error.status_code}"
+    if _is_overflow(error):
+        return _Overflow(detail)
+    if _is_retryable(error):
+        return _Transient(detail, error.status_code, error.retry_after_ms)
+    return _Fatal(detail)
+
+
+def _plan_wait(
+    tally: _Tally, status: int | None, hint_ms: int | None, draw: Draw | None, policy: RetryPolicy
+) -> RetryDecision:
+    """C5: the wait before the next call (`retry.decide_retry`), recorded in `tally` when there is one."""
+    decision = decide_retry(
+        len(tally.delays),
+        transient=True,
+        retries_left=MAX_CALLS - tally.calls,
+        status=status,
+        hint_ms=hint_ms,
+        draw=draw() if draw is not None else 0.0,
+        policy=policy,
+    )
+    if decision.retry:
+        tally.delays.append(decision.wait_ms)
+        tally.hints.append(decision.hint_ms)
+    return decision
+
+
+def _shrink(
+    source: Sequence[Message], files: Sequence[PromptFile], prompt: _Prompt, calls: int
+) -> tuple[_Prompt, str] | str:
+    """C6: the prompt one step smaller and the step's name, or why it cannot be (context-exhausted)."""
+    if calls >= MAX_CALLS:
+        return "still over the limit after the last call"
+    step = next_shape(source, files, prompt.shape)
+    if step is None:
+        return "nothing left to shrink"
+    shape, name = step
+    smaller = _prompt(source, files, shape)
+    if smaller.chars >= prompt.chars:
+        return f"{name} did not shrink the prompt"
+    return smaller, name
+
+
 def _usage_total(usage: UsageReport | None) -> tuple[int, int, int]:
     if usage is None:
         return 0, 0, 0
@@ -96,137 +319,6 @@ def _is_overflow(failure: ProviderFailure) -> bool:
 
 def _is_retryable(failure: ProviderFailure) -> bool:
     return failure.retryable or is_retryable_status(failure.status_code)
-
-
-def sample_summary(
-    provider: Provider,
-    *,
-    model: str,
-    source: Sequence[Message],
-    files: Sequence[PromptFile],
-    sleep: Sleep,
-    request_id: str = "",
-    timeout_s: float | None = None,
-    retry: RetryPolicy | None = None,
-    draw: Draw | None = None,
-) -> Sampled:
-    """C5/C6: ask the model for the summary of `source`; never more than three calls.
-
-    `retry` is the wait policy (default: C5's schedule, a 60 s cap); `draw`
-    gives the jitter's number in [0, 1) (default 0: no jitter).
-    """
-    policy = retry if retry is not None else RetryPolicy()
-    shape = PromptShape()
-    messages = build_prompt(source, files, shape)
-    reductions: list[str] = []
-    delays: list[int] = []
-    hints: list[int | None] = []
-    sizes: list[int] = []
-    usage = [0, 0, 0]
-    failure: FailureReason = "empty"
-    detail = ""
-    calls = 0
-    wait_ms: int | None = None  # the wait before the next call; None: send it at once
-
-    def result(raw: str | None, reason: FailureReason | None) -> Sampled:
-        return Sampled(
-            raw_text=raw,
-            failure=reason,
-            detail=detail,
-            calls=calls,
-            reductions=tuple(reductions),
-            delays_ms=tuple(delays),
-            hints_ms=tuple(hints),
-            prompt_chars=tuple(sizes),
-            prompt_tokens=usage[0],
-            completion_tokens=usage[1],
-            total_tokens=usage[2],
-            files_sent=shape.include_files and bool(files),
-        )
-
-    def plan_wait(status: int | None, hint_ms: int | None) -> str:
-        """Decide the wait before the next call; returns why there is none (over the cap)."""
-        nonlocal wait_ms
-        decision = decide_retry(
-            len(delays),
-            transient=True,
-            retries_left=MAX_CALLS - calls,
-            status=status,
-            hint_ms=hint_ms,
-            draw=draw() if draw is not None else 0.0,
-            policy=policy,
-        )
-        if decision.retry:
-            wait_ms = decision.wait_ms
-            delays.append(decision.wait_ms)
-            hints.append(decision.hint_ms)
-        return decision.note
-
-    while calls < MAX_CALLS:
-        if wait_ms is not None:
-            sleep(wait_ms / 1000)
-            wait_ms = None
-        calls += 1
-        sizes.append(prompt_chars(messages))
-        request = ProviderRequest(
-            model=model,
-            messages=messages,
-            purpose="summary",
-            temperature=0.0,
-            max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
-            timeout_s=timeout_s,
-            request_id=f"{request_id}:{calls}" if request_id else "",
-        )
-        try:
-            completion = complete(provider, request)
-        except ProviderFailure as error:
-            detail = error.error_class
-            if error.status_code:
-                detail = f"{detail}: status {error.status_code}"
-            if _is_overflow(error):
-                failure = "overflow"
-                if calls >= MAX_CALLS:
-                    detail = "context-exhausted: still over the limit after the last call"
-                    return result(None, "overflow")
-                step = next_shape(source, files, shape)
-                if step is None:
-                    detail = "context-exhausted: nothing left to shrink"
-                    return result(None, "overflow")
-                smaller = build_prompt(source, files, step[0])
-                if prompt_chars(smaller) >= prompt_chars(messages):
-                    detail = f"context-exhausted: {step[1]} did not shrink the prompt"
-                    return result(None, "overflow")
-                shape, messages = step[0], smaller
-                reductions.append(step[1])
-                continue
-            failure = "error"
-            if not _is_retryable(error):
-                return result(None, "error")
-            note = plan_wait(error.status_code, error.retry_after_ms)
-            if note:
-                detail = f"{detail}; {note}"
-                return result(None, "error")
-            continue
-        except BaseException as error:  # a host adapter's bug: this call failed, and only this call
-            failure = "error"
-            detail = clean_message(f"the provider adapter raised {describe_exception(error)}",
-                                   adapter_secrets(provider))
-            return result(None, "error")
-        for index, value in enumerate(_usage_total(completion.usage)):
-            usage[index] += value
-        body = summary_body(completion.text)
-        if not body:
-            failure = "empty"
-            detail = "the reply had no summary"
-            plan_wait(None, None)
-            continue
-        missing = missing_headings(body)
-        if missing:
-            detail = _malformed_detail(missing, len(completion.text))
-            return result(None, "malformed")
-        detail = ""
-        return result(completion.text, None)
-    return result(None, failure)
 
 
 def _malformed_detail(missing: Sequence[str], chars: int) -> str:
