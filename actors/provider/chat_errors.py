@@ -2,7 +2,7 @@
 
 | what failed                                          | class           | retryable |
 |------------------------------------------------------|-----------------|-----------|
-| HTTP 413, or any error whose text has an R1 phrase   | `context-limit` | no        |
+| HTTP 413, or any error whose text has an R1 phrase   | `context-limit` | no (1)    |
 | HTTP 429                                             | `rate-limit`    | yes       |
 | HTTP 401, 403                                        | `auth`          | no        |
 | HTTP 408, a timeout, a refused/reset/dropped connection, a stream cut short | `network` | yes |
@@ -10,6 +10,12 @@
 | an error event inside the stream (no HTTP status)    | `server`        | yes       |
 | a malformed stream (not JSON, wrong shapes)          | `server`        | no        |
 | any other HTTP status                                | `bad-request`   | no        |
+| any other error of the SDK                           | `bad-request`   | no        |
+| anything else                                        | (not a failure: `to_failure` gives None) | |
+
+(1) An HTTP error, or a stream error event naming its status, is retryable
+as its status is: a 5xx whose text has an R1 phrase is a retryable
+`context-limit`.
 
 Retryable is exactly C5's list (429, 408, 409, 5xx, timeouts, resets); an
 error event inside a stream counts as a 5xx unless it carries its own status
@@ -29,6 +35,7 @@ import json
 import re
 import ssl
 from collections.abc import Callable
+from typing import NamedTuple
 
 import openai
 
@@ -152,6 +159,17 @@ def _retry_hint(error: openai.APIStatusError, now_ms: int) -> int | None:
         return None
 
 
+class _Found(NamedTuple):
+    """What an exception stands for, before the detail is clipped and scrubbed."""
+
+    error_class: ErrorClass
+    detail: str
+    status: int | None = None
+    #: None: as C5 says for `status`
+    retryable: bool | None = None
+    retry_after_ms: int | None = None
+
+
 def to_failure(
     error: BaseException,
     *,
@@ -161,63 +179,75 @@ def to_failure(
     output_delivered: bool,
     now_ms: int = 0,
 ) -> ProviderFailure | None:
-    """The failure an exception of a chat-completions call stands for; None if it is not one.
+    """The failure an exception of a chat-completions call stands for (the module table); None if
+    it is not one.
 
     `now_ms` is the caller's clock, against which a `Retry-After` date is read.
     """
+    found = _classify(error, endpoint, timeout_s, now_ms)
+    if found is None:
+        return None
+    retryable = is_retryable_status(found.status) if found.retryable is None else found.retryable
+    return ProviderFailure(
+        found.error_class,
+        scrub(_clip(found.detail)),
+        status_code=found.status,
+        retryable=retryable,
+        output_delivered=output_delivered,
+        retry_after_ms=found.retry_after_ms,
+    )
 
-    def failure(
-        error_class: ErrorClass,
-        detail: str,
-        status: int | None = None,
-        retryable: bool | None = None,
-        retry_after_ms: int | None = None,
-    ) -> ProviderFailure:
-        return ProviderFailure(
-            error_class,
-            scrub(_clip(detail)),
-            status_code=status,
-            retryable=is_retryable_status(status) if retryable is None else retryable,
-            output_delivered=output_delivered,
-            retry_after_ms=retry_after_ms,
-        )
 
+def _classify(error: BaseException, endpoint: str, timeout_s: float, now_ms: int) -> _Found | None:
+    """The row of the module table `error` falls in, most specific first."""
     if isinstance(error, openai.APIStatusError):
-        status = error.status_code
-        body = error.body
-        message = _body_message(body, str(error))
-        text = f"{message} {_body_text(body)}"
-        request_id = getattr(error, "request_id", None)
-        suffix = f" (request id {request_id})" if isinstance(request_id, str) and request_id else ""
-        detail = f"HTTP {status} from {endpoint}: {message}{suffix}"
-        return failure(status_class(status, text), detail, status, retry_after_ms=_retry_hint(error, now_ms))
+        return _http_error(error, endpoint, now_ms)
     if isinstance(error, (openai.APITimeoutError, *_TIMEOUTS)):
-        return failure("network", f"no response from {endpoint} within {timeout_s:g} s", retryable=True)
+        return _Found("network", f"no response from {endpoint} within {timeout_s:g} s", retryable=True)
     if isinstance(error, (openai.APIConnectionError, *_TRANSPORT)):
         cause = error.__cause__ if isinstance(error, openai.APIConnectionError) else error
         reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
-        return failure("network", f"connection to {endpoint} failed: {reason}", retryable=True)
+        return _Found("network", f"connection to {endpoint} failed: {reason}", retryable=True)
     if isinstance(error, openai.APIError):  # an error event inside the stream
-        body = error.body
-        message = _body_message(body, error.message)
-        code = _stream_status(body)
-        error_class = status_class(code, f"{message} {_body_text(body)}")
-        retryable = is_retryable_status(code) if code is not None else error_class == "server"
-        where = "in the stream" if code is None else f"in the stream (status {code})"
-        return failure(error_class, f"error {where} from {endpoint}: {message}", code, retryable)
+        return _stream_error(error, endpoint)
     if isinstance(error, TruncatedStream):
-        return failure("network", f"stream from {endpoint} cut short: {error}", retryable=True)
-    if isinstance(error, MalformedChunk):
-        return failure("server", f"malformed stream from {endpoint}: {error}", retryable=False)
+        return _Found("network", f"stream from {endpoint} cut short: {error}", retryable=True)
+    if isinstance(error, (MalformedChunk, json.JSONDecodeError, ValueError)):
+        return _Found("server", f"malformed stream from {endpoint}: {_malformed(error)}", retryable=False)
+    if isinstance(error, openai.OpenAIError):
+        return _Found("bad-request", f"{type(error).__name__}: {error}", retryable=False)
+    return None
+
+
+def _http_error(error: openai.APIStatusError, endpoint: str, now_ms: int) -> _Found:
+    """An HTTP error status: R1 first, then the status; the server's retry hint kept."""
+    status = error.status_code
+    body = error.body
+    message = _body_message(body, str(error))
+    request_id = getattr(error, "request_id", None)
+    suffix = f" (request id {request_id})" if isinstance(request_id, str) and request_id else ""
+    return _Found(
+        status_class(status, f"{message} {_body_text(body)}"),
+        f"HTTP {status} from {endpoint}: {message}{suffix}",
+        status,
+        retry_after_ms=_retry_hint(error, now_ms),
+    )
+
+
+def _stream_error(error: openai.APIError, endpoint: str) -> _Found:
+    """An error event inside the stream: a 5xx unless it names its own status."""
+    body = error.body
+    message = _body_message(body, error.message)
+    code = _stream_status(body)
+    error_class = status_class(code, f"{message} {_body_text(body)}")
+    retryable = is_retryable_status(code) if code is not None else error_class == "server"
+    where = "in the stream" if code is None else f"in the stream (status {code})"
+    return _Found(error_class, f"error {where} from {endpoint}: {message}", code, retryable)
+
+
+def _malformed(error: ValueError) -> str:
+    """What was wrong with a stream: our assembler's words, the SDK's JSON error, or its own."""
     if isinstance(error, json.JSONDecodeError):  # the SDK could not decode a `data:` line
         line = error.doc if len(error.doc) <= 80 else error.doc[:79] + "…"
-        return failure(
-            "server",
-            f"malformed stream from {endpoint}: a data line is not valid JSON ({error.msg}): {line!r}",
-            retryable=False,
-        )
-    if isinstance(error, ValueError):  # a chunk the SDK could not turn into its types
-        return failure("server", f"malformed stream from {endpoint}: {error}", retryable=False)
-    if isinstance(error, openai.OpenAIError):
-        return failure("bad-request", f"{type(error).__name__}: {error}", retryable=False)
-    return None
+        return f"a data line is not valid JSON ({error.msg}): {line!r}"
+    return str(error)  # our assembler's words, or a chunk the SDK could not turn into its types
