@@ -22,13 +22,17 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from cairn.events.errors import InputError
 from cairn.events.model import IMAGE_PLACEHOLDER, BlobPart, ImagePart, Message, Part, TextPart
 
 ChatMessage = dict[str, Any]
 
 
-class ToolSchemaError(ValueError):
-    """A tool schema that is not a JSON object; `index` is its position in the request."""
+class ToolSchemaError(InputError):
+    """A tool schema that is not a JSON object; `index` is its position in the request.
+
+    The caller is at fault; the adapter reports it as a `bad-request` failure.
+    """
 
     def __init__(self, index: int, message: str) -> None:
         self.index = index

@@ -39,15 +39,23 @@ from cairn.actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
+from cairn.events.errors import InputError
 from cairn.events.model import ToolCall
 
 
-class MalformedChunk(ValueError):
-    """A chunk the protocol does not allow (not an object, wrong field types, a nameless call)."""
+class MalformedChunk(InputError):
+    """A chunk the protocol does not allow (not an object, wrong field types, a nameless call).
+
+    The server is at fault; `chat_errors.to_failure` turns it into a `server` failure.
+    """
 
 
-class TruncatedStream(ValueError):
-    """The stream ended before the model gave a finish reason."""
+class TruncatedStream(InputError):
+    """The stream ended before the model gave a finish reason.
+
+    The server (or the network) is at fault; `chat_errors.to_failure` turns it into a
+    retryable `network` failure.
+    """
 
 
 def _get(obj: object, name: str) -> object:
