@@ -7,14 +7,17 @@ Protocol:
 | in       | `CompactJob(job, request, reply_to)`   | compact this session's history          |
 | out      | `CompactionDone(job, outcome=...)`     | the events to persist (never written here) |
 | out      | `CompactionDone(job, blocked=...)`     | the pre-compaction hook refused (C3)    |
-| out      | `CompactionDone(job, error=...)`       | the compaction failed before any event  |
+| out      | `CompactionDone(job, error=...)`       | no checkpoint: any other exception      |
 
 The compactor never writes the log: the session persists the outcome's
-events (K2) and only then swaps its memory. Every job ends with exactly one
-`CompactionDone` told to `reply_to`; nothing raises out of a message, so a
-tell can never kill this actor. The summary calls run on this actor's
-thread through the session's adapter; the pre-compaction hook runs here too.
-The thread is a daemon: nothing here must run at stop.
+events (K2) and only then swaps its memory; the `compaction-failed` events
+a `CompactionIneffective` error (or a block) carries are persisted by the
+session too. Every job ends with exactly one `CompactionDone` told to
+`reply_to`; nothing raises out of a message (`Exception`s become `error`),
+so a tell can never kill this actor. Everything `Compactor.compact` does
+runs on this actor's thread: the summary calls through the session's
+adapter, the waits between them, the reads of recent files and the
+pre-compaction hook. The thread is a daemon: nothing here must run at stop.
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """The checkpoint event of a compaction (K1, K3) and its re-derivation by an auditor.
 
 A `checkpoint-committed` event is self-describing: `source_hash` names the
-exact source it replaced (SHA-256 over the canonical JSON of the source
-messages, hand-off stripped), `raw_summary` is the model's raw reply,
+exact source it replaced (SHA-256 over each source message's canonical JSON,
+length-prefixed, hand-off stripped), `raw_summary` is the model's raw reply,
 `prompt_version` the prompt it answered, the diagnostics say how it was
 reached (attempts, reductions, delays, omitted messages and files, the C10
 target), and `carried` is the derived state replay resumes from.
 
 `rederive_replacement(source, checkpoint)` rebuilds the replacement from the
 source and the event alone, with no model: the summary from `raw_summary`
-and the records of the source (LLM), or the fallback plan at the recorded
-target (fallback), counted with the same token counter settings (T1-T3).
-The restored files are an observation of the disk at
-compaction time, so they are taken from the event itself, not re-read.
+and the records of the source (LLM), the fallback plan at the recorded
+target (fallback), counted with the same token counter settings (T1-T3), or
+R3's snip-only replacement (the source without the snipped turns, the S1
+marker where they were). The restored files are an observation of the disk
+at compaction time, so they are taken from the event itself, not re-read.
 K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
-the event's own `__post_init__`, on write and on replay alike.
-"""
+the event's own `__post_init__`, on write and on replay alike."""
 
 from __future__ import annotations
 

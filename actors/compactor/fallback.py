@@ -1,19 +1,22 @@
 """The deterministic fallback (F1-F5): a replacement built without any model, never over target.
 
 1. Mandatory state = the fallback summary (F1) + the active-task checkpoint.
-2. target = max(tokens(mandatory), C10 target); budget = target - tokens(mandatory) (F2).
+2. target = max(tokens(mandatory), the target given); budget = target -
+   tokens(mandatory) (F2). The service gives C10's target, at most 90 % of
+   the source (`gates.fallback_target`); an auditor gives the recorded one.
 3. When the task is at most 6,000 chars, the last user message equal to it is
    left out of the tail: the checkpoint already carries it (F3).
 4. Units are walked newest first (F4): orphan results and calls without a
    result are dropped, content is flattened (images become the placeholder),
    reasoning is dropped, and an earlier checkpoint's file and task reminders
-   are left out (the new checkpoint carries fresh ones). A unit that fits is kept whole; the first that does
-   not is cut to fit (the largest per-message char cap found by binary
-   search, head 3/4, marker, tail) when it can be, and the walk stops there.
+   are left out (the new checkpoint carries fresh ones). A unit that fits is
+   kept whole; the first that does not is cut to fit (the largest
+   per-message char cap found by binary search, head 3/4, marker, tail) when
+   it can be, and the walk stops there. It stops too before a unit that
+   would take the replacement over K1's 4,096 messages.
 5. Replacement = [summary, kept tail in order, task]; because counting is
    additive (T1) its tokens are the sum of its parts, and they never exceed
-   the target: `FallbackOverTarget` is raised if they ever do (F5).
-"""
+   the target: `FallbackOverTarget` is raised if they ever do (F5)."""
 
 from __future__ import annotations
 
@@ -121,7 +124,7 @@ def plan_fallback(
     target: int,
     counter: TokenCounter,
 ) -> FallbackPlan:
-    """F1-F5: the fallback replacement of `source` for the C10 `target`."""
+    """F1-F5: the fallback replacement of `source` for `target` (raised to the mandatory state, F2)."""
     mandatory = [summary] if task_message is None else [summary, task_message]
     mandatory_tokens = counter.messages(mandatory)
     target = max(mandatory_tokens, target)  # F2: mandatory state raises the target

@@ -1,4 +1,4 @@
-"""Recent-file restoration (W1-W3): plan which files (pure), then read them (the one I/O spot).
+"""Recent-file restoration (W1-W3): plan which files (pure), then read them (this module's I/O).
 
 1. `plan_restoration` (pure): the session's file accesses, newest first, one
    per path; a path whose newest access is a delete is skipped; relative paths
@@ -6,10 +6,12 @@
    (`..`) is rejected. Nothing is taken yet: filter first (W1).
 2. `read_recent_files` (I/O): for each candidate in order, resolve symlinks;
    a path whose real location is outside the workspace's real location is
-   rejected and never opened; a missing or non-regular file is skipped. Only
-   files that pass are counted, and the walk stops at five (W1).
-3. Each file keeps its first 200 lines and a count of the rest (W2), rendered
-   in a hidden reminder listing them as recently accessed files.
+   rejected and never opened; a missing, non-regular or unreadable file is
+   skipped (and listed as rejected too). Only files that pass are counted,
+   and the walk stops at five (W1).
+3. Each file keeps its first 200 lines, at most 20,000 chars of them, and a
+   count of the rest (W2), rendered in a hidden reminder listing them as
+   recently accessed files.
 
 The opener is injectable so tests can prove what was (not) opened; it gets
 the real path and must not follow a final symlink (`O_NOFOLLOW`).

@@ -1,0 +1,1 @@
+"""Model providers: the interface (`base`), the actor running one, the OpenAI-compatible and scripted ones."""

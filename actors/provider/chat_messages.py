@@ -29,7 +29,7 @@ ChatMessage = dict[str, Any]
 
 
 class ToolSchemaError(InputError):
-    """A tool schema that is not a JSON object; `index` is its position in the request.
+    """A tool schema that is not a JSON object naming a function; `index` is its position in the request.
 
     The caller is at fault; the adapter reports it as a `bad-request` failure.
     """

@@ -1,8 +1,8 @@
 """When a failed provider call is sent again, and after how long: the C5 schedule and the server's hint.
 
 Both places that retry a provider call use this one decision: a turn's
-transient retry (`turn_retries`, the session actor) and the summary calls of
-a compaction (C5, `actors.compactor.sampling`). It is a pure function of
+transient retry (the session's turn policy, at most `turn_retries` times)
+and the summary calls of a compaction (C5, `actors.compactor.sampling`). It is a pure function of
 (the waits already done, whether the error is transient, its HTTP status,
 the server's hint, a random draw in [0, 1), the policy); the callers own the
 clock and the sleep, and record what was decided.
