@@ -10,8 +10,6 @@ action, and to follow any exact final-response protocol to the letter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from cairn.events.kinds import OpenTurn
 from cairn.events.model import Message, MessageMeta
 
@@ -59,7 +57,3 @@ def active_task_message(task: str, message_id: str) -> Message | None:
         role="user", content=body, id=message_id, meta=MessageMeta(hidden=True, origin=ORIGIN)
     )
 
-
-def task_messages(task: str, message_id: str) -> Sequence[Message]:
-    message = active_task_message(task, message_id)
-    return () if message is None else (message,)

@@ -9,7 +9,7 @@ in the prompt; for a turn, a short fixed text. Outcomes:
 
 | outcome          | what the request gets                                          |
 |------------------|----------------------------------------------------------------|
-| `Reply(...)`     | text, reasoning, tool calls and usage, streamed in that order  |
+| `Reply(...)`     | reasoning, text, tool calls and usage, streamed in that order  |
 | `Fail(...)`      | a `ProviderFailure` (status, class, retryable) before any output |
 | `FailAfter(...)` | some text streamed, then the failure (output already delivered) |
 | `Auto()`         | the default answer for the request's purpose                   |
@@ -27,10 +27,11 @@ Beyond the plan:
   the compactor must refuse it (C7) and fall back.
 - `chunk_chars`: text is streamed in deltas of that many chars (0: one delta).
 - `prompt_tokens(request)`: how prompt tokens are estimated (default: about
-  four chars a token, `estimate_usage`).
+  four chars a token, `estimate_prompt_tokens`).
 
-Every request is kept in `requests`, so tests see what was sent. Thread-safe:
-the plan and the request list are guarded by a lock.
+Every request is kept in `requests` (unless `keep_requests=False`), so
+tests see what was sent. Thread-safe: the plan and the request list are
+guarded by a lock.
 """
 
 from __future__ import annotations
@@ -264,11 +265,6 @@ def _usage(prompt: int, reply: Reply) -> UsageReport:
     completion = (len(reply.text) + len(reply.reasoning)) // 4
     completion += sum(len(c.arguments) // 4 + 4 for c in reply.tool_calls)
     return UsageReport(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-
-
-def estimate_usage(request: ProviderRequest, reply: Reply) -> UsageReport:
-    """A deterministic stand-in for provider usage: about four chars a token."""
-    return _usage(estimate_prompt_tokens(request), reply)
 
 
 # --- the deterministic summary -------------------------------------------
