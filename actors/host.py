@@ -94,8 +94,11 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def normalize_workspace(workspace: str | os.PathLike[str]) -> str:
-    """A workspace as sessions record it: absolute and normalized."""
+def absolute_workspace(workspace: str | os.PathLike[str]) -> str:
+    """A workspace as sessions record it: absolute (against the current directory) and normalized.
+
+    Not the compactor's `breaker.normalize_workspace`, a lexical key that never reads the cwd.
+    """
     return os.path.normpath(os.path.abspath(os.fspath(workspace)))
 
 
@@ -183,7 +186,7 @@ def _workspace(workspace: object) -> str:
     if not path or "\x00" in path:
         raise InputError(f"a workspace needs a path without NUL characters, not {path!r}")
     _check_text(path, "the workspace path")
-    return normalize_workspace(path)
+    return absolute_workspace(path)
 
 
 def _settings(settings: object) -> SessionSettings:
@@ -734,4 +737,4 @@ def _close_at_exit(host: Host) -> None:
         _exit_hook_installed = True
 
 
-__all__ = ["Host", "HostStats", "normalize_workspace"]
+__all__ = ["Host", "HostStats"]
