@@ -59,7 +59,7 @@ import pykka
 
 from cairn.actors.compactor.actor import CompactionDone, CompactJob, CompactorActor
 from cairn.actors.compactor.errors import CompactionIneffective
-from cairn.actors.compactor.gates import manual_compaction_due, shrink_gate
+from cairn.actors.compactor.gates import manual_compaction_due
 from cairn.actors.compactor.hooks import PreCompactionHook
 from cairn.actors.compactor.service import CompactionConfig, CompactionRequest, Compactor
 from cairn.actors.errors import (
@@ -79,26 +79,27 @@ from cairn.actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from cairn.actors.provider.retry import RetryDecision, RetryPolicy, decide_retry
+from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line, is_hidden_event
 from cairn.actors.session.images import inline_image_blobs
+from cairn.actors.session.recovery import recovery_source, snip_checkpoint
 from cairn.actors.session.request import AssembledRequest, assemble, request_event
 from cairn.actors.session.settings import SessionSettings
-from cairn.actors.session.slimming import SlimPlan, apply_plan, plan_micro, plan_snip, read_only_tools
+from cairn.actors.session.slimming import apply_plan, plan_micro, plan_snip, read_only_tools
 from cairn.actors.session.stream import Turn, TurnResult, TurnStatus
 from cairn.actors.session.tracker import Occupancy, occupancy
 from cairn.actors.session.turn import (
-    VERDICT_NOTES,
+    Fail,
+    FailClosed,
+    Recover,
+    RetryAfter,
     UserContent,
     completion_event,
     error_outcome,
     failure_events,
     interrupted_events,
-    is_overflow,
-    reactive_snip,
-    reactive_verdict,
+    provider_failure,
     response_events,
-    snip_checkpoint,
     start_events,
     steering_events,
     tool_result_event,
@@ -109,7 +110,7 @@ from cairn.actors.tokens import Encoding, TokenCounter
 from cairn.actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
-from cairn.events.kinds import EventBase, FailedPhase, ProviderError, Trigger
+from cairn.events.kinds import EventBase, FailedPhase, Trigger
 from cairn.events.model import Message, ToolCall
 from cairn.events.state import SessionState, replay
 from cairn.store.errors import SeqConflict
@@ -745,55 +746,34 @@ class SessionActor(pykka.ThreadingActor):
         return outcome
 
     def _on_failed(self, message: ProviderFailed) -> None:
+        """A provider error: record it, then retry, recover or fail as `turn.provider_failure` says."""
         run = self._current(message.job)
         if run is None:
             return
         run.job = 0
         run.provider_seconds += message.seconds
-        delivered = message.delivered or run.delivered
-        overflow = is_overflow(message.error_class, message.status_code, message.message)
-        retry = self._retry_decision(run, message, transient=not overflow and not delivered)
-        error = ProviderError(
+        decision = provider_failure(
+            self._state,
+            message,
+            turn_id=run.turn_id,
             request_id=run.request_id,
-            error_class=message.error_class,
-            output_delivered=delivered,
-            message=message.message[:2_000],
-            status_code=message.status_code,
-            retry_after_ms=message.retry_after_ms,
-            retry_wait_ms=retry.wait_ms if retry.retry else None,
-        )
-        if retry.retry:
-            if not self._try_persist([error], "provider"):
-                return
-            return self._retry_later(run, retry.wait_ms)
-        verdict = reactive_verdict(self._state, overflow=overflow, delivered=delivered)
-        if verdict != "recover":
-            note = VERDICT_NOTES.get(verdict, "") or retry.note
-            detail = f"{message.message} ({note})" if note else message.message
-            closing = failure_events(self._state, run.turn_id, "provider", message.error_class, detail)
-            events = [error, *closing]
-            with contextlib.suppress(CairnError):
-                self._persist(events)
-            return self._finish("failed", "provider", message.error_class, detail)
-        if not self._try_persist([error], "provider"):
-            return
-        self._recover(message)
-
-    def _retry_decision(self, run: _Run, message: ProviderFailed, *, transient: bool) -> RetryDecision:
-        """Whether (and after how long) a failed request is sent again: `retry.decide_retry`.
-
-        Only a transient error (C5's list) before any output (R2) that is not
-        a context-limit error (R1: that one goes to recovery) is retried.
-        """
-        return decide_retry(
-            run.transient_retries,
-            transient=transient and message.retryable,
-            retries_left=self._rt.turn_retries - run.transient_retries,
-            status=message.status_code,
-            hint_ms=message.retry_after_ms,
+            delivered=run.delivered,
+            retries_done=run.transient_retries,
+            retries_allowed=self._rt.turn_retries,
             draw=self._rt.retry_draw(),
             policy=self._rt.retry,
         )
+        match decision.verdict:
+            case RetryAfter(wait_ms):
+                if self._try_persist(decision.events, "provider"):
+                    self._retry_later(run, wait_ms)
+            case Recover():
+                if self._try_persist(decision.events, "provider"):
+                    self._recover(message)
+            case Fail() | FailClosed():
+                with contextlib.suppress(CairnError):
+                    self._persist(decision.events)
+                self._finish("failed", "provider", message.error_class, decision.detail)
 
     def _retry_later(self, run: _Run, wait_ms: int) -> None:
         """Send the turn's request again after `wait_ms`, without blocking this actor."""
@@ -820,14 +800,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _recover(self, overflow: ProviderFailed) -> None:
         """R3: strip the hand-off, snip keep 3 minimum 10, compact the result (trigger reactive)."""
-        state = self._state
-        occ = occupancy(state, self._view)
-        snip: SlimPlan | None = reactive_snip(state, self._view, occ)
-        snipped = apply_plan(state, snip, now_ms=self._rt.clock_ms()).context if snip is not None else None
-        if snipped is not None and not shrink_gate(
-            self._counter.messages(state.context), self._counter.messages(snipped)
-        ).passed:
-            snipped = None  # its marker outweighs the tiny turns it removes: no snip at all
+        snipped = recovery_source(self._state, self._view, self._counter, now_ms=self._rt.clock_ms())
         self._compact("reactive", source=snipped, snipped=snipped, overflow=overflow)
 
     # -- manual compaction (K4) -------------------------------------------------------------------
