@@ -68,9 +68,11 @@ from cairn.actors.errors import (
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.provider.scripted import ScriptedProvider
-from cairn.actors.session.actor import Load, ManualCompact, Query, Runtime, Send, SessionActor
+from cairn.actors.session.actor import SessionActor
 from cairn.actors.session.handoff import is_hidden_event
+from cairn.actors.session.messages import Load, ManualCompact, Query, Send
 from cairn.actors.session.request import AssembledRequest
+from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
 from cairn.actors.tokens import load_encoding

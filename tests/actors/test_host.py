@@ -13,7 +13,7 @@ from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
-from cairn.actors.session import actor as session_actor
+from cairn.actors.session import turn_loop as session_actor
 from cairn.actors.session.stream import Turn
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
