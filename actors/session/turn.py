@@ -1,6 +1,6 @@
 """Pure decisions of the turn loop: the events of each step, the verdict on a provider error, interruptions.
 
-The session actor (actor.py) carries these out: it persists what they
+The session actor (turn_loop.py) carries these out: it persists what they
 return, applies the acknowledged records with `evolve`, and only then runs
 effects. Nothing here reads a clock, a file or a thread.
 

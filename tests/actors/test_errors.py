@@ -8,6 +8,7 @@ import pkgutil
 
 import pytest
 
+import cairn.actors.host
 import cairn.actors.session
 from cairn.actors.placement import PlacementError
 from cairn.actors.tools import ToolError
@@ -17,11 +18,11 @@ from cairn.events.errors import CairnError, InputError
 #: the modules checked: the host, the session and the shared leaves
 MODULES = [
     "cairn.actors.errors",
-    "cairn.actors.host",
     "cairn.actors.placement",
     "cairn.actors.tokens",
     "cairn.actors.tools",
     "cairn.actors.workspace_fs",
+    *(f"cairn.actors.host.{info.name}" for info in pkgutil.iter_modules(cairn.actors.host.__path__)),
     *(f"cairn.actors.session.{info.name}" for info in pkgutil.iter_modules(cairn.actors.session.__path__)),
 ]
 
