@@ -37,14 +37,16 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from cairn.events.errors import InputError
+
 #: `CAIRN_CPU` values: a CPU number, `auto` (pick one; the default), `batch` (batch
 #: scheduling on every CPU the process has), or `off`
 ENV_VAR = "CAIRN_CPU"
 BATCH: Final = "batch"
 
 
-class PlacementError(ValueError):
-    """A CPU setting that names no CPU this process may use."""
+class PlacementError(InputError):
+    """A CPU setting that names no CPU this process may use (an `InputError`, so still a `ValueError`)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Protocol
 
 import msgspec
@@ -139,23 +139,3 @@ class TokenCounter:
         if message.name:
             total += self.text(message.name)
         return total
-
-    def forget_all(self) -> None:
-        self._by_identity.clear()
-        self._by_digest.clear()
-        self._by_text.clear()
-
-
-_shared: TokenCounter | None = None
-
-
-def shared_counter() -> TokenCounter:
-    """A process-wide counter for code that has no session of its own."""
-    global _shared
-    if _shared is None:
-        _shared = TokenCounter()
-    return _shared
-
-
-def count_messages(messages: Sequence[Message], counter: TokenCounter | None = None) -> int:
-    return (counter or shared_counter()).messages(messages)

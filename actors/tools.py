@@ -30,6 +30,7 @@ import msgspec
 import re2
 
 from cairn.actors.workspace_fs import Refused, Workspace
+from cairn.events.errors import InputError
 from cairn.events.kinds import FileAccess
 from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
 
@@ -109,8 +110,8 @@ class ToolExecutor(Protocol):
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome: ...
 
 
-class ToolError(Exception):
-    """A tool refused its call; the message is what the model is shown."""
+class ToolError(InputError):
+    """A tool refused its call (the model's arguments are at fault); the model is shown the message."""
 
 
 def _schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> str:

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal
 
+from cairn.events.errors import InputError
 from cairn.store.files import describe as describe_mode
 
 #: lookups of one path that may meet a symlink (or a name that changed under us)
@@ -54,8 +55,8 @@ _WRITE_FLAGS = os.O_WRONLY | _NOFOLLOW
 Want = Literal["file", "dir", "any"]
 
 
-class Refused(Exception):
-    """A path the workspace will not open; the message is what the model is shown."""
+class Refused(InputError):
+    """A path the workspace will not open (the model's path is at fault); the model is shown the message."""
 
 
 class Opened:
@@ -75,7 +76,11 @@ class Opened:
 
 
 class _Retry(Exception):
-    """The name changed between its lookup and its open: look it up again."""
+    """The name changed between its lookup and its open: look it up again.
+
+    Not a `CairnError` on purpose: it is control flow inside one walk, raised
+    and caught within this module (`Workspace.open`), never seen by a caller.
+    """
 
 
 class Workspace:

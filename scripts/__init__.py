@@ -24,6 +24,7 @@ _WHERE: dict[str, str] = {
     # the host and its settings
     "Host": "cairn.actors.host",
     "HostStats": "cairn.actors.host",
+    "HostConfig": "cairn.actors.host",
     "SessionSettings": "cairn.actors.session.settings",
     "CompactionConfig": "cairn.actors.compactor.service",
     "RetryPolicy": "cairn.actors.provider.retry",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
         WorkspaceMismatch as WorkspaceMismatch,
     )
     from cairn.actors.host import Host as Host
+    from cairn.actors.host import HostConfig as HostConfig
     from cairn.actors.host import HostStats as HostStats
     from cairn.actors.provider.base import (
         Finished as Finished,

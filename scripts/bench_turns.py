@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cairn import Host, SessionSettings
+from cairn import Host, HostConfig, SessionSettings
 from cairn.actors.placement import on_one_cpu
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.bench import figure
@@ -98,8 +98,8 @@ def _drive(host: Host, workspace: Path, jobs: list[str], clients: int,
 def _overhead_run(sessions: int, turns: int, cap: int, serial: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-turns-"))
     try:
-        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS, sweep=False,
-                         max_live_sessions=cap)
+        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS,
+                         config=HostConfig(sweep=False, max_live_sessions=cap))
         try:
             workspace = root / "ws"
             jobs = [f"s{n:05d}" for _ in range(turns) for n in range(sessions)]
@@ -182,8 +182,8 @@ def _memory_child(touched: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-memory-"))
     readings: dict[int, tuple[int, int]] = {}
     try:
-        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS, sweep=False,
-                         max_live_sessions=MEMORY_CAP)
+        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS,
+                         config=HostConfig(sweep=False, max_live_sessions=MEMORY_CAP))
         try:
             _drive(host, root / "ws", ["warm-up"], 1)
             host.passivate_idle(now_ms=1 << 62)

@@ -69,7 +69,7 @@ from typing import Any
 import lmdb
 from rich.text import Text
 
-from cairn import Host, SessionSettings, WorkspaceTools, _console
+from cairn import Host, HostConfig, SessionSettings, WorkspaceTools, _console
 from cairn.actors import placement
 from cairn.actors.provider.base import Provider, ProviderRequest, TextDelta
 from cairn.actors.provider.config import ProviderConfigError
@@ -662,7 +662,8 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
     sids = [f"demo-{n}" for n in range(1, sessions + 1)]
     spaces = store / "demo-workspaces"
     _prepare_store(store)
-    host = Host.open(store, settings=settings, tools=WorkspaceTools(), max_live_sessions=max(sessions, 8),
+    host = Host.open(store, settings=settings, tools=WorkspaceTools(),
+                     config=HostConfig(max_live_sessions=max(sessions, 8)),
                      provider_factory=setup.adapter_for, fsync=fsync)
     firsts: dict[str, int] = {}
     failed: Exception | None = None
@@ -708,7 +709,7 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
         done = sum(outcome.ok for sid in sids for outcome in outcomes[sid])
         raise DemoStoreFailed(f"{failed}; {done} of {sessions * turns} turns completed before it")
 
-    reopened = Host.open(store, settings=settings, tools=WorkspaceTools(), sweep=False,
+    reopened = Host.open(store, settings=settings, tools=WorkspaceTools(), config=HostConfig(sweep=False),
                          provider_factory=setup.adapter_for, fsync=fsync)
     try:
         reports = []

@@ -1,6 +1,6 @@
-"""Pure decisions of the turn loop: the events of each step, reactive recovery (R1-R3), interrupted turns.
+"""Pure decisions of the turn loop: the events of each step, the verdict on a provider error, interruptions.
 
-The session actor (actor.py) carries these out: it persists what they
+The session actor (turn_loop.py) carries these out: it persists what they
 return, applies the acknowledged records with `evolve`, and only then runs
 effects. Nothing here reads a clock, a file or a thread.
 
@@ -15,23 +15,38 @@ How a turn ends (`turn-failed` phase, or `turn-completed`):
 | the model replied without tool calls (and no message waits)   | completed        |
 | slimming not recorded; compaction failed, blocked or no smaller | `compaction`     |
 | the checkpoint could not be written (K2)                      | `checkpoint`     |
-| provider error, not recoverable (R2), or the request/response could not be recorded | `provider` |
+| provider error not retried (C5) nor recovered (R1-R2), or the request/response not recorded | `provider` |
 | reactive recovery found nothing smaller (R3): the original error | `provider`       |
 | a tool result could not be recorded                           | `tool`           |
 | the host stopped, or the process died, mid-turn               | `interrupted`    |
 
-Reactive recovery (R1-R2), on a provider error:
+A provider error (`provider_verdict`): one verdict from the error, the
+turn's retries and the state, the first matching row. Output: some of the
+request's output reached the session. Transient: C5's list (rate limit,
+5xx, timeout, reset), with one of the turn's `turn_retries` left. Hint: the
+server's `Retry-After` on a 429 or 503 (`provider.retry` has that table).
+Guard: a reactive checkpoint since the last response.
 
-| context-limit (R1) | output delivered | reactive checkpoint since last response | verdict     |
-|--------------------|------------------|-----------------------------------------|-------------|
-| no                 | -                | -                                       | fail        |
-| yes                | yes              | -                                       | fail closed |
-| yes                | no               | yes                                     | fail (guard)|
-| yes                | no               | no                                      | recover     |
+| R1: context-limit | R2: output | C5: transient, retry left | hint over cap | R2: guard | verdict          |
+|-------------------|------------|---------------------------|---------------|-----------|------------------|
+| no                | no         | yes                       | no            | -         | retry after wait |
+| no                | no         | yes                       | yes           | -         | fail (the hint)  |
+| no                | -          | no                        | -             | -         | fail             |
+| yes               | yes        | -                         | -             | -         | fail closed      |
+| yes               | no         | -                         | -             | yes       | fail (the guard) |
+| yes               | no         | -                         | -             | no        | recover (R3)     |
 
-The "since the last response" flag is `carried.reactive_since_response`: set
-by every reactive checkpoint, cleared by the fold at each assistant message,
-so the guard survives replay.
+Every verdict records the `provider-error` first (with the server's hint, and
+the wait when it is retried). Retry: the same request is sent again after
+the wait (375 ms, then 750 ms, or the server's `Retry-After` on a 429 or 503
+with jitter), as a new `request` with the next attempt; L1 runs again before
+it. Recover: R3 (`recovery`), then the same request on the smaller context.
+Fail and fail closed: `turn-failed` in phase `provider` with the provider's
+error, and a note saying why when the reason is not the error itself.
+
+The guard is `carried.reactive_since_response`: set by every reactive
+checkpoint, cleared by the fold at each assistant message, so it survives
+replay.
 """
 
 from __future__ import annotations
@@ -41,24 +56,18 @@ from typing import Literal
 
 import msgspec
 
-from cairn.actors.compactor.checkpoint import source_hash
-from cairn.actors.compactor.gates import shrink_gate
+from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.provider.base import UsageReport, is_context_limit
+from cairn.actors.provider.retry import RetryPolicy, decide_retry
 from cairn.actors.session.settings import SessionSettings, session_started
-from cairn.actors.session.slimming import MICRO_KEEP, SlimPlan, plan_snip
 from cairn.actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
-from cairn.actors.session.tracker import Occupancy
-from cairn.actors.session.view import HistoryView
-from cairn.actors.tokens import TokenCounter
 from cairn.actors.tools import ToolOutcome
 from cairn.events.kinds import (
-    CHECKPOINT_VERSION,
     AssistantMessage,
-    CheckpointCommitted,
-    CheckpointDiagnostics,
     ErrorClass,
     EventBase,
     FailedPhase,
+    ProviderError,
     ToolResult,
     TurnCompleted,
     TurnFailed,
@@ -67,11 +76,8 @@ from cairn.events.kinds import (
     UserMessage,
 )
 from cairn.events.model import Message, Part, TextPart, ToolCall
-from cairn.events.state import SessionState, carried_for_checkpoint
+from cairn.events.state import SessionState
 
-#: R3: the snip before a reactive compaction keeps 3 tool turns from 10 messages up
-REACTIVE_KEEP = MICRO_KEEP
-REACTIVE_MINIMUM = 10
 #: what the model is shown for a tool call whose outcome was lost with the process
 INTERRUPTED_RESULT = "[the tool call was interrupted before its result was recorded; its outcome is unknown]"
 MAX_ERROR_CHARS = 2_000
@@ -264,7 +270,7 @@ def interrupted_events(state: SessionState, reason: str) -> list[EventBase]:
     return failure_events(state, turn.turn_id, "interrupted", "interrupted", reason)
 
 
-# --- reactive recovery (R1-R4) ---------------------------------------------------------------
+# --- a provider error: retry (C5), recover (R1-R3) or fail -------------------------------------
 
 
 def is_overflow(error_class: ErrorClass | str, status_code: int | None, message: str) -> bool:
@@ -273,7 +279,7 @@ def is_overflow(error_class: ErrorClass | str, status_code: int | None, message:
 
 
 def reactive_verdict(state: SessionState, *, overflow: bool, delivered: bool) -> Verdict:
-    """R2: whether a provider error may be recovered from (see the table above)."""
+    """R2: whether a provider error may be recovered from (the last four rows of the table above)."""
     if not overflow:
         return "fail"
     if delivered:
@@ -289,52 +295,108 @@ VERDICT_NOTES = {
 }
 
 
-def reactive_snip(state: SessionState, view: HistoryView, occ: Occupancy) -> SlimPlan | None:
-    """R3: snip with keep 3 and minimum 10, every candidate (the provider said it does not fit)."""
-    everything = msgspec.structs.replace(
-        occ, snapshot=msgspec.structs.replace(occ.snapshot, phase="unknown")
-    )
-    return plan_snip(state, view, everything, keep=REACTIVE_KEEP, minimum=REACTIVE_MINIMUM)
+class RetryAfter(msgspec.Struct, frozen=True):
+    """C5: send the same request again after `wait_ms`."""
+
+    wait_ms: int
 
 
-def snip_checkpoint(
-    state: SessionState, snipped: tuple[Message, ...], counter: TokenCounter, *, detail: str
-) -> CheckpointCommitted | None:
-    """R3's last resort: compaction gave nothing but the snip removed something.
+class Recover(msgspec.Struct, frozen=True):
+    """R3: reactive recovery, then the same request on the smaller context."""
 
-    The snip result becomes the replacement, committed as a reactive
-    checkpoint (strategy `fallback`, diagnostics say `snip-only`), so the
-    retried request is smaller and the R2 guard is set like any reactive
-    checkpoint's. None when the snip result is not smaller than the context
-    (its marker can outweigh tiny tool turns): like every replacement, it
-    must shrink (`gates.shrink_gate`), or recovery fails.
+
+class Fail(msgspec.Struct, frozen=True):
+    """The turn fails (phase `provider`); `note` says why when it is not the error itself."""
+
+    note: str = ""
+
+
+class FailClosed(msgspec.Struct, frozen=True):
+    """R2: output had already reached the session, so the turn fails closed."""
+
+    note: str = VERDICT_NOTES["fail-closed"]
+
+
+ProviderVerdict = RetryAfter | Recover | Fail | FailClosed
+
+
+class FailureDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What a provider error leads to: the verdict, the events to persist first, the turn's error text."""
+
+    verdict: ProviderVerdict
+    #: `provider-error`, then for a failure the turn's closing events (`failure_events`)
+    events: tuple[EventBase, ...]
+    #: the provider's message with the verdict's note, as `turn-failed` and the result show it
+    detail: str
+
+
+def provider_verdict(
+    state: SessionState,
+    failure: ProviderFailed,
+    *,
+    delivered: bool,
+    retries_done: int,
+    retries_allowed: int,
+    draw: float,
+    policy: RetryPolicy,
+) -> ProviderVerdict:
+    """The table above: retry after a wait, recover (R3), fail, or fail closed (R2).
+
+    `delivered`: output of the request reached the session (the actor's own
+    record, or the provider's); `retries_done` of `retries_allowed` transient
+    retries this turn; `draw` a random number in [0, 1) for the jitter.
     """
-    source = state.context
-    tokens = counter.messages(snipped)
-    source_tokens = counter.messages(source)
-    if not shrink_gate(source_tokens, tokens).passed:
-        return None
-    carried = carried_for_checkpoint(state, reset_breaker=False)
-    carried = msgspec.structs.replace(carried, reactive_since_response=True)
-    still_there = {call.id for message in snipped for call in message.tool_calls}
-    snipped_ids = tuple(
-        call.id for message in source for call in message.tool_calls if call.id not in still_there
+    delivered = delivered or failure.delivered
+    overflow = is_overflow(failure.error_class, failure.status_code, failure.message)
+    retry = decide_retry(
+        retries_done,
+        transient=not overflow and not delivered and failure.retryable,
+        retries_left=retries_allowed - retries_done,
+        status=failure.status_code,
+        hint_ms=failure.retry_after_ms,
+        draw=draw,
+        policy=policy,
     )
-    return CheckpointCommitted(
-        version=CHECKPOINT_VERSION,
-        epoch=state.epoch + 1,
-        through_seq=state.last_seq,
-        trigger="reactive",
-        strategy="fallback",
-        source_tokens=source_tokens,
-        replacement_tokens=tokens,
-        replacement_messages=snipped,
-        source_hash=source_hash(source),
-        diagnostics=CheckpointDiagnostics(
-            failure_reason="snip-only",
-            failure_detail=detail[:MAX_ERROR_CHARS],
-            target_tokens=tokens,
-            snipped_call_ids=snipped_ids,
-        ),
-        carried=carried,
+    if retry.retry:
+        return RetryAfter(retry.wait_ms)
+    verdict = reactive_verdict(state, overflow=overflow, delivered=delivered)
+    if verdict == "recover":
+        return Recover()
+    if verdict == "fail-closed":
+        return FailClosed()
+    return Fail(VERDICT_NOTES.get(verdict, "") or retry.note)
+
+
+def provider_failure(
+    state: SessionState,
+    failure: ProviderFailed,
+    *,
+    turn_id: str,
+    request_id: str,
+    delivered: bool,
+    retries_done: int,
+    retries_allowed: int,
+    draw: float,
+    policy: RetryPolicy,
+) -> FailureDecision:
+    """`provider_verdict`, and the events it records: the `provider-error`, then a failure's end."""
+    verdict = provider_verdict(
+        state, failure, delivered=delivered, retries_done=retries_done, retries_allowed=retries_allowed,
+        draw=draw, policy=policy,
     )
+    error = ProviderError(
+        request_id=request_id,
+        error_class=failure.error_class,
+        output_delivered=delivered or failure.delivered,
+        message=failure.message[:MAX_ERROR_CHARS],
+        status_code=failure.status_code,
+        retry_after_ms=failure.retry_after_ms,
+        retry_wait_ms=verdict.wait_ms if isinstance(verdict, RetryAfter) else None,
+    )
+    match verdict:
+        case Fail(note) | FailClosed(note):
+            detail = f"{failure.message} ({note})" if note else failure.message
+            closing = failure_events(state, turn_id, "provider", failure.error_class, detail)
+            return FailureDecision(verdict=verdict, events=(error, *closing), detail=detail)
+        case _:
+            return FailureDecision(verdict=verdict, events=(error,), detail=failure.message)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cairn.actors.host import Host
+from cairn.actors.host import Host, HostConfig
 from cairn.actors.provider.base import ProviderRequest
 from cairn.actors.provider.scripted import Outcome, Reply, ScriptedProvider
 from cairn.actors.session.settings import SessionSettings
@@ -169,7 +169,7 @@ def scripted(
 
 def open_host(root: Path, provider: Any, *, clock: Clock | None = None, disk: Disk | None = None,
               **kwargs: Any) -> Host:
-    """A host on `root` with the test clock, no real sleeping and no sweeper."""
+    """A host on `root` with the test clock, no real sleeping and no sweeper (`config_from` the rest)."""
     return Host.open(
         root,
         provider=provider,
@@ -178,9 +178,16 @@ def open_host(root: Path, provider: Any, *, clock: Clock | None = None, disk: Di
         clock_ms=clock or Clock(),
         sleep=kwargs.pop("sleep", lambda seconds: None),
         fsync=disk.fsync if disk is not None else os.fsync,
-        sweep=kwargs.pop("sweep", False),
+        config=config_from(kwargs),
         **kwargs,
     )
+
+
+def config_from(kwargs: dict[str, Any]) -> HostConfig:
+    """A test host's config, without a sweeper: the keywords naming its fields (`max_live_sessions=2`)
+    are taken out of `kwargs`."""
+    tunables = {name: kwargs.pop(name) for name in HostConfig.__struct_fields__ if name in kwargs}
+    return HostConfig(**{"sweep": False, **tunables})
 
 
 # --- seeded histories -----------------------------------------------------------------------

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Host
+from cairn import Host, HostConfig
 from cairn.actors.compactor.errors import CompactionBlocked
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout, UnknownSession
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
-from cairn.actors.session import actor as session_actor
+from cairn.actors.session import turn_loop as session_actor
 from cairn.actors.session.stream import Turn
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
@@ -302,7 +302,7 @@ def test_one_adapter_per_session_from_a_factory(tmp_path: Path) -> None:
     def factory(sid: str) -> ScriptedProvider:
         return made.setdefault(sid, ScriptedProvider(turns=[Reply(text=f"I am {sid}")]))
 
-    host = Host.open(tmp_path / "store", provider_factory=factory, sweep=False)
+    host = Host.open(tmp_path / "store", provider_factory=factory, config=HostConfig(sweep=False))
     assert host.send("x", "who?", workspace=tmp_path).result(WAIT).text == "I am x"
     assert host.send("y", "who?", workspace=tmp_path).result(WAIT).text == "I am y"
     assert sorted(made) == ["x", "y"] and made["x"].calls == 1
@@ -355,8 +355,8 @@ def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter
     workspace.mkdir()
     script = textwrap.dedent(f"""
         import gc
-        from cairn import Host
-        host = Host.open({str(tmp_path / "store")!r}, sweep=False)  # no sweeper thread holds it
+        from cairn import Host, HostConfig
+        host = Host.open({str(tmp_path / "store")!r}, config=HostConfig(sweep=False))  # no sweeper holds it
         result = host.send("dropped", "hello", workspace={str(workspace)!r}).result(timeout=60)
         assert result.status == "completed", result
         del host, result

@@ -16,7 +16,7 @@ import pytest
 
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
-from cairn.actors.session import actor as session_actor
+from cairn.actors.session import turn_loop as session_actor
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.slimming import apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy

@@ -12,9 +12,9 @@ from cairn.actors.compactor.errors import AuditMismatch
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Fail, FailAfter, Reply, context_limit, http_error
+from cairn.actors.session.recovery import reactive_snip
 from cairn.actors.session.slimming import apply_plan
 from cairn.actors.session.tracker import occupancy
-from cairn.actors.session.turn import reactive_snip
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed, ProviderError, Request, TurnFailed

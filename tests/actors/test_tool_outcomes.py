@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cairn.actors.provider.scripted import Reply
-from cairn.actors.session import actor as session_actor
+from cairn.actors.session import turn_loop as session_actor
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import FileAccess, ToolResult
 from cairn.events.model import BlobPart, ImagePart, Part, TextPart, ToolCall

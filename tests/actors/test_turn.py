@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from cairn.actors.provider.actor import ProviderFailed
+from cairn.actors.provider.retry import RetryPolicy
+from cairn.actors.session.recovery import reactive_snip
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.turn import (
     INTERRUPTED_RESULT,
+    Fail,
+    FailClosed,
+    Recover,
+    RetryAfter,
     interrupted_events,
     is_overflow,
-    reactive_snip,
+    provider_failure,
+    provider_verdict,
     reactive_verdict,
     start_events,
     steering_events,
@@ -23,6 +31,7 @@ from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     Carried,
     EventBase,
+    ProviderError,
     SessionStarted,
     ToolResult,
     TurnFailed,
@@ -74,6 +83,84 @@ def test_unanswered_calls_and_the_interrupted_end_they_get() -> None:
 def test_R2_verdict_table(overflow: bool, delivered: bool, guard: bool, verdict: str) -> None:
     state = SessionState(carried=Carried(reactive_since_response=guard))
     assert reactive_verdict(state, overflow=overflow, delivered=delivered) == verdict
+
+
+def _failure(error_class: str = "server", *, status: int | None = 503, retryable: bool = True,
+             delivered: bool = False, hint_ms: int | None = None, message: str = "boom") -> ProviderFailed:
+    return ProviderFailed(job=1, error_class=error_class, message=message,  # type: ignore[arg-type]
+                          status_code=status, retryable=retryable, delivered=delivered,
+                          retry_after_ms=hint_ms)
+
+
+POLICY = RetryPolicy()
+
+
+def _verdict(failure: ProviderFailed, *, guard: bool = False, delivered: bool = False, done: int = 0,
+             allowed: int = 2, draw: float = 0.5, policy: RetryPolicy = POLICY):  # type: ignore[no-untyped-def]
+    state = SessionState(carried=Carried(reactive_since_response=guard))
+    return provider_verdict(state, failure, delivered=delivered, retries_done=done, retries_allowed=allowed,
+                            draw=draw, policy=policy)
+
+
+def test_C5_a_transient_error_before_any_output_is_retried_after_375_then_750_ms() -> None:
+    assert _verdict(_failure()) == RetryAfter(375)
+    assert _verdict(_failure(), done=1) == RetryAfter(750)
+    assert _verdict(_failure(status=None)) == RetryAfter(375)
+
+
+def test_C5_a_servers_hint_is_waited_with_jitter_and_one_over_the_cap_fails_at_once() -> None:
+    assert _verdict(_failure("rate-limit", status=429, hint_ms=5_000), draw=0.5) == RetryAfter(5_500)
+    over = _verdict(_failure("rate-limit", status=429, hint_ms=120_000),
+                    policy=RetryPolicy(max_wait_ms=60_000))
+    assert isinstance(over, Fail) and "120 s" in over.note and "60 s" in over.note
+
+
+def test_C5_retries_used_up_or_an_error_that_is_not_transient_fail_the_turn() -> None:
+    assert _verdict(_failure(), done=2, allowed=2) == Fail()
+    assert _verdict(_failure(), allowed=0) == Fail()
+    assert _verdict(_failure("auth", status=401, retryable=False)) == Fail()
+
+
+def test_R2_a_transient_error_after_output_is_not_retried() -> None:
+    assert _verdict(_failure(delivered=True)) == Fail()  # the provider saw output go out
+    assert _verdict(_failure(), delivered=True) == Fail()  # the session did
+
+
+def test_R1_a_context_limit_error_is_never_retried_but_recovered() -> None:
+    overflow = _failure("context-limit", status=400, retryable=True)
+    assert _verdict(overflow) == Recover()
+    assert _verdict(_failure("bad-request", status=413, retryable=False)) == Recover()
+
+
+def test_R2_a_context_limit_error_after_output_fails_closed_and_the_guard_fails_a_second_one() -> None:
+    overflow = _failure("context-limit", status=400, retryable=False)
+    closed = _verdict(overflow, delivered=True)
+    assert isinstance(closed, FailClosed) and "fails closed (R2)" in closed.note
+    guarded = _verdict(overflow, guard=True)
+    assert isinstance(guarded, Fail) and "second context-limit error" in guarded.note
+
+
+def test_the_draw_is_taken_for_every_verdict_but_only_a_hinted_wait_uses_it() -> None:
+    assert _verdict(_failure(), draw=0.99) == _verdict(_failure(), draw=0.0) == RetryAfter(375)
+
+
+def test_every_verdict_records_the_provider_error_first_and_a_failure_closes_the_turn() -> None:
+    state = SessionState(sid="s")
+    common = {"turn_id": "t2", "request_id": "r3", "delivered": False, "retries_done": 0, "draw": 0.0,
+              "policy": RetryPolicy()}
+    retried = provider_failure(state, _failure(hint_ms=9), retries_allowed=2, **common)  # type: ignore[arg-type]
+    error = retried.events[0]
+    assert retried.verdict == RetryAfter(375) and len(retried.events) == 1
+    assert isinstance(error, ProviderError) and error.retry_wait_ms == 375 and error.request_id == "r3"
+    assert error.retry_after_ms == 9  # recorded as sent, though only 429 and 503 honour it
+    failed = provider_failure(state, _failure(message="x" * 3_000), retries_allowed=0, **common)  # type: ignore[arg-type]
+    error, closing = failed.events
+    assert isinstance(error, ProviderError) and error.retry_wait_ms is None and len(error.message) == 2_000
+    assert isinstance(closing, TurnFailed) and closing.phase == "provider" and closing.turn_id == "t2"
+    assert failed.detail == "x" * 3_000
+    over = provider_failure(state, _failure("rate-limit", status=429, hint_ms=90_000),
+                            retries_allowed=2, **common)  # type: ignore[arg-type]
+    assert over.detail.startswith("boom (the server asked to wait 90 s")
 
 
 @pytest.mark.parametrize(

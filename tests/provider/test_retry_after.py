@@ -23,7 +23,7 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.events.kinds import ProviderError, Request, TurnFailed
 from cairn.events.model import Message
-from tests.actors.helpers import START_MS, WAIT, Clock, reopen_and_compare
+from tests.actors.helpers import START_MS, WAIT, Clock, config_from, reopen_and_compare
 from tests.compactor.builders import COUNTER, coding_session, ledger, request
 from tests.provider.chat_server import ChatServer, Error, api_error, text_reply
 from tests.provider.conftest import SECRET_KEY
@@ -71,7 +71,7 @@ def open_host(tmp_path: Path, provider: OpenAIProvider) -> Iterator[OpenHost]:
             clock_ms=Clock(START_MS),
             sleep=sleeps.append,
             retry_draw=kwargs.pop("retry_draw", lambda: 0.5),
-            sweep=False,
+            config=config_from(kwargs),
             **kwargs,
         )
         host.sleeps = sleeps  # type: ignore[attr-defined]

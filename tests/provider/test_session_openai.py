@@ -29,7 +29,7 @@ from cairn.events.kinds import (
     TurnFailed,
     Usage,
 )
-from tests.actors.helpers import WAIT, Clock, reopen_and_compare, words
+from tests.actors.helpers import WAIT, Clock, config_from, reopen_and_compare, words
 from tests.provider.chat_server import (
     ChatServer,
     Error,
@@ -89,7 +89,7 @@ def open_host(tmp_path: Path, connect: Connect) -> Iterator[OpenHost]:
             settings=kwargs.pop("settings", SETTINGS),
             clock_ms=kwargs.pop("clock_ms", Clock()),
             sleep=lambda seconds: None,
-            sweep=False,
+            config=config_from(kwargs),
             **kwargs,
         )
         hosts.append(host)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Host, SessionSettings, WorkspaceTools
+from cairn import Host, HostConfig, SessionSettings, WorkspaceTools
 from cairn.actors.provider.config import OpenAIConfig
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.events.kinds import CheckpointCommitted, CompactionFailed
@@ -47,7 +47,7 @@ def host(chat: ChatServer, tmp_path: Path) -> Iterator[Host]:
     config = OpenAIConfig(base_url=chat.url, model="test-model", api_key=SECRET_KEY)
     with OpenAIProvider(config) as provider:
         opened = Host.open(tmp_path / "store", provider=provider, tools=WorkspaceTools(), settings=SETTINGS,
-                           clock_ms=Clock(), sleep=lambda seconds: None, sweep=False)
+                           clock_ms=Clock(), sleep=lambda seconds: None, config=HostConfig(sweep=False))
         try:
             yield opened
         finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from cairn import Host, cli, demo
+from cairn import Host, HostConfig, cli, demo
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import EVENT_TYPES
@@ -60,7 +60,8 @@ def store(demo_report: dict[str, Any]) -> Path:
         Reply(text="It printed a lot."),
         http_error(400, "this request is malformed"),  # not retryable: provider-error, turn-failed
     ))
-    with Host.open(root, provider=provider, tools=BigTool(), settings=demo.SETTINGS, sweep=False) as host:
+    with Host.open(root, provider=provider, tools=BigTool(), settings=demo.SETTINGS,
+                   config=HostConfig(sweep=False)) as host:
         assert host.send("extra", "run the big tool", workspace=root).result(60).ok
         failed = host.send("extra", "and again").result(60)
         assert failed.status == "failed" and failed.phase == "provider"

@@ -1,0 +1,13 @@
+"""The host: one store, many sessions, each a session actor (the API is `host.Host`).
+
+`host` is the API (open, send, compact, fork, close); `config` its tunables
+(`HostConfig`); `registry` the live session actors and their passivation;
+`inputs` the checks of what `send` is given; `fork` the copy of a history;
+`exit_hook` the closing of forgotten hosts at interpreter exit.
+"""
+
+from cairn.actors.host.config import HostConfig
+from cairn.actors.host.host import Host
+from cairn.actors.host.registry import HostStats
+
+__all__ = ["Host", "HostConfig", "HostStats"]

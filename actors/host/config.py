@@ -1,0 +1,54 @@
+"""A host's tunables: one frozen settings object, `HostConfig`, passed to `Host.open`."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cairn.actors.compactor.service import CompactionConfig
+from cairn.actors.provider.retry import RetryPolicy
+from cairn.events.errors import InputError
+
+
+class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How a host runs its sessions: limits, timeouts, retries, compaction (immutable, safe to share).
+
+    Values only: what a host is given to work with (the provider, the tools,
+    the pre-compaction hook, the journal, and the clock, sleep and fsync
+    seams) stays an argument of `Host.open`, and what a new session starts
+    with is its `SessionSettings`.
+
+    - `max_live_sessions`: session actors alive at once (at least 1); a new
+      session waits for an idle one to be passivated (LRU), and raises
+      `HostBusy` after `slot_timeout_s` when every slot stays busy.
+    - `idle_timeout_s`: a session idle that long is passivated, by a sweeper
+      thread when `sweep` (else only by `Host.passivate_idle()`).
+    - `ask_timeout_s`: how long a load or a query of a session may take.
+    - `request_timeout_s`: each provider request's timeout (None: the
+      adapter's own); `max_requests_per_turn`: requests one turn may make
+      before it fails.
+    - `turn_retries`: how often a turn's request is sent again after a
+      transient provider error (rate limit, 5xx, timeout, reset) that came
+      before any output, after 375 ms then 750 ms (as C5 waits for
+      summaries), or after the server's `Retry-After` on a 429 or 503 (with
+      jitter; a hint over the cap fails the turn at once); 0 fails the turn
+      at the first one. Each try is in the log: a `provider-error` (with the
+      hint and the wait), then a `request` with the next attempt.
+    - `retry`: those waits (the schedule, the cap of 60 s on a server's hint,
+      the jitter), for turns and summary calls alike.
+    - `compaction`: the compactor's settings (None: its defaults).
+    """
+
+    max_live_sessions: int = 256
+    idle_timeout_s: float = 120.0
+    sweep: bool = True
+    ask_timeout_s: float = 30.0
+    slot_timeout_s: float = 60.0
+    request_timeout_s: float | None = None
+    max_requests_per_turn: int = 64
+    turn_retries: int = 2
+    retry: RetryPolicy = RetryPolicy()
+    compaction: CompactionConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_live_sessions < 1:
+            raise InputError(f"max_live_sessions must be at least 1, got {self.max_live_sessions}")

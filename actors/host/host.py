@@ -1,0 +1,355 @@
+"""The host's API: one store, many sessions, each a session actor spawned by replay when needed.
+
+Embedding cairn::
+
+    from cairn import Host, HostConfig, WorkspaceTools
+
+    with Host.open("./cairn-data", provider=my_adapter, tools=WorkspaceTools()) as host:
+        turn = host.send("session-1", "fix the failing test", workspace="/repo")
+        for item in turn.events():          # client-visible, live (never the hand-off)
+            ...
+        result = turn.result(timeout=60)    # TurnResult: completed / failed (phase) / rejected
+        host.fork("session-1", "session-2") # history without the hidden hand-off (H6)
+        host.compact("session-1")           # K4: a checkpoint, or None below 50 % of the window
+
+    Host.open(root, config=HostConfig(max_live_sessions=64, turn_retries=0))  # tunables
+
+Registry and passivation (`registry`): at most `max_live_sessions` session
+actors are alive; idle ones are stopped (LRU, idle timeout) and rebuilt by
+replay on their next message.
+
+Recovery. A session whose log ends in a turn that never finished (the
+process died, or the actor crashed) gets `turn-failed` with phase
+`interrupted` when it is next loaded; the host may simply send again. A
+session actor that died is noticed on the next message to it and rebuilt.
+
+Shutdown (`close`): no new work; session actors are stopped most recently
+used first (each records an interrupted turn, then stops its compactor and
+provider actors); turns still unresolved are failed; the store is closed
+last. A host stops only its own actors, never `pykka.ActorRegistry.stop_all()`:
+a process may run several hosts. A host that is never closed is closed at
+interpreter exit, before Python waits for the (non-daemon) session threads
+(`exit_hook`).
+
+Thread-safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import msgspec
+import pykka
+
+from cairn.actors.compactor.hooks import PreCompactionHook
+from cairn.actors.errors import HostTimeout, SessionCrashed, SessionExists, UnknownSession
+from cairn.actors.host import exit_hook
+from cairn.actors.host.config import HostConfig
+from cairn.actors.host.fork import copy_history
+from cairn.actors.host.inputs import checked_settings, checked_workspace, user_content
+from cairn.actors.host.registry import Entry, HostStats, Registry
+from cairn.actors.provider.base import Provider
+from cairn.actors.provider.scripted import ScriptedProvider
+from cairn.actors.session.messages import ManualCompact, Query, Send
+from cairn.actors.session.request import AssembledRequest
+from cairn.actors.session.runtime import Runtime
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.stream import Turn, TurnResult
+from cairn.actors.tokens import load_encoding
+from cairn.actors.tools import ToolExecutor
+from cairn.events.codec import Record, validate_session_id
+from cairn.events.errors import InputError
+from cairn.events.model import Part
+from cairn.events.state import SessionState
+from cairn.store.errors import StorageFailed
+from cairn.store.journal import Journal
+from cairn.store.segments import FsyncFn
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Host:
+    """Sessions of one store, each driven by a session actor (see the module doc)."""
+
+    def __init__(
+        self, journal: Journal, runtime: Runtime, *, settings: SessionSettings, config: HostConfig,
+        owns_journal: bool,
+    ) -> None:
+        self.journal = journal
+        self._rt = runtime
+        self._settings = settings
+        self._ask_timeout = config.ask_timeout_s
+        self._owns_journal = owns_journal
+        self._registry = Registry(runtime, config)
+        self.stats: HostStats = self._registry.stats
+        self._lock = threading.Lock()
+        self._outstanding: set[Turn] = set()
+        exit_hook.close_at_exit(self)
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        config: HostConfig | None = None,
+        settings: SessionSettings | None = None,
+        provider: Provider | None = None,
+        provider_factory: Callable[[str], Provider] | None = None,
+        tools: ToolExecutor | None = None,
+        hook: PreCompactionHook | None = None,
+        journal: Journal | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        fsync: FsyncFn = os.fsync,
+        retry_draw: Callable[[], float] | None = None,
+    ) -> Host:
+        """Open (or create) the store at `root` and return a host on it.
+
+        `config` is how the host runs (`HostConfig`: limits, timeouts,
+        retries, compaction), `settings` what new sessions start with (model,
+        window, output cap, system prompt, tool schemas). The rest are live
+        objects, which no settings object holds:
+
+        - `provider`: one adapter for every session (default: the offline
+          `ScriptedProvider`), or `provider_factory(session_id)`: one each.
+        - `tools`: the executor of tool calls (`actors.tools`); its `schemas`
+          and `read_only` names fill in `settings` where those are empty.
+        - `hook`: the pre-compaction hook (C2); `journal`: an open journal to
+          use instead of opening `root` (the host does not close it).
+        - `clock_ms`, `sleep`, `fsync`, `retry_draw`: time (it stamps the
+          log), the retry sleep, the disk sync and the jitter's draw in
+          [0, 1), injectable for tests.
+        """
+        config = config if config is not None else HostConfig()
+        clock = clock_ms if clock_ms is not None else _wall_ms
+        adapter_for = _adapter_for(provider, provider_factory)
+        base = _with_tools(settings if settings is not None else SessionSettings(), tools)
+        owns = journal is None
+        if journal is None:
+            journal = Journal.open(root, fsync=fsync, clock_ms=clock)
+        runtime = Runtime(
+            journal=journal,
+            encoding=load_encoding(),  # once per process, before the first turn waits for it
+            adapter_for=adapter_for,
+            tools=tools,
+            clock_ms=clock,
+            sleep=sleep,
+            hook=hook,
+            compaction=config.compaction,
+            request_timeout_s=config.request_timeout_s,
+            max_requests_per_turn=config.max_requests_per_turn,
+            turn_retries=max(0, config.turn_retries),
+            retry=config.retry,
+            retry_draw=retry_draw if retry_draw is not None else random.random,
+        )
+        try:
+            return cls(journal, runtime, settings=base, config=config, owns_journal=owns)
+        except BaseException:
+            if owns:
+                journal.close()
+            raise
+
+    # -- the public calls ----------------------------------------------------------------
+
+    def send(
+        self,
+        session: str,
+        text: str | Sequence[Part],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        settings: SessionSettings | None = None,
+    ) -> Turn:
+        """Send a user message; returns the handle of the turn it starts (or steers, mid-turn).
+
+        The message is text, or a sequence of parts (`TextPart`, `ImagePart`:
+        images for a multimodal model; one over 256 KiB is kept in the blob
+        store and still sent to the model as an image). A new session needs
+        `workspace` (and starts with `settings`, default the host's); for an
+        existing one, `workspace` may be left out and must match when given.
+        Problems the session finds (a wrong workspace, a store failure) come
+        back in the handle's result as `rejected`; once the store has failed
+        (a full disk, an I/O error), `send` raises `StorageFailed` at once.
+        Arguments of the wrong kind (a dict for a message, bytes for a path,
+        a malformed part or SessionSettings, text with lone surrogates) raise
+        `InputError` here, before anything is written.
+        """
+        validate_session_id(session)
+        content = user_content(text)
+        where = checked_workspace(workspace) if workspace is not None else None
+        chosen = checked_settings(settings) if settings is not None else self._settings
+        self._check_store()
+        for _ in range(3):
+            entry = self._registry.acquire(session)
+            turn = Turn(session, on_done=self._done_callback(entry))
+            with self._lock:
+                self._outstanding.add(turn)
+            try:
+                assert entry.ref is not None
+                entry.ref.tell(Send(content, turn, workspace=where, settings=chosen))
+            except pykka.ActorDeadError:
+                with self._lock:
+                    self._outstanding.discard(turn)
+                self._registry.release(entry)
+                continue  # the next acquire sees the dead actor and rebuilds it by replay
+            return turn
+        raise SessionCrashed(f"session {session} keeps failing to start")
+
+    def compact(self, session: str, *, timeout: float | None = 600.0) -> Record | None:
+        """K4: compact now with trigger `manual`; None below 50 % of the window.
+
+        Waits for a running turn to end first. Raises `CompactionBlocked`
+        when the pre-compaction hook refuses (C3), a store error when the
+        checkpoint cannot be written, `HostTimeout` after `timeout` seconds.
+        """
+        validate_session_id(session)
+        if self.journal.last_seq(session) == 0:
+            raise UnknownSession(f"no session {session} in the store")
+        future: concurrent.futures.Future[Record | None] = concurrent.futures.Future()
+        entry = self._registry.acquire(session)
+        try:
+            assert entry.ref is not None
+            entry.ref.tell(ManualCompact(future))
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise HostTimeout(f"session {session}: no compaction result within {timeout} s") from None
+        except pykka.ActorDeadError:
+            raise SessionCrashed(f"session {session} stopped before compacting; try again") from None
+        finally:
+            self._registry.release(entry)
+
+    def fork(self, source: str, target: str) -> int:
+        """Copy `source`'s history into the new session `target`, without hidden events (H6).
+
+        `target` starts with `source`'s settings and names it as its parent;
+        checkpoints keep pointing at the right events (`through_seq` is
+        renumbered past the dropped hand-offs). A turn of `source` in flight
+        is copied as far as it is durable and marked interrupted when
+        `target` is first loaded. Returns `target`'s last seq.
+        """
+        validate_session_id(source)
+        validate_session_id(target)
+        if source == target:
+            raise InputError("a session cannot be forked onto itself")
+        self._check_store()
+        last = self.journal.last_seq(source)
+        if last == 0:
+            raise UnknownSession(f"no session {source} in the store")
+        if self.journal.last_seq(target) != 0:
+            raise SessionExists(f"session {target} already exists")
+        self._registry.evict(target)
+        return copy_history(self.journal, source, target, last)
+
+    def state(self, session: str) -> SessionState:
+        """The session's state as its actor holds it (loading it by replay if needed)."""
+        return self._query(session, "state")  # type: ignore[no-any-return]
+
+    def next_request(self, session: str) -> AssembledRequest:
+        """What the session's next request would send now (nothing is recorded)."""
+        return self._query(session, "next-request")  # type: ignore[no-any-return]
+
+    def passivate_idle(self, now_ms: int | None = None) -> int:
+        """Stop every session idle for longer than the idle timeout; returns how many."""
+        return self._registry.passivate_idle(now_ms)
+
+    @property
+    def live_sessions(self) -> list[str]:
+        """Sessions with a live actor, least recently used first."""
+        return self._registry.live_sessions
+
+    def sessions(self) -> Iterator[str]:
+        """Every session in the store, in id order."""
+        for summary in self.journal.sessions():
+            yield summary.sid
+
+    def close(self) -> None:
+        """Stop every session actor (most recently used first), then close the store. Idempotent."""
+        if not self._registry.close():
+            return
+        with self._lock:
+            leftover = list(self._outstanding)
+            self._outstanding.clear()
+        closed = TurnResult(session="", status="failed", phase="interrupted", error_class="HostClosed",
+                            error="the host was closed before the turn ended")
+        for turn in leftover:
+            turn._finish(msgspec.structs.replace(closed, session=turn.session))
+        if self._owns_journal:
+            self.journal.close()
+        exit_hook.closed(self)
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- inside -------------------------------------------------------------------------------
+
+    def _check_store(self) -> None:
+        """`StorageFailed` once the store failed (a full disk, an I/O error): the host must be reopened.
+
+        A new error for each call, caused by the OS error behind the journal's: raising the
+        journal's one instance from every client thread would chain each caller's traceback
+        onto the same object, and print them all with it.
+        """
+        failed = self.journal.failed
+        if failed is not None:
+            raise StorageFailed(str(failed)) from failed.__cause__
+
+    def _done_callback(self, entry: Entry) -> Callable[[Turn], None]:
+        def done(turn: Turn) -> None:  # runs on the session's thread: never blocks on an actor
+            with self._lock:
+                self._outstanding.discard(turn)
+            self._registry.release(entry)
+
+        return done
+
+    def _query(self, sid: str, what: Literal["state", "next-request"]) -> Any:
+        validate_session_id(sid)
+        entry = self._registry.acquire(sid)
+        try:
+            assert entry.ref is not None
+            return entry.ref.ask(Query(what), timeout=self._ask_timeout)
+        except pykka.Timeout:
+            raise HostTimeout(f"session {sid} did not answer within {self._ask_timeout} s") from None
+        finally:
+            self._registry.release(entry)
+
+
+def _adapter_for(
+    provider: Provider | None, provider_factory: Callable[[str], Provider] | None
+) -> Callable[[str], Provider]:
+    """Each session's adapter: the factory's, else one shared (default: the offline scripted one)."""
+    if provider is not None and provider_factory is not None:
+        raise InputError("pass provider or provider_factory, not both")
+    if provider_factory is not None:
+        return provider_factory
+    shared: Provider = provider if provider is not None else ScriptedProvider()
+
+    def factory(sid: str) -> Provider:
+        return shared
+
+    return factory
+
+
+def _with_tools(base: SessionSettings, tools: ToolExecutor | None) -> SessionSettings:
+    """`base`, its empty tool schemas and read-only names filled in from the executor's."""
+    if tools is None:
+        return base
+    schemas = tuple(getattr(tools, "schemas", ()) or ())
+    read_only = getattr(tools, "read_only", None)
+    if not base.tool_schemas and schemas:
+        base = msgspec.structs.replace(base, tool_schemas=schemas)
+    if base.read_only_tools is None and read_only is not None:
+        base = msgspec.structs.replace(base, read_only_tools=tuple(read_only))
+    return base

@@ -1,0 +1,254 @@
+"""The host's live session actors: at most `max_live_sessions`, spawned by replay, passivated when idle.
+
+A session is *busy* while a turn, a compaction or a query it was sent is
+unanswered; only idle sessions are passivated: the least recently used one
+when a new session needs a slot (LRU), and any that stayed idle longer than
+the idle timeout (a sweeper thread, or `passivate_idle()`). Stopping is
+free: the state lives in the log, and the next message rebuilds the actor
+by replay. When every slot is busy, a new session waits for one (`HostBusy`
+after the slot timeout), so the cap is a hard bound. A session actor that
+died is noticed on the next message to it and rebuilt.
+
+Thread-safety: every method may be called from any thread. One condition
+variable guards the entries; actors are started and stopped outside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+from typing import Any, Literal
+
+import msgspec
+import pykka
+
+from cairn.actors.errors import HostBusy, HostClosed, HostError, HostTimeout, SessionExists
+from cairn.actors.host.config import HostConfig
+from cairn.actors.session.actor import SessionActor
+from cairn.actors.session.messages import Load
+from cairn.actors.session.runtime import Runtime
+
+log = logging.getLogger("cairn.host")
+
+
+class HostStats(msgspec.Struct, kw_only=True):
+    """Counters of a host's registry (for tests, benchmarks and dashboards)."""
+
+    spawned: int = 0
+    passivated_lru: int = 0
+    passivated_idle: int = 0
+    rebuilt_after_crash: int = 0
+    peak_live: int = 0
+
+
+class Entry:
+    """One session's slot in the registry: its actor once started, and how many calls use it."""
+
+    __slots__ = ("busy", "last_used", "ref", "sid", "state")
+
+    def __init__(self, sid: str, now_ms: int) -> None:
+        self.sid = sid
+        self.ref: pykka.ActorRef[Any] | None = None
+        self.state: Literal["starting", "live", "stopping"] = "starting"
+        self.busy = 1
+        self.last_used = now_ms
+
+
+class Registry:
+    """The live session actors of one host (see the module doc)."""
+
+    def __init__(self, runtime: Runtime, config: HostConfig) -> None:
+        self._rt = runtime
+        self._max_live = config.max_live_sessions
+        self._idle_ms = int(config.idle_timeout_s * 1000)
+        self._ask_timeout = config.ask_timeout_s
+        self._slot_timeout = config.slot_timeout_s
+        self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.stats = HostStats()
+        self._stop_sweep = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        if config.sweep and config.idle_timeout_s > 0:
+            interval = max(0.05, min(config.idle_timeout_s / 4, 5.0))
+            self._sweeper = threading.Thread(
+                target=self._sweep, args=(interval,), name="cairn-host-sweeper", daemon=True
+            )
+            self._sweeper.start()
+
+    # -- taking and giving back a session ----------------------------------------------------
+
+    def acquire(self, sid: str) -> Entry:
+        """The live entry of `sid`, marked busy; spawned by replay (evicting LRU) when needed."""
+        deadline = time.monotonic() + self._slot_timeout
+        while True:
+            victim: Entry | None = None
+            with self._cond:
+                if self._closed:
+                    raise HostClosed("the host is closed")
+                entry = self._entries.get(sid)
+                if entry is not None:
+                    if entry.state != "live":
+                        self._wait(deadline, sid)
+                        continue
+                    assert entry.ref is not None
+                    if entry.ref.is_alive():
+                        entry.busy += 1
+                        self._entries.move_to_end(sid)
+                        return entry
+                    del self._entries[sid]  # crashed: rebuilt below by replay
+                    self.stats.rebuilt_after_crash += 1
+                    log.warning("cairn: a session actor had died; rebuilding it from its log")
+                if self._live_count() >= self._max_live:
+                    victim = next(
+                        (e for e in self._entries.values() if e.state == "live" and e.busy == 0), None
+                    )
+                    if victim is None:
+                        self._wait(deadline, sid)
+                        continue
+                    victim.state = "stopping"
+                    self.stats.passivated_lru += 1
+                entry = Entry(sid, self._rt.clock_ms())
+                self._entries[sid] = entry
+            if victim is not None:
+                self._stop_entry(victim)
+            return self._start(entry)
+
+    def release(self, entry: Entry) -> None:
+        """A call that used `entry` is done with it."""
+        with self._cond:
+            entry.busy -= 1
+            entry.last_used = self._rt.clock_ms()
+            self._cond.notify_all()
+
+    def evict(self, sid: str) -> None:
+        """Stop `sid`'s actor if it is live and idle (a fork target must not have a stale one)."""
+        with self._cond:
+            entry = self._entries.get(sid)
+            if entry is None:
+                return
+            if entry.state != "live" or entry.busy:
+                raise SessionExists(f"session {sid} is in use")
+            entry.state = "stopping"
+        self._stop_entry(entry)
+
+    # -- passivation and closing -------------------------------------------------------------------
+
+    def passivate_idle(self, now_ms: int | None = None) -> int:
+        """Stop every session idle for longer than the idle timeout; returns how many."""
+        now = now_ms if now_ms is not None else self._rt.clock_ms()
+        with self._cond:
+            victims = [
+                entry
+                for entry in self._entries.values()
+                if entry.state == "live" and entry.busy == 0 and now - entry.last_used >= self._idle_ms
+            ]
+            for entry in victims:
+                entry.state = "stopping"
+            self.stats.passivated_idle += len(victims)
+        for entry in victims:
+            self._stop_entry(entry)
+        return len(victims)
+
+    @property
+    def live_sessions(self) -> list[str]:
+        """Sessions with a live actor, least recently used first."""
+        with self._cond:
+            return [sid for sid, entry in self._entries.items() if entry.state != "stopping"]
+
+    def close(self) -> bool:
+        """Take no new session; stop every actor, most recently used first. False when already closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            self._cond.notify_all()
+        self._stop_sweep.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
+        while True:
+            with self._cond:
+                entries = [e for e in reversed(self._entries.values()) if e.state == "live"]
+                for entry in entries:
+                    entry.state = "stopping"
+                starting = any(e.state == "starting" for e in self._entries.values())
+            for entry in entries:
+                self._stop_entry(entry)
+            if not entries and not starting:
+                return True
+            if not entries:
+                with self._cond:
+                    self._cond.wait(0.05)
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _live_count(self) -> int:
+        return sum(1 for entry in self._entries.values() if entry.state != "stopping")
+
+    def _wait(self, deadline: float, sid: str) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HostBusy(
+                f"no live-session slot for {sid} within {self._slot_timeout} s: "
+                f"all {self._max_live} are busy"
+            )
+        self._cond.wait(remaining)
+
+    def _start(self, entry: Entry) -> Entry:
+        """Spawn the actor of a `starting` entry (outside the lock) and make it live."""
+        sid = entry.sid
+        try:
+            ref = self._spawn(sid)
+        except BaseException:
+            with self._cond:
+                if self._entries.get(sid) is entry:
+                    del self._entries[sid]
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            entry.ref = ref
+            entry.state = "live"
+            self.stats.spawned += 1
+            self.stats.peak_live = max(self.stats.peak_live, self._live_count())
+            self._cond.notify_all()
+            closed = self._closed
+        if closed:
+            entry.busy -= 1
+            raise HostClosed("the host was closed while the session started")
+        return entry
+
+    def _spawn(self, sid: str) -> pykka.ActorRef[Any]:
+        ref = SessionActor.start(sid, self._rt)
+        try:
+            ref.ask(Load(), timeout=self._ask_timeout)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                ref.stop(block=True, timeout=self._rt.stop_timeout_s)
+            if isinstance(exc, pykka.Timeout):
+                raise HostTimeout(f"session {sid} did not load within {self._ask_timeout} s") from None
+            if isinstance(exc, pykka.ActorDeadError):
+                raise HostError(f"session {sid} could not start") from exc
+            raise
+        return ref
+
+    def _stop_entry(self, entry: Entry) -> None:
+        """Stop an entry marked `stopping` (outside the lock), then drop it from the registry."""
+        if entry.ref is not None:
+            try:
+                entry.ref.stop(block=True, timeout=self._rt.stop_timeout_s)
+            except Exception as exc:
+                log.warning("cairn: a session actor did not stop cleanly: %s", type(exc).__name__)
+        with self._cond:
+            if self._entries.get(entry.sid) is entry:
+                del self._entries[entry.sid]
+            self._cond.notify_all()
+
+    def _sweep(self, interval: float) -> None:
+        while not self._stop_sweep.wait(interval):
+            try:
+                self.passivate_idle()
+            except Exception as exc:  # the sweeper must outlive one bad round
+                log.warning("cairn: idle passivation failed: %s", type(exc).__name__)

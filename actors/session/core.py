@@ -1,0 +1,223 @@
+"""The session actor's base: its state, persisting and applying, and how a turn ends.
+
+The session actor is one pykka actor, written in four layers of one class
+chain, each a module, each layer using only itself and the layers below
+(two hooks, `_resume` and `_send_request`, are the turn loop's, declared
+here):
+
+    SessionCore      (core.py)       state, load and replay, persist then apply, ending a turn
+    Compacting       (compacting.py) compaction: L1 step 4, reactive (R3), manual (K4)
+    TurnLoop         (turn_loop.py)  starting, steering, each request, the provider's answer, tools
+    SessionActor     (actor.py)      lifecycle, message dispatch, crash handling
+
+One class, because it is one actor: one thread and one inbox own every
+field; the layers only split its code at its seams. Only the actor's own
+thread runs any of it.
+
+Persist, then apply: `_persist` appends, waits for the acknowledgement,
+folds the stored records with the `evolve` replay uses, and only then
+publishes them to the turn's handles (H6: never a hidden one). A journal
+error leaves memory as it was.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pykka
+
+from cairn.actors.errors import SessionStopped, describe_exception
+from cairn.actors.provider.actor import ProviderActor
+from cairn.actors.provider.base import Provider
+from cairn.actors.session.handoff import is_hidden_event
+from cairn.actors.session.inflight import PendingCompaction, TurnRun
+from cairn.actors.session.messages import ManualCompact, Send
+from cairn.actors.session.request import assemble
+from cairn.actors.session.runtime import Runtime
+from cairn.actors.session.stream import TurnResult, TurnStatus
+from cairn.actors.session.tracker import Occupancy
+from cairn.actors.session.turn import failure_events, interrupted_events
+from cairn.actors.session.view import HistoryView
+from cairn.actors.tokens import TokenCounter
+from cairn.events.codec import Record
+from cairn.events.errors import CairnError
+from cairn.events.kinds import EventBase, FailedPhase
+from cairn.events.state import SessionState, replay
+from cairn.store.errors import SeqConflict
+
+log = logging.getLogger("cairn.session")
+
+
+class SessionCore(pykka.ThreadingActor):
+    """The state of one session and its persistence (see the module doc); not started on its own."""
+
+    use_daemon_thread = False  # on_stop records an interrupted turn and stops the children
+
+    def __init__(self, sid: str, runtime: Runtime) -> None:
+        super().__init__()
+        self._sid = sid
+        self._rt = runtime
+        self._journal = runtime.journal
+        self._counter = TokenCounter(runtime.encoding)
+        self._view = HistoryView(self._counter)
+        self._state = SessionState(sid=sid)
+        self._loaded = False
+        self._adapter: Provider | None = None
+        self._provider: pykka.ActorRef[Any] | None = None
+        self._compactor: pykka.ActorRef[Any] | None = None
+        self._run: TurnRun | None = None
+        self._compaction: PendingCompaction | None = None
+        self._sends: list[Send] = []
+        self._manual: list[ManualCompact] = []
+        self._jobs = itertools.count(1)
+
+    # -- hooks of the turn loop ------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        """Idle again: start what waited (`TurnLoop._resume`)."""
+        raise NotImplementedError
+
+    def _send_request(self, occ: Occupancy) -> None:
+        """Send the turn's next request from L1 step 5 on (`TurnLoop._send_request`)."""
+        raise NotImplementedError
+
+    # -- loading -------------------------------------------------------------------------------------
+
+    def _load(self) -> int:
+        """Replay from the log; owe the log an `interrupted` end for a turn that never ended.
+
+        Also starts the provider actor, here rather than in `on_start`, so a
+        failure reaches the host that asked instead of silently stopping us.
+        """
+        if self._provider is None:
+            self._adapter = self._rt.adapter_for(self._sid)
+            self._provider = ProviderActor.start(self._adapter)
+        state = self._journal.load(self._sid)
+        owed = interrupted_events(state, "the turn never finished: the process stopped or crashed")
+        if owed:
+            records = self._journal.append(
+                self._sid, owed, expected_seq=state.last_seq, timeout=self._rt.append_timeout_s
+            )
+            state = replay(records, state)
+        self._state = state
+        self._view.sync(state)
+        self._loaded = True
+        return state.last_seq
+
+    def _query(self, what: Literal["state", "next-request"]) -> Any:
+        """Answer a `Query`: the state, or the request it would send now (nothing is recorded)."""
+        if what == "state":
+            return self._state
+        return assemble(self._state, self._view)
+
+    # -- persisting ---------------------------------------------------------------------------
+
+    def _persist(self, events: Sequence[EventBase]) -> list[Record]:
+        """Append, wait for the acknowledgement, then apply and publish (persist, then apply)."""
+        try:
+            records = self._journal.append(
+                self._sid, events, expected_seq=self._state.last_seq, timeout=self._rt.append_timeout_s
+            )
+        except SeqConflict:
+            # someone else wrote this session: take the log's word for it before failing
+            self._state = self._journal.load(self._sid)
+            raise
+        self._state = replay(records, self._state)
+        run = self._run
+        if run is not None:
+            for record in records:
+                if not is_hidden_event(record.event):  # H6: never in the client stream
+                    for handle in run.handles:
+                        handle._publish(record)
+        return records
+
+    def _try_persist(self, events: Sequence[EventBase], phase: FailedPhase) -> bool:
+        """Persist, or fail the turn in `phase` when the journal refuses (memory unchanged)."""
+        try:
+            self._persist(events)
+        except CairnError as exc:
+            self._fail(phase, type(exc).__name__, str(exc))
+            return False
+        return True
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    def _result(self, status: TurnStatus, phase: FailedPhase | Literal[""] | None, *,
+                error_class: str = "", error: str = "", run: TurnRun | None = None) -> TurnResult:
+        return TurnResult(
+            session=self._sid,
+            status=status,
+            turn_id=run.turn_id if run is not None else "",
+            phase=phase or None,
+            error_class=error_class,
+            error=error,
+            requests=run.requests if run is not None else 0,
+            text=run.text if run is not None else "",
+            last_seq=self._state.last_seq,
+            provider_seconds=run.provider_seconds if run is not None else 0.0,
+        )
+
+    def _fail(self, phase: FailedPhase, error_class: str, error: str) -> None:
+        """End the turn in `phase`: record it when the journal allows, then resolve the handles."""
+        run = self._run
+        assert run is not None
+        try:
+            self._persist(failure_events(self._state, run.turn_id, phase, error_class, error))
+        except CairnError as exc:
+            log.warning("cairn: session %r: the failed turn could not be recorded (%s); it is marked "
+                        "interrupted when the session is next loaded", self._sid,
+                        describe_exception(exc))
+        self._finish("failed", phase, error_class, error)
+
+    def _finish(self, status: TurnStatus, phase: FailedPhase | None = None, error_class: str = "",
+                error: str = "") -> None:
+        run = self._run
+        result = self._result(status, phase, error_class=error_class, error=error, run=run)
+        self._run = None
+        if run is not None:
+            run.cancel.set()
+            for handle in run.handles:
+                handle._finish(result)
+        self._resume()
+
+    def _abandon(self, reason: str, *, persist: bool, error_class: str = "interrupted") -> None:
+        """Resolve everything in flight (stop or crash): no handle or reply is left hanging."""
+        run = self._run
+        if run is not None:
+            run.cancel.set()
+            if persist:
+                with contextlib.suppress(CairnError):  # else marked at the next load
+                    self._persist(interrupted_events(self._state, reason))
+            result = self._result("failed", "interrupted", error_class=error_class, error=reason, run=run)
+            self._run = None
+            for handle in run.handles:
+                handle._finish(result)
+        rejected = self._result("rejected", "", error_class=error_class, error=reason)
+        for send in self._sends:
+            send.handle._finish(rejected)
+        self._sends = []
+        stopped = SessionStopped(f"session {self._sid}: {reason}")
+        for manual in self._manual:
+            reply_error(manual.reply, stopped)
+        self._manual = []
+        pending = self._compaction
+        self._compaction = None
+        if pending is not None and pending.reply is not None:
+            reply_error(pending.reply, stopped)
+
+
+def reply_with(future: concurrent.futures.Future[Record | None], value: Record | None) -> None:
+    """Answer a manual compaction's caller (a caller that gave up is no error)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_result(value)
+
+
+def reply_error(future: concurrent.futures.Future[Record | None], error: BaseException) -> None:
+    """Fail a manual compaction's caller with `error` (a caller that gave up is no error)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_exception(error)

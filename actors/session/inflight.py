@@ -1,0 +1,68 @@
+"""What a session actor is waiting for: the turn it drives and a compaction not answered yet.
+
+In-flight bookkeeping of this process only: never persisted, and nothing
+of it is needed after a crash (the log's open turn is marked interrupted on
+the next load). Only the session actor's own thread touches these objects.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+from cairn.actors.provider.actor import ProviderFailed
+from cairn.actors.provider.base import UsageReport
+from cairn.actors.session.stream import Turn
+from cairn.events.codec import Record
+from cairn.events.kinds import Trigger
+from cairn.events.model import Message, ToolCall
+
+
+class TurnRun:
+    """The turn this actor is driving, and the request it waits for."""
+
+    def __init__(self, turn_id: str, handles: list[Turn]) -> None:
+        self.turn_id = turn_id
+        self.handles = handles
+        self.requests = 0
+        self.attempt = 1
+        self.transient_retries = 0  # sends again after a transient provider error (turn_retries)
+        self.handoff_failed = False  # H7: no second try in this turn
+        self.text = ""
+        self.provider_seconds = 0.0
+        self.tool_chars = 0  # X2: chars of the current tool turn's results shown
+        self.job = 0
+        self.request_id = ""
+        self.cancel = threading.Event()
+        self.begin(0, "")
+
+    def begin(self, job: int, request_id: str) -> None:
+        """A new request: `job` tags the provider's answers to it (0: none awaited)."""
+        self.job = job
+        self.request_id = request_id
+        self.cancel = threading.Event()
+        self.text_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.usage: UsageReport | None = None
+        self.finish: str | None = None
+        self.delivered = False
+
+
+class PendingCompaction:
+    """A compaction asked of the compactor actor and not answered yet."""
+
+    def __init__(
+        self,
+        job: int,
+        trigger: Trigger,
+        *,
+        snipped: tuple[Message, ...] | None = None,
+        reply: concurrent.futures.Future[Record | None] | None = None,
+        overflow: ProviderFailed | None = None,
+    ) -> None:
+        self.job = job
+        self.trigger = trigger
+        self.snipped = snipped
+        self.reply = reply
+        self.overflow = overflow  # R3: the provider error a reactive compaction answers

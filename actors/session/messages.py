@@ -1,0 +1,66 @@
+"""The session actor's messages: frozen structs, one union, dispatched with `match` in `on_receive`.
+
+Two are asks (`Load`, `Query`): their answer, or their error, goes back to
+the caller and never stops the actor. The others are tells: from the host
+(`Send`, `ManualCompact`), from a retry timer (`RetryRequest`), and the
+answers of the session's own provider and compactor actors (`ProviderItem`,
+`ProviderDone`, `ProviderFailed`, `CompactionDone`, defined beside those
+actors). A tell answers through what it carries (a `Turn` handle, a future),
+never by return value, so nobody blocks on a session that may call back
+(PITFALLS 18).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Literal
+
+import msgspec
+
+from cairn.actors.compactor.actor import CompactionDone
+from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.stream import Turn
+from cairn.actors.session.turn import UserContent
+from cairn.events.codec import Record
+
+
+class Load(msgspec.Struct, frozen=True):
+    """Ask: replay the session from the log (marking an interrupted turn); answers its last seq."""
+
+
+class Query(msgspec.Struct, frozen=True):
+    """Ask: `state` (the SessionState) or `next-request` (the AssembledRequest it would send now)."""
+
+    what: Literal["state", "next-request"]
+
+
+class Send(msgspec.Struct, frozen=True):
+    """Tell: a user message for the session; its handle reports the turn it starts or steers."""
+
+    #: a string, or the parts of a message with images
+    text: UserContent
+    handle: Turn
+    workspace: str | None
+    settings: SessionSettings
+
+
+class ManualCompact(msgspec.Struct, frozen=True):
+    """Tell: K4 compaction; `reply` gets the checkpoint's record, None when not due, or the error."""
+
+    reply: concurrent.futures.Future[Record | None]
+
+
+class RetryRequest(msgspec.Struct, frozen=True):
+    """Tell (from a timer thread): the wait after a transient provider error is over."""
+
+    turn_id: str
+    #: the job number the turn waits for: a stale timer (the turn moved on) is ignored
+    token: int
+
+
+SessionMessage = (
+    Load | Query | Send | ManualCompact | RetryRequest | ProviderItem | ProviderDone | ProviderFailed
+    | CompactionDone
+)
+"""Every message a session actor handles."""

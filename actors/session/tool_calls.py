@@ -1,0 +1,43 @@
+"""Running one tool call with the host's executor: whatever goes wrong becomes an error result.
+
+Called by the session actor on its own thread, for each call of an
+assistant message that is already durable (effects run after the
+acknowledgement). The executor is the host's code: an exception it raises,
+or an outcome that is not a well-formed `ToolOutcome`, is turned into an
+`error` result the model sees; it never fails the turn.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cairn.actors.errors import describe_exception
+from cairn.actors.session.turn import error_outcome
+from cairn.actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
+from cairn.events.model import ToolCall
+
+log = logging.getLogger("cairn.session")
+
+
+def run_tool(
+    tools: ToolExecutor | None, call: ToolCall, *, session: str, workspace: str | None, turn_id: str
+) -> ToolOutcome:
+    """The host's executor for one call, checked; whatever goes wrong is an error result the model sees.
+
+    Even a BaseException (KeyboardInterrupt, SystemExit) the tool raises
+    is one: let through, pykka would stop every actor of the process.
+    """
+    if tools is None or workspace is None:
+        return error_outcome(f"no tool named {call.name!r} is available")
+    invocation = ToolInvocation(session=session, workspace=workspace, turn_id=turn_id, call=call)
+    try:
+        value = tools(invocation)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            log.warning("cairn: session %r: the tool %r raised %s; recorded as its error result",
+                        session, call.name, type(exc).__name__)
+        return error_outcome(f"the tool {call.name!r} failed: {describe_exception(exc)}")
+    outcome = check_outcome(value)
+    if isinstance(outcome, str):
+        return error_outcome(f"the tool {call.name!r} {outcome}")
+    return outcome

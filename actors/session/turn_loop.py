@@ -1,0 +1,374 @@
+"""The session actor's turn loop: starting and steering a turn, each request, the provider's answer.
+
+A layer of the session actor (`core` explains the chain). The loop
+(DESIGN §3), driven by messages so that the actor never blocks on a peer
+that may call back (the provider and the compactor answer by message, not
+by return value):
+
+    Send -> [session-started], user-message, turn-started
+    repeat:
+        steering messages that arrived meanwhile -> user-message
+        L1: micro (S4, persisted, applied) -> snip plan (S1)
+            below compaction_due / unknown: persist the snip plan
+            compaction_due: compact (compacting.py), then on with the checkpoint
+        H1: hand-off persisted before the request that carries it (H6);
+            a failed write is logged once and not retried this turn (H7)
+        request persisted -> StreamJob ... ProviderItem* (deltas to the client)
+        ProviderDone -> assistant-message + usage
+            tool calls: run the host's executor for each (tool_calls.py), record each result
+            none: turn-completed (unless a steering message waits: go on)
+        ProviderFailed -> the verdict of `turn.provider_verdict`, its `provider-error` first:
+            retry after the wait (a timer tells `RetryRequest`), recover (R3), or turn-failed
+
+While it waits for its provider or compactor, new `Send`s are kept in order
+and recorded before the next request (steering, C11); a manual compaction
+waits for the turn's end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+import pykka
+
+from cairn.actors.errors import UnknownSession, WorkspaceMismatch
+from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem, StreamJob
+from cairn.actors.provider.base import (
+    Finished,
+    ProviderRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+)
+from cairn.actors.session.compacting import Compacting
+from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line
+from cairn.actors.session.images import inline_image_blobs
+from cairn.actors.session.inflight import TurnRun
+from cairn.actors.session.messages import RetryRequest, Send
+from cairn.actors.session.request import assemble, request_event
+from cairn.actors.session.slimming import apply_plan, plan_micro, plan_snip, read_only_tools
+from cairn.actors.session.tool_calls import run_tool
+from cairn.actors.session.tracker import Occupancy, occupancy
+from cairn.actors.session.turn import (
+    Fail,
+    FailClosed,
+    Recover,
+    RetryAfter,
+    completion_event,
+    error_outcome,
+    provider_failure,
+    response_events,
+    start_events,
+    steering_events,
+    tool_result_event,
+    unique_calls,
+)
+from cairn.actors.tools import ToolOutcome
+from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
+from cairn.events.model import ToolCall
+
+log = logging.getLogger("cairn.session")
+
+
+class TurnLoop(Compacting):
+    """The turn loop of the session actor (see the module doc)."""
+
+    # -- starting and steering ------------------------------------------------------------------
+
+    def _on_send(self, message: Send) -> None:
+        if self._run is not None or self._compaction is not None:
+            self._sends.append(message)  # recorded before the next request, or after this wait
+            return
+        self._start([message])
+
+    def _accept(self, sends: list[Send]) -> list[Send]:
+        """The sends this session can take; the others are rejected on their handles.
+
+        A new session takes the workspace of its first message that names one;
+        every later message must name the same one, or none.
+        """
+        info = self._state.info
+        workspace = info.workspace if info is not None else None
+        accepted: list[Send] = []
+        for send in sends:
+            problem = ""
+            if workspace is None and send.workspace is None:
+                problem = f"session {self._sid} is new: its first message needs a workspace"
+            elif workspace is not None and send.workspace not in (None, workspace):
+                problem = f"session {self._sid} works in {workspace}, not {send.workspace}"
+            if problem:
+                kind = UnknownSession if workspace is None else WorkspaceMismatch
+                send.handle._finish(self._result("rejected", "", error_class=kind.__name__, error=problem))
+                continue
+            if workspace is None:
+                workspace = send.workspace
+            accepted.append(send)
+        return accepted
+
+    def _start(self, sends: list[Send]) -> None:
+        if not self._loaded:
+            self._load()
+        accepted = self._accept(sends)
+        if not accepted:
+            return self._resume()
+        first = next((send for send in accepted if send.workspace is not None), accepted[0])
+        try:
+            events, turn_id = start_events(
+                self._state,
+                [send.text for send in accepted],
+                settings=first.settings,
+                workspace=first.workspace,
+            )
+            self._run = TurnRun(turn_id, [send.handle for send in accepted])
+            self._persist(events)
+        except CairnError as exc:
+            self._run = None
+            result = self._result("rejected", "", error_class=type(exc).__name__, error=str(exc))
+            for send in accepted:
+                send.handle._finish(result)
+            return self._resume()
+        self._next_request()
+
+    def _steer(self) -> bool:
+        """Record the messages that arrived during the turn; False when the turn failed doing it."""
+        run = self._run
+        assert run is not None
+        sends = self._accept(self._sends)
+        self._sends = []
+        if not sends:
+            return True
+        run.handles.extend(send.handle for send in sends)
+        return self._try_persist(steering_events(self._state, [send.text for send in sends]), "provider")
+
+    def _resume(self) -> None:
+        """Idle again: run a waiting manual compaction, else start a turn with the waiting messages."""
+        if self._run is not None or self._compaction is not None:
+            return
+        if self._manual:
+            return self._manual_start(self._manual.pop(0))
+        if self._sends:
+            sends, self._sends = self._sends, []
+            self._start(sends)
+
+    # -- before each request (L1, H) --------------------------------------------------------------
+
+    def _next_request(self) -> None:
+        run = self._run
+        assert run is not None
+        if not self._steer():
+            return
+        if run.requests >= self._rt.max_requests_per_turn:
+            return self._fail("provider", "too-many-requests",
+                              f"the turn made {run.requests} requests without the model finishing")
+        now = self._rt.clock_ms()
+        occ = occupancy(self._state, self._view)
+        micro = plan_micro(self._state, self._view, occ, now_ms=now)  # L1 (1)
+        if micro is not None:
+            if not self._try_persist([micro.event], "compaction"):
+                return
+            occ = occupancy(self._state, self._view)
+        snip = plan_snip(self._state, self._view, occ)  # L1 (2): planned, not applied
+        if occ.snapshot.phase == "compaction_due":  # L1 (4)
+            source = apply_plan(self._state, snip, now_ms=now).context if snip is not None else None
+            return self._compact("threshold", source=source)
+        if snip is not None:  # L1 (3)
+            if not self._try_persist([snip.event], "compaction"):
+                return
+            occ = occupancy(self._state, self._view)
+        self._send_request(occ)
+
+    def _send_request(self, occ: Occupancy) -> None:
+        """L1 steps 5-6: the hand-off when due, then the request, persisted, then sent."""
+        run = self._run
+        assert run is not None
+        occ = self._handoff(run, occ)
+        assembled = assemble(self._state, self._view, occ=occ)
+        request_id = f"r{self._state.last_seq + 1}"
+        event = request_event(assembled, request_id=request_id, turn_id=run.turn_id, attempt=run.attempt)
+        if not self._try_persist([event], "provider"):
+            return
+        run.requests += 1
+        run.begin(next(self._jobs), request_id)
+        info = self._state.info
+        request = ProviderRequest(
+            model=assembled.model,
+            messages=inline_image_blobs(assembled.messages, self._rt.journal.read_blob),
+            tools=assembled.tools,
+            purpose="turn",
+            max_output_tokens=info.max_output_tokens if info is not None else None,
+            timeout_s=self._rt.request_timeout_s,
+            request_id=request_id,
+        )
+        provider = self._provider
+        try:
+            if provider is None:
+                raise pykka.ActorDeadError("no provider actor")
+            provider.tell(StreamJob(run.job, request, self.actor_ref, run.cancel))
+        except pykka.ActorDeadError:
+            self._fail("provider", "ActorDeadError", "the provider actor is gone")
+
+    def _handoff(self, run: TurnRun, occ: Occupancy) -> Occupancy:
+        """L1 (5), H1: persist the hand-off when due (H6: before the request that carries it).
+
+        Returns the occupancy the request is assembled with: re-measured when
+        a hand-off was recorded, else as given. A failed write is H7's.
+        """
+        try:
+            handoff = decide_handoff(self._state, occ.snapshot, now_ms=self._rt.clock_ms(),
+                                     write_failed=run.handoff_failed)
+        except InvalidHandoff as exc:
+            self._handoff_failed(exc)
+            return occ
+        if handoff is None:
+            return occ
+        try:
+            self._persist([handoff])
+        except CairnError as exc:
+            self._handoff_failed(exc)
+            return occ
+        return occupancy(self._state, self._view)
+
+    def _handoff_failed(self, exc: BaseException) -> None:
+        """H7: one line naming the session by a hash and the error class; no retry this turn."""
+        log.warning(handoff_failure_line(self._sid, exc))
+        assert self._run is not None
+        self._run.handoff_failed = True
+
+    # -- the provider's answer -----------------------------------------------------------------
+
+    def _current(self, job: int) -> TurnRun | None:
+        run = self._run
+        if run is None or run.job != job or job == 0:
+            return None
+        return run
+
+    def _on_item(self, message: ProviderItem) -> None:
+        run = self._current(message.job)
+        if run is None:
+            return
+        run.delivered = True  # R2: output crossed the boundary
+        item = message.item
+        if isinstance(item, TextDelta):
+            run.text_parts.append(item.text)
+            for handle in run.handles:
+                handle._publish(item)
+        elif isinstance(item, ReasoningDelta):
+            run.reasoning_parts.append(item.text)
+            for handle in run.handles:
+                handle._publish(item)
+        elif isinstance(item, ToolCallReady):
+            run.calls.append(item.call)
+        elif isinstance(item, UsageReport):
+            run.usage = item
+        elif isinstance(item, Finished):
+            run.finish = item.reason
+
+    def _on_done(self, message: ProviderDone) -> None:
+        run = self._current(message.job)
+        if run is None:
+            return
+        run.job = 0
+        run.provider_seconds += message.seconds
+        text = "".join(run.text_parts)
+        events = response_events(
+            self._state,
+            request_id=run.request_id,
+            text=text,
+            reasoning="".join(run.reasoning_parts),
+            calls=run.calls,
+            usage=run.usage,
+            finish_reason=run.finish,
+        )
+        calls = unique_calls(run.calls)
+        run.text = text or run.text
+        if not calls and not self._sends:
+            events.append(completion_event(run.turn_id, run.requests))
+            if self._try_persist(events, "provider"):
+                self._finish("completed")
+            return
+        if not self._try_persist(events, "provider"):
+            return
+        run.tool_chars = 0
+        info = self._state.info
+        for call in calls:
+            outcome = run_tool(self._rt.tools, call, session=self._sid, turn_id=run.turn_id,
+                               workspace=info.workspace if info is not None else None)
+            if not self._record_tool(call, outcome, run):
+                return
+        self._next_request()
+
+    def _record_tool(self, call: ToolCall, outcome: ToolOutcome, run: TurnRun) -> bool:
+        """Persist one call's result; an outcome the log refuses (too large) becomes an error result.
+
+        False when the turn failed (phase `tool`): the journal could not write.
+        """
+        read_only = read_only_tools(self._state.info)
+        result, used = tool_result_event(call, outcome, read_only=read_only, used=run.tool_chars)
+        try:
+            self._persist([result])
+        except (LineTooLarge, InvalidEvent, MalformedEvent) as exc:  # the outcome's fault, not the store's
+            refused = error_outcome(f"the tool {call.name!r} returned a result the log cannot hold: {exc}")
+            result, used = tool_result_event(call, refused, read_only=read_only, used=run.tool_chars)
+            if not self._try_persist([result], "tool"):
+                return False
+        except CairnError as exc:
+            self._fail("tool", type(exc).__name__, str(exc))
+            return False
+        run.tool_chars = used
+        return True
+
+    def _on_failed(self, message: ProviderFailed) -> None:
+        """A provider error: record it, then retry, recover or fail as `turn.provider_failure` says."""
+        run = self._current(message.job)
+        if run is None:
+            return
+        run.job = 0
+        run.provider_seconds += message.seconds
+        decision = provider_failure(
+            self._state,
+            message,
+            turn_id=run.turn_id,
+            request_id=run.request_id,
+            delivered=run.delivered,
+            retries_done=run.transient_retries,
+            retries_allowed=self._rt.turn_retries,
+            draw=self._rt.retry_draw(),
+            policy=self._rt.retry,
+        )
+        match decision.verdict:
+            case RetryAfter(wait_ms):
+                if self._try_persist(decision.events, "provider"):
+                    self._retry_later(run, wait_ms)
+            case Recover():
+                if self._try_persist(decision.events, "provider"):
+                    self._recover(message)
+            case Fail() | FailClosed():
+                with contextlib.suppress(CairnError):
+                    self._persist(decision.events)
+                self._finish("failed", "provider", message.error_class, decision.detail)
+
+    def _retry_later(self, run: TurnRun, wait_ms: int) -> None:
+        """Send the turn's request again after `wait_ms`, without blocking this actor."""
+        delay_s = wait_ms / 1000
+        run.transient_retries += 1
+        run.attempt += 1
+        run.job = next(self._jobs)  # the token the timer must bring back
+        message = RetryRequest(run.turn_id, run.job)
+        ref, sleep = self.actor_ref, self._rt.sleep
+
+        def wake() -> None:
+            sleep(delay_s)
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(message)
+
+        threading.Thread(target=wake, name=f"cairn-retry-{run.turn_id}", daemon=True).start()
+
+    def _on_retry(self, message: RetryRequest) -> None:
+        run = self._run
+        if run is None or run.turn_id != message.turn_id or run.job != message.token:
+            return  # the turn ended (or moved on) meanwhile
+        run.job = 0
+        self._next_request()  # L1 runs again: time has passed
