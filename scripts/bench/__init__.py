@@ -28,10 +28,10 @@ def figure(
 
 #: suite name -> module with `run(quick: bool) -> list[dict]`
 SUITES = {
-    "store": "cairn.bench_store",
-    "context": "cairn.bench_context",
-    "compaction": "cairn.bench_compaction",
-    "turns": "cairn.bench_turns",
+    "store": "cairn.bench.store",
+    "context": "cairn.bench.context",
+    "compaction": "cairn.bench.compaction",
+    "turns": "cairn.bench.turns",
 }
 
 
@@ -93,6 +93,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         render(report)
     return 0 if report["all_met"] else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
