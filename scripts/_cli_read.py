@@ -89,7 +89,6 @@ def text_of_parts(event: UserMessage) -> str:
     return text_of(Message(role="user", content=event.content))
 
 
-
 def record_json(record: Record) -> dict[str, Any]:
     """A record as a JSON object: its envelope's place, then the event as the log spells it.
 
@@ -98,7 +97,6 @@ def record_json(record: Record) -> dict[str, Any]:
     """
     body = msgspec.json.decode(msgspec.json.encode(record.event))
     return {"pos": record.pos, "sid": record.sid, "seq": record.seq, "ts": record.ts, **body}
-
 
 
 def usage_of(summary: SessionSummary) -> dict[str, Any]:
@@ -125,12 +123,14 @@ def usage_of(summary: SessionSummary) -> dict[str, Any]:
 
 
 def _tokens_cell(value: int | None, complete: bool) -> str:
+    """A usage figure: `unknown`, a lower bound (`≥`) when some responses lacked usage, or exact."""
     if value is None:
         return "unknown"
     return f"{value:,}" if complete else f"≥{value:,}"
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    """Every session with its size, model, checkpoint and provider-reported usage."""
     with open_store(args) as journal:
         summaries = list(journal.sessions())
     if args.json:
@@ -224,6 +224,7 @@ def _list_rest_raw(args: argparse.Namespace, next_seq: int, unknown: str, emit: 
 
 
 def _check_range(from_seq: int, to_seq: int | None) -> None:
+    """A usage error for a `--from`/`--to` range that can hold no seq."""
     if from_seq < 1:
         raise UsageError(f"--from {from_seq}: seqs start at 1")
     if to_seq is not None and to_seq < from_seq:
@@ -260,6 +261,7 @@ def _unknown_kind_at(root: Path, error: Exception) -> str | None:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """A session's checkpoints: trigger, strategy, tokens before and after."""
     out = []
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
@@ -283,6 +285,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    """The state a session's log folds to (up to `--until`), and its effective context."""
     if args.until is not None and args.until < 1:
         raise UsageError(f"--until {args.until}: seqs start at 1 (--until 1 replays the first event)")
     with open_store(args) as journal:

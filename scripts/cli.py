@@ -47,6 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `cairn` parser: one subcommand each, with `--store` and `--json` on all."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", default=os.environ.get("CAIRN_STORE", "./cairn-data"),
                         help="store directory (default: $CAIRN_STORE or ./cairn-data)")

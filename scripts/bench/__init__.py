@@ -36,6 +36,7 @@ SUITES = {
 
 
 def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, Any]:
+    """Run the suites `names` in order; the report (`--json` prints it), with how many targets were met."""
     figures: list[dict[str, Any]] = []
     started = time.perf_counter()
     for name in names:
@@ -61,6 +62,7 @@ def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, 
 
 
 def render(report: dict[str, Any]) -> None:
+    """The report as a table on stdout, then the targets met."""
     from rich.table import Table
 
     table = Table(title=f"cairn bench{' --quick' if report['quick'] else ''}")
@@ -76,6 +78,7 @@ def render(report: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`cairn bench`: exit 0 when every figure with a target met it, 1 otherwise."""
     parser = argparse.ArgumentParser(prog="cairn bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

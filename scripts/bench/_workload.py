@@ -9,11 +9,13 @@ from cairn.events.model import TextPart, ToolCall
 
 
 def payload(rng: random.Random, low: int, high: int) -> str:
+    """Filler text of `low` to `high` characters."""
     size = rng.randint(low, high)
     return ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
 
 
 def mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> EventBase:
+    """Event `i` of the mix: a user message, an assistant message with a tool call, its result, in turn."""
     text = payload(rng, *size_range)
     if i % 3 == 0:
         return UserMessage(message_id=f"u{i}", content=(TextPart(text),))

@@ -258,6 +258,7 @@ def _path_figures(path: str, s: PathStats, n: int) -> list[dict[str, Any]]:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
+    """The `compaction` suite: the corpus through each path, then the audit and the fallback's plan time."""
     samples = corpus(50 if quick else 150)
     counter = TokenCounter()
     stats = {path: _compact_corpus(samples, path, counter) for path in ("llm", "fallback")}

@@ -210,6 +210,7 @@ def _measure_band(history_tokens: int, turns: int) -> tuple[float, int]:
 
 
 def _figures(m: Measured, band_ms: float, removed: int, turns: int) -> list[dict[str, Any]]:
+    """The suite's figures; the speedup meets its target only when the projection stayed consistent."""
     ours_ms, base_ms = m.check_ms, m.recount_ms
     speedup = base_ms / ours_ms if ours_ms > 0 else float("inf")
     where = f"{m.messages:,} messages, {m.history_tokens:,} history tokens, {turns} turns"
@@ -261,6 +262,7 @@ def _figures(m: Measured, band_ms: float, removed: int, turns: int) -> list[dict
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
+    """The `context` suite: the large session's turns, then the same check in the hand-off band."""
     turns = 10 if quick else 60
     measured = _measure_large(turns)
     band_ms, removed = _measure_band(measured.history_tokens, turns)

@@ -244,6 +244,7 @@ def bench_open(workdir: Path, quick: bool) -> list[Figure]:
 
 
 def run(quick: bool) -> list[Figure]:
+    """The `store` suite, in a scratch directory removed at the end."""
     workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     try:
         figures: list[Figure] = []

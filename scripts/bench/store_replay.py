@@ -69,7 +69,6 @@ def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int)
         journal.close()
 
 
-
 def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
     long_events = 100_000 if quick else 1_000_000
     short_events = 2_000

@@ -30,6 +30,7 @@ _DEF = re.compile(r"^def (\w+)\((.*)\):")
 
 
 def _text_of(content: Any) -> str:
+    """The text of a message's content, a string or its text parts."""
     if isinstance(content, str):
         return content
     return "".join(part.text for part in content if isinstance(part, TextPart))
@@ -53,6 +54,7 @@ class DemoAgent:
         self._lock = threading.Lock()
 
     def __call__(self, request: ProviderRequest) -> Outcome | None:
+        """The next step of the task the request's last user message names; None for summary requests."""
         if request.purpose != "turn":
             return None
         match = None

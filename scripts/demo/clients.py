@@ -56,11 +56,12 @@ class Live:
 
     @property
     def failed(self) -> int:
+        """The turns of this run that did not complete so far."""
         return sum(not outcome.ok for outcome in self.outcomes)
 
 
-
 def _describe(record: Record) -> str:
+    """What a record of the turn says the session is doing now, for the live view."""
     event = record.event
     kind = record.line_kind
     if kind == "tool-result":
@@ -96,7 +97,7 @@ def _one_turn(host: Host, setup: Setup, sid: str, workspace: Path, n: int, live:
 
 
 def send_turns(host: Host, setup: Setup, sid: str, workspace: Path, first: int, turns: int, live: Live,
-            lock: threading.Lock, plain: bool) -> None:
+               lock: threading.Lock, plain: bool) -> None:
     """Send the session's turns one after the other, keeping how each ended in `live.outcomes`.
 
     Once the store has failed, the session sends nothing more: every send

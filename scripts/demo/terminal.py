@@ -12,6 +12,7 @@ from cairn.demo.agent import FALLBACK_SESSION, REACTIVE_SESSION
 
 
 def _checkpoint_cell(checkpoints: list[dict[str, Any]]) -> str:
+    """One line per checkpoint: trigger/strategy, tokens before and after, and the signed change."""
     if not checkpoints:
         return "-"
     return "\n".join(
