@@ -18,7 +18,11 @@ from typing import Any
 
 import pytest
 
-from cairn import cli, demo
+from cairn import SessionSettings, cli, demo
+from cairn.actors.session.budget import budget_for
+from cairn.actors.tokens import TokenCounter
+from cairn.demo.tasks import attachment_tokens, grown_task
+from cairn.demo.workspace import make_workspace
 from cairn.store import verify_store
 from tests.provider.chat_server import ChatServer, Received, Reply, Sse, call_start, chunk, usage_chunk
 from tests.provider.conftest import SECRET_KEY
@@ -142,14 +146,14 @@ def test_demo_on_an_openai_endpoint_crosses_the_handoff_band_compacts_and_replay
 
 def test_the_openai_demo_sizes_its_turns_by_the_window_whatever_the_model_says(tmp_path: Path) -> None:
     workspace = tmp_path / "w"
-    demo.make_workspace(workspace, 1)
-    counter = demo.TokenCounter()
+    make_workspace(workspace, 1)
+    counter = TokenCounter()
     for window, cap in ((16_000, None), (16_000, 2_000), (128_000, None)):
-        settings = demo.SessionSettings(model="m", context_window=window, max_output_tokens=cap)
-        tokens = demo.attachment_tokens(settings)
-        budget = demo.budget_for(window, cap).input_budget
+        settings = SessionSettings(model="m", context_window=window, max_output_tokens=cap)
+        tokens = attachment_tokens(settings)
+        budget = budget_for(window, cap).input_budget
         assert budget is not None and tokens == budget // 12  # under the band's width, a tenth
-        text = demo.grown_task("demo-1", 3, workspace, tokens=tokens, counter=counter)
+        text = grown_task("demo-1", 3, workspace, tokens=tokens, counter=counter)
         assert "#demo-1-t3" in text and "```python" in text
         assert tokens * 9 // 10 <= counter.text(text) <= tokens + 40
 

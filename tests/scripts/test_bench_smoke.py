@@ -7,7 +7,8 @@ do not depend on the machine, meet their targets.
 
 from __future__ import annotations
 
-from cairn import bench_compaction, bench_context
+from cairn.bench import compaction as bench_compaction
+from cairn.bench import context as bench_context
 
 
 def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cairn.demo import _checkpoint_cell
+from cairn.demo.terminal import _checkpoint_cell
 
 
 def _cell(source: int, replacement: int) -> str:

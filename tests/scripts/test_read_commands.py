@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from cairn import Host, HostConfig, cli, demo
+from cairn._cli_read import describe
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import EVENT_TYPES
@@ -160,7 +161,7 @@ def test_every_event_of_every_kind_is_described_in_listings(store: Path) -> None
     with Journal.open(store, readonly=True) as journal:
         for sid in _sessions(store):
             for record in journal.read(sid):
-                assert cli.describe(record.event), (sid, record.seq, record.kind)
+                assert describe(record.event), (sid, record.seq, record.kind)
                 described[record.kind] = described.get(record.kind, 0) + 1
     assert set(described) >= EVERY_KIND
 

@@ -28,14 +28,15 @@ def figure(
 
 #: suite name -> module with `run(quick: bool) -> list[dict]`
 SUITES = {
-    "store": "cairn.bench_store",
-    "context": "cairn.bench_context",
-    "compaction": "cairn.bench_compaction",
-    "turns": "cairn.bench_turns",
+    "store": "cairn.bench.store",
+    "context": "cairn.bench.context",
+    "compaction": "cairn.bench.compaction",
+    "turns": "cairn.bench.turns",
 }
 
 
 def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, Any]:
+    """Run the suites `names` in order; the report (`--json` prints it), with how many targets were met."""
     figures: list[dict[str, Any]] = []
     started = time.perf_counter()
     for name in names:
@@ -61,6 +62,7 @@ def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, 
 
 
 def render(report: dict[str, Any]) -> None:
+    """The report as a table on stdout, then the targets met."""
     from rich.table import Table
 
     table = Table(title=f"cairn bench{' --quick' if report['quick'] else ''}")
@@ -76,6 +78,7 @@ def render(report: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`cairn bench`: exit 0 when every figure with a target met it, 1 otherwise."""
     parser = argparse.ArgumentParser(prog="cairn bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -93,6 +96,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         render(report)
     return 0 if report["all_met"] else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

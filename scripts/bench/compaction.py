@@ -1,6 +1,6 @@
 """Compaction quality harness: a seeded corpus of sessions through the LLM and fallback paths.
 
-Usage: python -m cairn.bench_compaction [--quick] [--json]
+Usage: python -m cairn.bench.compaction [--quick] [--json]
 
 The corpus (seeded, so every run sees the same sessions) mixes tool-heavy
 coding sessions carrying exact continuation records, long user requests,
@@ -19,6 +19,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -175,84 +176,106 @@ def _fallback_plan_ms(counter_factory: Any, repeats: int) -> tuple[float, int]:
     return statistics.median(timings), tokens
 
 
+@dataclass
+class PathStats:
+    """What one path (the LLM summary or the fallback) made of the corpus."""
+
+    kept: int = 0  # exact records kept under their own heading
+    total: int = 0  # exact records in the sessions compacted
+    tasks: int = 0
+    tasks_ok: int = 0
+    llm_used: int = 0
+    #: sessions nothing could shrink: no checkpoint, by design
+    refused: list[str] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # replacement over target, per checkpoint
+    reductions: list[float] = field(default_factory=list)
+    worst: str = ""  # the session of the largest ratio
+    audits: int = 0
+    audits_ok: int = 0
+    #: why the LLM path fell back, by reason (the LLM path only)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def _compact_corpus(samples: list[Sample], path: str, counter: TokenCounter) -> PathStats:
+    """Compact every sample through `path` (`llm` or `fallback`) and measure each checkpoint."""
+    s = PathStats()
+    for sample in samples:
+        provider = ScriptedProvider() if path == "llm" else ScriptedProvider(default=http_error(400))
+        service = Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter)
+        request = CompactionRequest(state=sample.state, workspace="/bench/ws", trigger="threshold",
+                                    now_ms=10**12)
+        try:
+            outcome = service.compact(request)
+        except CompactionIneffective:
+            s.refused.append(sample.name)
+            continue
+        checkpoint = outcome.checkpoint
+        s.llm_used += checkpoint.strategy == "llm"
+        if path == "llm" and outcome.failure is not None:
+            s.reasons[outcome.failure.reason] = s.reasons.get(outcome.failure.reason, 0) + 1
+        s.total += len(sample.records)
+        s.kept += _records_kept(checkpoint, sample.records)
+        s.tasks += 1
+        s.tasks_ok += _task_kept(checkpoint, sample.task)
+        target = checkpoint.diagnostics.target_tokens
+        if checkpoint.strategy == "fallback":
+            target = max(target, _mandatory(checkpoint, counter))
+        ratio = checkpoint.replacement_tokens / target
+        if not s.ratios or ratio > max(s.ratios):
+            s.worst = sample.name
+        s.ratios.append(ratio)
+        s.reductions.append(1 - checkpoint.replacement_tokens / checkpoint.source_tokens)
+        s.audits += 1
+        try:
+            verify_checkpoint(sample.state.context, checkpoint, counter)
+            s.audits_ok += 1
+        except Exception:  # an audit failure is a figure here, not a crash
+            pass
+    return s
+
+
+def _path_figures(path: str, s: PathStats, n: int) -> list[dict[str, Any]]:
+    """The figures of one path over a corpus of `n` sessions."""
+    name = f"compaction.{path}"
+    pct = 100.0 * s.kept / s.total if s.total else 100.0
+    detail = f"{s.kept}/{s.total} exact records under their own heading, {n} sessions"
+    figures = [figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail)]
+    task_pct = 100.0 * s.tasks_ok / s.tasks
+    detail = f"{s.tasks_ok}/{s.tasks} sessions"
+    met = task_pct == 100.0
+    figures.append(figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
+    worst = max(s.ratios)
+    figures.append(figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
+                          worst <= 1.0, f"worst: {s.worst}"))
+    refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s.refused})
+    figures.append(figure(f"{name}.refused_cannot_shrink", len(s.refused), "sessions", None, None,
+                          f"of {n}: nothing smaller than the source, so no checkpoint "
+                          f"(kinds: {', '.join(refused_kinds) or 'none'})"))
+    mean = round(statistics.mean(s.reductions), 3)
+    detail = f"1 - replacement/source; median {statistics.median(s.reductions):.3f}"
+    figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
+    return figures
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
+    """The `compaction` suite: the corpus through each path, then the audit and the fallback's plan time."""
     samples = corpus(50 if quick else 150)
     counter = TokenCounter()
-    stats: dict[str, dict[str, Any]] = {}
-    audits = audits_ok = 0
-    reasons: dict[str, int] = {}
-    for path in ("llm", "fallback"):
-        kept = total = tasks = tasks_ok = llm_used = 0
-        refused: list[str] = []  # sessions nothing could shrink: no checkpoint, by design
-        ratios: list[float] = []
-        reductions: list[float] = []
-        worst = ""
-        for sample in samples:
-            provider = ScriptedProvider() if path == "llm" else ScriptedProvider(default=http_error(400))
-            service = Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter)
-            request = CompactionRequest(state=sample.state, workspace="/bench/ws", trigger="threshold",
-                                        now_ms=10**12)
-            try:
-                outcome = service.compact(request)
-            except CompactionIneffective:
-                refused.append(sample.name)
-                continue
-            checkpoint = outcome.checkpoint
-            llm_used += checkpoint.strategy == "llm"
-            if path == "llm" and outcome.failure is not None:
-                reasons[outcome.failure.reason] = reasons.get(outcome.failure.reason, 0) + 1
-            total += len(sample.records)
-            kept += _records_kept(checkpoint, sample.records)
-            tasks += 1
-            tasks_ok += _task_kept(checkpoint, sample.task)
-            target = checkpoint.diagnostics.target_tokens
-            if checkpoint.strategy == "fallback":
-                target = max(target, _mandatory(checkpoint, counter))
-            ratio = checkpoint.replacement_tokens / target
-            if not ratios or ratio > max(ratios):
-                worst = sample.name
-            ratios.append(ratio)
-            reductions.append(1 - checkpoint.replacement_tokens / checkpoint.source_tokens)
-            audits += 1
-            try:
-                verify_checkpoint(sample.state.context, checkpoint, counter)
-                audits_ok += 1
-            except Exception:  # an audit failure is a figure here, not a crash
-                pass
-        stats[path] = {
-            "kept": kept, "total": total, "tasks": tasks, "tasks_ok": tasks_ok, "ratios": ratios,
-            "reductions": reductions, "llm_used": llm_used, "worst": worst, "refused": refused,
-        }
-    figures: list[dict[str, Any]] = []
+    stats = {path: _compact_corpus(samples, path, counter) for path in ("llm", "fallback")}
     n = len(samples)
-    for path, s in stats.items():
-        name = f"compaction.{path}"
-        pct = 100.0 * s["kept"] / s["total"] if s["total"] else 100.0
-        detail = f"{s['kept']}/{s['total']} exact records under their own heading, {n} sessions"
-        figures.append(figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail))
-        task_pct = 100.0 * s["tasks_ok"] / s["tasks"]
-        detail = f"{s['tasks_ok']}/{s['tasks']} sessions"
-        met = task_pct == 100.0
-        figures.append(figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
-        worst = max(s["ratios"])
-        figures.append(figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
-                               worst <= 1.0, f"worst: {s['worst']}"))
-        refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s["refused"]})
-        figures.append(figure(f"{name}.refused_cannot_shrink", len(s["refused"]), "sessions", None, None,
-                              f"of {n}: nothing smaller than the source, so no checkpoint "
-                              f"(kinds: {', '.join(refused_kinds) or 'none'})"))
-        mean = round(statistics.mean(s["reductions"]), 3)
-        detail = f"1 - replacement/source; median {statistics.median(s['reductions']):.3f}"
-        figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
+    figures = [f for path, s in stats.items() for f in _path_figures(path, s, n)]
     llm = stats["llm"]
-    figures.append(figure("compaction.llm.summary_accepted", llm["llm_used"], "sessions", None, None,
-                           f"of {n}; fell back: {', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}"))
+    audits = sum(s.audits for s in stats.values())
+    audits_ok = sum(s.audits_ok for s in stats.values())
+    fell_back = ", ".join(f"{k} {v}" for k, v in sorted(llm.reasons.items()))
+    figures.append(figure("compaction.llm.summary_accepted", llm.llm_used, "sessions", None, None,
+                          f"of {n}; fell back: {fell_back}"))
     figures.append(figure("compaction.audit_rederived", audits_ok, "checkpoints", f"{audits}",
-                           audits_ok == audits, "re-derived from source + raw summary, no model"))
+                          audits_ok == audits, "re-derived from source + raw summary, no model"))
     ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
     figures.append(figure("compaction.fallback_plan_4096_messages", round(ms, 1), "ms", None, None,
-                           f"worst case: every unit fits, walk ends at the 4,096-message limit; "
-                           f"cold token cache; replacement {tokens} tokens"))
+                          f"worst case: every unit fits, walk ends at the 4,096-message limit; "
+                          f"cold token cache; replacement {tokens} tokens"))
     return figures
 
 

@@ -1,6 +1,6 @@
 """Runtime benchmark: cairn's own time per turn, and memory with many sessions, through a real host.
 
-Usage: python -m cairn.bench_turns [--quick] [--json]
+Usage: python -m cairn.bench.turns [--quick] [--json]
 
 1. Turn overhead. 1,000 sessions x 5 turns through one host on a
    zero-latency scripted provider (a one-line reply, no tools), driven by 16
@@ -211,8 +211,8 @@ def _memory_child(touched: int) -> dict[str, Any]:
 def memory(quick: bool) -> list[dict[str, Any]]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
-        [sys.executable, "-m", "cairn.bench_turns", "--memory-child", str(touched)],
-        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=900, check=True,
+        [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=900, check=True,
     )
     data = json.loads(done.stdout)
     marks: list[int] = data["marks"]

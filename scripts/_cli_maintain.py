@@ -1,0 +1,74 @@
+"""The `cairn` commands that check or change a store: verify, reindex, and the one repair (accept a loss)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import msgspec
+
+from cairn import _console
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, store_root
+from cairn._cli_output import print_json, progress_bar
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check the store; exit 1 for problems. Warnings (a torn tail, an accepted loss) and information (an
+    index that lags the log) leave the exit code 0."""
+    from cairn.store.verify import verify_store
+
+    root = store_root(args)
+    with progress_bar("verifying", not args.json) as progress:
+        report = verify_store(root, progress=progress)
+    if args.json:
+        print_json({**msgspec.to_builtins(report), "ok": report.ok})
+    else:
+        for note in report.info:  # findings quote the store (paths, session ids, link targets): escaped
+            print(f"info: {_console.printable(note)}")
+        for warning in report.warnings:
+            print(f"warning: {_console.printable(warning)}")
+        for problem in report.problems:
+            print(f"PROBLEM: {_console.printable(problem)}")
+        data = msgspec.to_builtins(report)
+        counts = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
+        print(("ok" if report.ok else "problems found") + " " + json.dumps(counts))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Rebuild the LMDB index from the log."""
+    from cairn.store.verify import reindex
+
+    root = store_root(args)
+    with progress_bar("reindexing", not args.json) as progress:
+        result = reindex(root, progress=progress)
+    data = msgspec.to_builtins(result)
+    print_json(data) if args.json else print(f"reindexed: {json.dumps(data)}")
+    return EXIT_OK
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """The one repair cairn makes on request: accept, and log, the loss of acknowledged lines."""
+    from cairn.store.repair import accept_loss
+
+    root = store_root(args)
+    if not args.accept_loss:
+        raise UsageError("repair changes nothing unless told what to accept: pass --accept-loss to record "
+                         "that the acknowledged lines `cairn verify` reports missing are lost")
+    with progress_bar("repairing", not args.json) as progress:
+        record = accept_loss(root, reason=args.reason, progress=progress)
+    if args.json:
+        print_json(msgspec.to_builtins(record))
+        return EXIT_OK
+    for span in record.ranges:
+        shown = f"pos {span.first_pos}" if span.first_pos == span.last_pos else \
+            f"positions {span.first_pos}-{span.last_pos}"
+        print(f"accepted the loss of {shown} ({_console.printable(span.where)})")
+    lost = _console.printable(", ".join(str(s) for s in record.sessions))
+    print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
+    for kept in record.quarantined:
+        print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
+    print("recorded in operator.jsonl; writers may open the store, and appends continue past the lost "
+          "positions")
+    return EXIT_OK
+

@@ -1,0 +1,351 @@
+"""The read-only `cairn` commands: sessions, log, checkpoints, replay and context of a store.
+
+They take no lock and change nothing; a listing describes each event in one line (`describe`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from cairn._cli_base import EXIT_OK, UsageError, open_store
+from cairn._cli_output import clip, iso, print_json, print_table, warn
+from cairn.events.codec import Record, decode_line
+from cairn.events.errors import CairnError, UnknownKind
+from cairn.events.kinds import (
+    KINDS,
+    AssistantMessage,
+    CheckpointCommitted,
+    CompactionFailed,
+    ContextSlimmed,
+    EventBase,
+    Handoff,
+    ProviderError,
+    Request,
+    SessionStarted,
+    ToolResult,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from cairn.events.model import text_of
+from cairn.events.state import replay
+
+if TYPE_CHECKING:
+    from cairn.store import CorruptionError
+    from cairn.store.index import SessionSummary
+
+#: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
+Emit = Callable[[int, int, str, str, dict[str, Any]], None]
+
+
+def describe(event: EventBase) -> str:
+    """One short line about an event, for listings."""
+    match event:
+        case SessionStarted():
+            return f"workspace={event.workspace} model={event.model} window={event.context_window}"
+        case UserMessage():
+            return clip(text_of_parts(event))
+        case TurnStarted() | TurnCompleted():
+            return f"turn={event.turn_id}"
+        case TurnFailed():
+            return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
+        case Request():
+            return (f"{event.request_id} attempt={event.attempt} phase={event.phase} "
+                    f"projected={event.projected_tokens} messages={event.message_count}")
+        case AssistantMessage():
+            calls = ",".join(c.name for c in event.tool_calls)
+            return clip(event.text) + (f" [calls: {calls}]" if calls else "")
+        case Usage():
+            return f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} " \
+                   f"total={event.total_tokens}"
+        case ToolResult():
+            return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"
+        case ProviderError():
+            return f"{event.request_id} {event.error_class} delivered={event.output_delivered}"
+        case ContextSlimmed():
+            return f"{event.mode} removed={len(event.removed_call_ids)} saved={event.tokens_saved}"
+        case Handoff():
+            return f"epoch={event.epoch} " + clip(bytes(event.record).decode(errors="replace"), 60)
+        case CompactionFailed():
+            return f"epoch={event.epoch} {event.reason} consecutive={event.consecutive_failures}"
+        case CheckpointCommitted():
+            return (f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
+                    f"tokens {event.source_tokens}->{event.replacement_tokens}")
+        case _:
+            return ""
+
+
+def text_of_parts(event: UserMessage) -> str:
+    from cairn.events.model import Message
+
+    return text_of(Message(role="user", content=event.content))
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    """A record as a JSON object: its envelope's place, then the event as the log spells it.
+
+    Through the JSON codec rather than `msgspec.to_builtins`, so that every
+    field the log holds (a hand-off's raw `record` included) comes out.
+    """
+    body = msgspec.json.decode(msgspec.json.encode(record.event))
+    return {"pos": record.pos, "sid": record.sid, "seq": record.seq, "ts": record.ts, **body}
+
+
+def usage_of(summary: SessionSummary) -> dict[str, Any]:
+    """A session's provider-reported usage: cumulative figures, None where unknown.
+
+    `prompt_tokens` / `completion_tokens` sum the usage events that reported
+    each; None (unknown, not 0) when the session got responses and none of
+    them reported the figure. `usage_complete` says whether every response
+    (`responses`) reported both; `responses_without_usage` how many did not,
+    so a figure with some missing is a lower bound.
+    `last_usage_total_tokens` is the last reported request's total.
+    """
+    responses = summary.counts.get("assistant-message", 0)
+    reported = min(summary.prompt_reports, summary.completion_reports)
+    return {
+        "prompt_tokens": summary.prompt_tokens if summary.prompt_reports or not responses else None,
+        "completion_tokens": (summary.completion_tokens
+                              if summary.completion_reports or not responses else None),
+        "usage_complete": reported >= responses,
+        "responses": responses,
+        "responses_without_usage": max(0, responses - reported),
+        "last_usage_total_tokens": summary.last_usage_total_tokens,
+    }
+
+
+def _tokens_cell(value: int | None, complete: bool) -> str:
+    """A usage figure: `unknown`, a lower bound (`≥`) when some responses lacked usage, or exact."""
+    if value is None:
+        return "unknown"
+    return f"{value:,}" if complete else f"≥{value:,}"
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """Every session with its size, model, checkpoint and provider-reported usage."""
+    with open_store(args) as journal:
+        summaries = list(journal.sessions())
+    if args.json:
+        fields = ("prompt_reports", "completion_reports")
+        print_json([{**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
+                     for s in summaries])
+        return EXIT_OK
+    rows = []
+    for s in summaries:
+        usage = usage_of(s)
+        complete = usage["usage_complete"]
+        rows.append([s.sid, s.last_seq, s.model, iso(s.updated_ts) if s.updated_ts else "",
+                     s.checkpoint_seq or "", _tokens_cell(usage["prompt_tokens"], complete),
+                     _tokens_cell(usage["completion_tokens"], complete), s.workspace])
+    print_table("sessions", ["session", "events", "model", "updated", "checkpoint", "prompt tokens",
+                        "completion tokens", "workspace"], rows)
+    if any(not usage_of(s)["usage_complete"] for s in summaries):
+        print("unknown: the provider reported no usage; ≥: some responses came without usage")
+    return EXIT_OK
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    """A session's events; a kind this cairn does not know is listed by its envelope.
+
+    An audit tool may read a log written by a newer cairn: from the first
+    line of an unknown kind on, the listing continues from the raw segments
+    (envelope only for such lines) with a warning. Any other bad line stops
+    the listing after what was read, and exits 1.
+    """
+    from cairn.store import CorruptionError
+
+    kinds = set(args.kind or ())
+    _check_range(args.from_seq, args.to_seq)
+    rows: list[list[Any]] = []
+
+    def emit(seq: int, ts: int, kind: str, what: str, data: dict[str, Any]) -> None:
+        if kinds and kind not in kinds:
+            return
+        if args.json:
+            print_json(data)
+        else:
+            rows.append([seq, iso(ts), kind, what])
+
+    try:
+        with open_store(args) as journal:
+            summary = journal.session(args.session)
+            if summary is None or summary.last_seq == 0:
+                raise UsageError(f"no session {args.session!r} in {args.store}")
+            _check_kinds(kinds, summary)
+            next_seq = args.from_seq
+            try:
+                for record in journal.read(args.session, args.from_seq, args.to_seq):
+                    emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
+                    next_seq = record.seq + 1
+            except CorruptionError as exc:
+                unknown = _unknown_kind_at(Path(args.store), exc)
+                if unknown is None:
+                    raise
+                _list_rest_raw(args, next_seq, unknown, emit, exc)
+    except CorruptionError:
+        if rows and not args.json:  # what was read before the bad line
+            print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
+        raise
+    if not args.json:
+        print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
+    return EXIT_OK
+
+
+def _list_rest_raw(args: argparse.Namespace, next_seq: int, unknown: str, emit: Emit,
+                   cause: CorruptionError) -> None:
+    """The listing of `cmd_log` from `next_seq` on, from the raw segments: the line there is of a kind
+    this cairn does not know (`unknown`), which the listing shows by its envelope only."""
+    from cairn.store import CorruptionError
+    from cairn.store.reader import iter_records
+
+    warn(f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
+         f"({unknown}); listing the rest from the raw log")
+    for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
+        env = line.envelope
+        if env.seq != next_seq:  # a line the raw reader could not read at all
+            raise CorruptionError(f"no readable line for seq {next_seq}", segment=line.segment,
+                                  offset=line.offset, sid=args.session, seq=next_seq) from cause
+        next_seq += 1
+        if line.record is not None:
+            record = line.record
+            emit(env.seq, env.ts, env.kind, describe(record.event), record_json(record))
+        else:
+            emit(env.seq, env.ts, env.kind, "(unknown kind: body not decoded)",
+                 {"pos": env.pos, "sid": env.sid, "seq": env.seq, "ts": env.ts, "kind": env.kind,
+                  "unknown_kind": True})
+
+
+def _check_range(from_seq: int, to_seq: int | None) -> None:
+    """A usage error for a `--from`/`--to` range that can hold no seq."""
+    if from_seq < 1:
+        raise UsageError(f"--from {from_seq}: seqs start at 1")
+    if to_seq is not None and to_seq < from_seq:
+        raise UsageError(f"--to {to_seq} is before --from {from_seq}: nothing to list")
+
+
+def _check_kinds(kinds: set[str], summary: SessionSummary) -> None:
+    """A usage error for a `--kind` that no cairn event has and the session's log does not hold.
+
+    A kind this cairn does not know is accepted when the session holds it
+    (a log written by a newer cairn); a typo is not silently an empty listing.
+    """
+    wrong = sorted(kind for kind in kinds if kind not in KINDS and kind not in summary.counts)
+    if wrong:
+        raise UsageError(f"no event kind {', '.join(map(repr, wrong))}; the kinds are: {', '.join(KINDS)}")
+
+
+def _unknown_kind_at(root: Path, error: Exception) -> str | None:
+    """The kind of the line a CorruptionError points at, when that kind is merely unknown here."""
+    segment, offset = getattr(error, "segment", ""), getattr(error, "offset", -1)
+    path = root / "log" / str(segment)
+    if not segment or offset < 0 or not path.is_file():
+        return None
+    with path.open("rb") as f:
+        f.seek(offset)
+        line = f.readline()
+    try:
+        decode_line(line)
+    except UnknownKind as exc:
+        return exc.kind
+    except CairnError:
+        return None
+    return None
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """A session's checkpoints: trigger, strategy, tokens before and after."""
+    out = []
+    with open_store(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
+        for ref in journal.checkpoints(args.session):
+            record = next(journal.read(args.session, ref.seq, ref.seq))
+            cp = record.event
+            assert isinstance(cp, CheckpointCommitted)
+            out.append({"seq": record.seq, "ts": record.ts, "epoch": cp.epoch, "trigger": cp.trigger,
+                        "strategy": cp.strategy, "through_seq": cp.through_seq,
+                        "source_tokens": cp.source_tokens, "replacement_tokens": cp.replacement_tokens,
+                        "messages": len(cp.replacement_messages), "files": list(cp.files_restored)})
+    if args.json:
+        print_json(out)
+    else:
+        print_table(f"checkpoints of {args.session}",
+               ["seq", "epoch", "trigger", "strategy", "through", "tokens", "messages"],
+               [[c["seq"], c["epoch"], c["trigger"], c["strategy"], c["through_seq"],
+                 f"{c['source_tokens']} -> {c['replacement_tokens']}", c["messages"]] for c in out])
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """The state a session's log folds to (up to `--until`), and its effective context."""
+    if args.until is not None and args.until < 1:
+        raise UsageError(f"--until {args.until}: seqs start at 1 (--until 1 replays the first event)")
+    with open_store(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
+        state = replay(journal.read(args.session, 1, args.until))
+    summary = {
+        "sid": state.sid, "last_seq": state.last_seq, "epoch": state.epoch, "revision": state.revision,
+        "context_messages": len(state.context), "handoffs_in_epoch": len(state.epoch_handoffs),
+        "open_turn": state.open_turn.turn_id if state.open_turn else None,
+        "compaction_failures": state.carried.compaction_failures,
+    }
+    if args.json:
+        print_json({**summary, "context": msgspec.to_builtins(state.context)})
+    else:
+        print_table(f"{args.session} replayed to seq {state.last_seq}", ["field", "value"],
+               [[k, v] for k, v in summary.items()])
+        print_table("effective context", ["#", "role", "id", "text"],
+               [[i, m.role, m.id or m.tool_call_id or "", clip(text_of(m))]
+                for i, m in enumerate(state.context)])
+    return EXIT_OK
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    """What the session's next request would send, with local token counts per message and part."""
+    from cairn.actors.session.request import assemble
+    from cairn.actors.session.view import HistoryView
+    from cairn.actors.tokens import TokenCounter
+
+    with open_store(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {args.store}")
+        state = journal.load(args.session)
+    counter = TokenCounter()
+    request = assemble(state, HistoryView(counter))
+    snap = request.snapshot
+    rows: list[dict[str, Any]] = [
+        {"index": i, "role": m.role, "id": m.id or m.tool_call_id or "", "hidden": m.meta.hidden,
+         "origin": m.meta.origin, "tokens": counter.message(m), "text": text_of(m)}
+        for i, m in enumerate(request.messages)
+    ]
+    summary = {
+        "session": args.session, "model": request.model, "messages": len(request.messages),
+        "tools": len(request.tools), "history_revision": request.history_revision,
+        "handoff_included": request.handoff_included, "fingerprint": request.fingerprint,
+        "parts": {"system": request.parts.system, "tools": request.parts.tools,
+                  "history": request.parts.history, "handoff": request.parts.handoff,
+                  "total": request.parts.total},
+        "projected_tokens": request.projection.tokens, "projection_source": request.projection.source,
+        "input_budget": snap.input_budget, "handoff_threshold": snap.handoff_threshold,
+        "compaction_threshold": snap.compaction_threshold, "phase": snap.phase,
+    }
+    if args.json:
+        print_json({**summary, "messages_sent": rows})
+        return EXIT_OK
+    print_table(f"next request of {args.session}", ["field", "value"],
+           [[k, json.dumps(v) if isinstance(v, dict) else v] for k, v in summary.items()])
+    print_table("messages", ["#", "role", "id", "tokens", "note", "text"],
+           [[r["index"], r["role"], r["id"], r["tokens"],
+             "hidden " + r["origin"] if r["hidden"] else r["origin"], clip(r["text"], 60)] for r in rows])
+    return EXIT_OK
+
+

@@ -1,0 +1,27 @@
+"""The synthetic events the store benches write: user messages, tool calls and tool results in turn."""
+
+from __future__ import annotations
+
+import random
+
+from cairn.events.kinds import AssistantMessage, EventBase, ToolResult, UserMessage
+from cairn.events.model import TextPart, ToolCall
+
+
+def payload(rng: random.Random, low: int, high: int) -> str:
+    """Filler text of `low` to `high` characters."""
+    size = rng.randint(low, high)
+    return ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+
+
+def mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> EventBase:
+    """Event `i` of the mix: a user message, an assistant message with a tool call, its result, in turn."""
+    text = payload(rng, *size_range)
+    if i % 3 == 0:
+        return UserMessage(message_id=f"u{i}", content=(TextPart(text),))
+    if i % 3 == 1:
+        call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
+        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text[:80], tool_calls=(call,))
+    return ToolResult(call_id=f"c{i - 1}", tool_name="read", status="ok", effect="read",
+                      content=(TextPart(text),), original_chars=len(text))
+
