@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction")
+    p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction,turns")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -1,6 +1,6 @@
 """`cairn bench`: every benchmark of the project, as ratios measured in one run.
 
-Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction]
+Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction,turns]
 Exit 0 when every figure with a target met it, 1 otherwise.
 """
 
@@ -77,13 +77,21 @@ def render(report: dict[str, Any]) -> None:
     console.print(f"{report['targets_met']}/{report['targets']} targets met in {report['seconds']} s")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`cairn bench`: exit 0 when every figure with a target met it, 1 otherwise."""
-    parser = argparse.ArgumentParser(prog="cairn bench", description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None, *, suite: str | None = None) -> int:
+    """`cairn bench` (or, given `suite`, `python -m cairn.bench.<suite>`, that suite alone).
+
+    Exit 0 when every figure with a target met it, 1 otherwise.
+    """
+    prog = "cairn bench" if suite is None else f"python -m cairn.bench.{suite}"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
+    if suite is None:
+        suites = ",".join(SUITES)
+        parser.add_argument("--only", default=suites, help=f"comma-separated suites: {suites}")
     args = parser.parse_args(argv)
+    if suite is not None:
+        args.only = suite
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in SUITES]
     if unknown:

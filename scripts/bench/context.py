@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run this suite alone, with the report and flags of `cairn bench`."""
     from cairn import bench
 
-    return bench.main(["--only", "context", *(argv if argv is not None else sys.argv[1:])])
+    return bench.main(argv, suite="context")
 
 
 if __name__ == "__main__":

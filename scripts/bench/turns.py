@@ -213,6 +213,7 @@ def memory(quick: bool) -> list[dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=900, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
     )
     data = json.loads(done.stdout)
     marks: list[int] = data["marks"]
@@ -243,20 +244,19 @@ def run(quick: bool) -> list[dict[str, Any]]:
     return [*turn_overhead(quick), *memory(quick)]
 
 
-def main() -> int:
-    if "--memory-child" in sys.argv:
-        print(json.dumps(_memory_child(int(sys.argv[sys.argv.index("--memory-child") + 1]))))
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`.
+
+    `--memory-child N` is the measuring subprocess `memory` starts; not for people.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--memory-child"] and len(args) == 2:
+        print(json.dumps(_memory_child(int(args[1]))))
         return 0
-    quick = "--quick" in sys.argv
-    figures = run(quick)
-    if "--json" in sys.argv:
-        print(json.dumps(figures, indent=2))
-    else:
-        for f in figures:
-            print(f"{f['name']:28} {f['value']!s:>10} {f['unit']:8} {f.get('target') or ''} {f['detail']}")
-    return 0 if all(f["met"] is not False for f in figures) else 1
+    from cairn import bench
+
+    return bench.main(args, suite="turns")
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(main())

@@ -7,6 +7,11 @@ do not depend on the machine, meet their targets.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
+
 from cairn.bench import compaction as bench_compaction
 from cairn.bench import context as bench_context
 
@@ -24,3 +29,16 @@ def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
 def test_the_context_bench_runs() -> None:
     names = {figure["name"] for figure in bench_context.run(quick=True)}
     assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= names
+
+
+@pytest.mark.parametrize("suite", ["context", "compaction", "turns"])
+def test_each_suite_run_alone_answers_help_without_running(suite: str) -> None:
+    """`python -m cairn.bench.<suite>` (the README) takes `cairn bench`'s flags; `--help` runs nothing."""
+    done = subprocess.run([sys.executable, "-m", f"cairn.bench.{suite}", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m cairn.bench.{suite} [-h] [--quick] [--json]")
+    refused = subprocess.run([sys.executable, "-m", f"cairn.bench.{suite}", "--bogus"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "unrecognized arguments: --bogus" in refused.stderr
