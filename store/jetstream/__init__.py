@@ -1,0 +1,1 @@
+"""NATS JetStream backend of the journal: the local cluster, the stream layout, leases."""

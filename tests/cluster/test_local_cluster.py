@@ -1,0 +1,73 @@
+"""The local 3-node cluster helper: it comes up with a leader, serves R3 streams, and leaves nothing running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import nats
+import pytest
+
+from cairn.store.errors import StorageError
+from cairn.store.jetstream.local_cluster import ClusterStartFailed, LocalCluster
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _replicated_publish(url: str, stream: str) -> tuple[int, int]:
+    client = await nats.connect(url.split(","))
+    try:
+        js = client.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"], num_replicas=3)
+        ack = await js.publish(f"{stream}.x", b"hello")
+        info = await js.stream_info(stream)
+        return ack.seq, len(info.cluster.replicas or []) if info.cluster else 0
+    finally:
+        await client.close()
+
+
+def test_three_nodes_serve_a_stream_replicated_three_times(cluster: LocalCluster) -> None:
+    assert len(cluster.urls) == 3
+    assert len({node.client_port for node in cluster.nodes} | {node.route_port for node in cluster.nodes}) == 6
+    seq, followers = asyncio.run(_replicated_publish(cluster.url, "SMOKE"))
+    assert seq == 1
+    assert followers == 2  # the leader plus two replicas
+
+
+def test_stop_leaves_no_process_even_when_the_block_raises(tmp_path: Path) -> None:
+    pids = []
+    with pytest.raises(RuntimeError, match="boom"), LocalCluster(tmp_path / "c") as running:
+        pids = [node.process.pid for node in running.nodes if node.process is not None]
+        assert len(pids) == 3 and all(_alive(pid) for pid in pids)
+        raise RuntimeError("boom")
+    # stop() waited for each process, so each is reaped: no zombie, no orphan
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_a_killed_node_comes_back_on_its_own_ports_and_data(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "c") as running:
+        seq, _ = asyncio.run(_replicated_publish(running.url, "KEEP"))
+        assert seq == 1
+        port = running.nodes[0].client_port
+        running.kill(0)
+        assert running.nodes[0].process is None
+        running.start_node(0)
+        running.wait_ready()
+        assert running.nodes[0].client_port == port
+        assert (running.nodes[0].root / "jetstream").is_dir()
+
+
+def test_a_missing_binary_is_a_typed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_NATS_SERVER", str(tmp_path / "no-such-binary"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    with pytest.raises(ClusterStartFailed, match="cluster` extra") as caught:
+        LocalCluster(tmp_path / "c").start()
+    assert isinstance(caught.value, StorageError)
