@@ -1,4 +1,4 @@
-"""The local 3-node cluster helper: it comes up with a leader, serves R3 streams, and leaves nothing running."""
+"""The local 3-node cluster: it comes up with a leader, serves R3 streams, and leaves nothing running."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ async def _replicated_publish(url: str, stream: str) -> tuple[int, int]:
 
 def test_three_nodes_serve_a_stream_replicated_three_times(cluster: LocalCluster) -> None:
     assert len(cluster.urls) == 3
-    assert len({node.client_port for node in cluster.nodes} | {node.route_port for node in cluster.nodes}) == 6
+    ports = [port for node in cluster.nodes for port in (node.client_port, node.route_port, node.http_port)]
+    assert len(set(ports)) == 9
     seq, followers = asyncio.run(_replicated_publish(cluster.url, "SMOKE"))
     assert seq == 1
     assert followers == 2  # the leader plus two replicas
