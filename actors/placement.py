@@ -97,8 +97,9 @@ def parse_setting(value: str | None, allowed: Set[int], pid: int) -> int | Liter
     except ValueError:
         raise PlacementError(f"{ENV_VAR}={value!r}: use a CPU number, 'auto', 'batch' or 'off'") from None
     if cpu not in allowed:
-        raise PlacementError(f"{ENV_VAR}={value!r}: CPU {cpu} is not one this process may use "
-                             f"(allowed: {sorted(allowed)})")
+        raise PlacementError(
+            f"{ENV_VAR}={value!r}: CPU {cpu} is not one this process may use (allowed: {sorted(allowed)})"
+        )
     return cpu
 
 
@@ -106,8 +107,11 @@ def current(tid: int = 0) -> Placement | None:
     """The placement of thread `tid` (0: the calling thread); None where unsupported."""
     if not supported():
         return None
-    return Placement(frozenset(os.sched_getaffinity(tid)), os.sched_getscheduler(tid),
-                     os.sched_getparam(tid).sched_priority)
+    return Placement(
+        frozenset(os.sched_getaffinity(tid)),
+        os.sched_getscheduler(tid),
+        os.sched_getparam(tid).sched_priority,
+    )
 
 
 def _apply(tid: int, cpus: Set[int], policy: int, priority: int = 0) -> None:

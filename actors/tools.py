@@ -334,9 +334,7 @@ def compile_pattern(pattern: object) -> Any:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", errors="replace")
-        raise ToolError(
-            f"bad pattern: {reason} (RE2 syntax: no backreferences or look-around)"
-        ) from None
+        raise ToolError(f"bad pattern: {reason} (RE2 syntax: no backreferences or look-around)") from None
     except UnicodeEncodeError:
         raise ToolError("bad pattern: not valid Unicode text (a lone surrogate)") from None
 

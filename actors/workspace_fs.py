@@ -158,8 +158,10 @@ class Workspace:
                     if info is not None and stat.S_ISLNK(info.st_mode):
                         steps = self._count(steps, path)
                         self._follow(here, name, todo, held, path)
-                    elif todo or want == "dir" or (
-                        want == "any" and info is not None and stat.S_ISDIR(info.st_mode)
+                    elif (
+                        todo
+                        or want == "dir"
+                        or (want == "any" and info is not None and stat.S_ISDIR(info.st_mode))
                     ):  # a directory on the way, or the one asked for
                         fd = self._open_dir(here, name, info, shown, create=create and bool(todo))
                         held.append((name, fd))
@@ -179,8 +181,9 @@ class Workspace:
             raise Refused(f"{path!r}: too many symlinks (or the path kept changing)")
         return steps + 1
 
-    def _follow(self, here: int, name: str, todo: deque[str], held: list[tuple[str, int]],
-                path: object) -> None:
+    def _follow(
+        self, here: int, name: str, todo: deque[str], held: list[tuple[str, int]], path: object
+    ) -> None:
         """Put the target of the symlink `name` in front of the names still to walk."""
         try:
             target = os.readlink(name, dir_fd=here)

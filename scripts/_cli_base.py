@@ -28,4 +28,3 @@ def open_store(args: argparse.Namespace) -> Any:
     from cairn.store import Journal
 
     return Journal.open(store_root(args), readonly=True)
-

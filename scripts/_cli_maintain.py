@@ -53,22 +53,27 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
     root = store_root(args)
     if not args.accept_loss:
-        raise UsageError("repair changes nothing unless told what to accept: pass --accept-loss to record "
-                         "that the acknowledged lines `cairn verify` reports missing are lost")
+        raise UsageError(
+            "repair changes nothing unless told what to accept: pass --accept-loss to record "
+            "that the acknowledged lines `cairn verify` reports missing are lost"
+        )
     with progress_bar("repairing", not args.json) as progress:
         record = accept_loss(root, reason=args.reason, progress=progress)
     if args.json:
         print_json(msgspec.to_builtins(record))
         return EXIT_OK
     for span in record.ranges:
-        shown = f"pos {span.first_pos}" if span.first_pos == span.last_pos else \
-            f"positions {span.first_pos}-{span.last_pos}"
+        shown = (
+            f"pos {span.first_pos}"
+            if span.first_pos == span.last_pos
+            else f"positions {span.first_pos}-{span.last_pos}"
+        )
         print(f"accepted the loss of {shown} ({_console.printable(span.where)})")
     lost = _console.printable(", ".join(str(s) for s in record.sessions))
     print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
     for kept in record.quarantined:
         print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
-    print("recorded in operator.jsonl; writers may open the store, and appends continue past the lost "
-          "positions")
+    print(
+        "recorded in operator.jsonl; writers may open the store, and appends continue past the lost positions"
+    )
     return EXIT_OK
-

@@ -84,4 +84,3 @@ def clip(text: str, width: int = 70) -> str:
     """`text` on one line (whitespace runs as one space), cut with `…` to at most `width` characters."""
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-

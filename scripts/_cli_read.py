@@ -58,14 +58,18 @@ def describe(event: EventBase) -> str:
         case TurnFailed():
             return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
         case Request():
-            return (f"{event.request_id} attempt={event.attempt} phase={event.phase} "
-                    f"projected={event.projected_tokens} messages={event.message_count}")
+            return (
+                f"{event.request_id} attempt={event.attempt} phase={event.phase} "
+                f"projected={event.projected_tokens} messages={event.message_count}"
+            )
         case AssistantMessage():
             calls = ",".join(c.name for c in event.tool_calls)
             return clip(event.text) + (f" [calls: {calls}]" if calls else "")
         case Usage():
-            return f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} " \
-                   f"total={event.total_tokens}"
+            return (
+                f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} "
+                f"total={event.total_tokens}"
+            )
         case ToolResult():
             return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"
         case ProviderError():
@@ -77,8 +81,10 @@ def describe(event: EventBase) -> str:
         case CompactionFailed():
             return f"epoch={event.epoch} {event.reason} consecutive={event.consecutive_failures}"
         case CheckpointCommitted():
-            return (f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
-                    f"tokens {event.source_tokens}->{event.replacement_tokens}")
+            return (
+                f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
+                f"tokens {event.source_tokens}->{event.replacement_tokens}"
+            )
         case _:
             return ""
 
@@ -113,8 +119,9 @@ def usage_of(summary: SessionSummary) -> dict[str, Any]:
     reported = min(summary.prompt_reports, summary.completion_reports)
     return {
         "prompt_tokens": summary.prompt_tokens if summary.prompt_reports or not responses else None,
-        "completion_tokens": (summary.completion_tokens
-                              if summary.completion_reports or not responses else None),
+        "completion_tokens": (
+            summary.completion_tokens if summary.completion_reports or not responses else None
+        ),
         "usage_complete": reported >= responses,
         "responses": responses,
         "responses_without_usage": max(0, responses - reported),
@@ -135,18 +142,43 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         summaries = list(journal.sessions())
     if args.json:
         fields = ("prompt_reports", "completion_reports")
-        print_json([{**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
-                     for s in summaries])
+        print_json(
+            [
+                {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
+                for s in summaries
+            ]
+        )
         return EXIT_OK
     rows = []
     for s in summaries:
         usage = usage_of(s)
         complete = usage["usage_complete"]
-        rows.append([s.sid, s.last_seq, s.model, iso(s.updated_ts) if s.updated_ts else "",
-                     s.checkpoint_seq or "", _tokens_cell(usage["prompt_tokens"], complete),
-                     _tokens_cell(usage["completion_tokens"], complete), s.workspace])
-    print_table("sessions", ["session", "events", "model", "updated", "checkpoint", "prompt tokens",
-                        "completion tokens", "workspace"], rows)
+        rows.append(
+            [
+                s.sid,
+                s.last_seq,
+                s.model,
+                iso(s.updated_ts) if s.updated_ts else "",
+                s.checkpoint_seq or "",
+                _tokens_cell(usage["prompt_tokens"], complete),
+                _tokens_cell(usage["completion_tokens"], complete),
+                s.workspace,
+            ]
+        )
+    print_table(
+        "sessions",
+        [
+            "session",
+            "events",
+            "model",
+            "updated",
+            "checkpoint",
+            "prompt tokens",
+            "completion tokens",
+            "workspace",
+        ],
+        rows,
+    )
     if any(not usage_of(s)["usage_complete"] for s in summaries):
         print("unknown: the provider reported no usage; ≥: some responses came without usage")
     return EXIT_OK
@@ -199,28 +231,47 @@ def cmd_log(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _list_rest_raw(args: argparse.Namespace, next_seq: int, unknown: str, emit: Emit,
-                   cause: CorruptionError) -> None:
+def _list_rest_raw(
+    args: argparse.Namespace, next_seq: int, unknown: str, emit: Emit, cause: CorruptionError
+) -> None:
     """The listing of `cmd_log` from `next_seq` on, from the raw segments: the line there is of a kind
     this cairn does not know (`unknown`), which the listing shows by its envelope only."""
     from cairn.store import CorruptionError
     from cairn.store.reader import iter_records
 
-    warn(f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
-         f"({unknown}); listing the rest from the raw log")
+    warn(
+        f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
+        f"({unknown}); listing the rest from the raw log"
+    )
     for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
         env = line.envelope
         if env.seq != next_seq:  # a line the raw reader could not read at all
-            raise CorruptionError(f"no readable line for seq {next_seq}", segment=line.segment,
-                                  offset=line.offset, sid=args.session, seq=next_seq) from cause
+            raise CorruptionError(
+                f"no readable line for seq {next_seq}",
+                segment=line.segment,
+                offset=line.offset,
+                sid=args.session,
+                seq=next_seq,
+            ) from cause
         next_seq += 1
         if line.record is not None:
             record = line.record
             emit(env.seq, env.ts, env.kind, describe(record.event), record_json(record))
         else:
-            emit(env.seq, env.ts, env.kind, "(unknown kind: body not decoded)",
-                 {"pos": env.pos, "sid": env.sid, "seq": env.seq, "ts": env.ts, "kind": env.kind,
-                  "unknown_kind": True})
+            emit(
+                env.seq,
+                env.ts,
+                env.kind,
+                "(unknown kind: body not decoded)",
+                {
+                    "pos": env.pos,
+                    "sid": env.sid,
+                    "seq": env.seq,
+                    "ts": env.ts,
+                    "kind": env.kind,
+                    "unknown_kind": True,
+                },
+            )
 
 
 def _check_range(from_seq: int, to_seq: int | None) -> None:
@@ -270,17 +321,39 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
             record = next(journal.read(args.session, ref.seq, ref.seq))
             cp = record.event
             assert isinstance(cp, CheckpointCommitted)
-            out.append({"seq": record.seq, "ts": record.ts, "epoch": cp.epoch, "trigger": cp.trigger,
-                        "strategy": cp.strategy, "through_seq": cp.through_seq,
-                        "source_tokens": cp.source_tokens, "replacement_tokens": cp.replacement_tokens,
-                        "messages": len(cp.replacement_messages), "files": list(cp.files_restored)})
+            out.append(
+                {
+                    "seq": record.seq,
+                    "ts": record.ts,
+                    "epoch": cp.epoch,
+                    "trigger": cp.trigger,
+                    "strategy": cp.strategy,
+                    "through_seq": cp.through_seq,
+                    "source_tokens": cp.source_tokens,
+                    "replacement_tokens": cp.replacement_tokens,
+                    "messages": len(cp.replacement_messages),
+                    "files": list(cp.files_restored),
+                }
+            )
     if args.json:
         print_json(out)
     else:
-        print_table(f"checkpoints of {args.session}",
-               ["seq", "epoch", "trigger", "strategy", "through", "tokens", "messages"],
-               [[c["seq"], c["epoch"], c["trigger"], c["strategy"], c["through_seq"],
-                 f"{c['source_tokens']} -> {c['replacement_tokens']}", c["messages"]] for c in out])
+        print_table(
+            f"checkpoints of {args.session}",
+            ["seq", "epoch", "trigger", "strategy", "through", "tokens", "messages"],
+            [
+                [
+                    c["seq"],
+                    c["epoch"],
+                    c["trigger"],
+                    c["strategy"],
+                    c["through_seq"],
+                    f"{c['source_tokens']} -> {c['replacement_tokens']}",
+                    c["messages"],
+                ]
+                for c in out
+            ],
+        )
     return EXIT_OK
 
 
@@ -293,19 +366,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"no session {args.session!r} in {args.store}")
         state = replay(journal.read(args.session, 1, args.until))
     summary = {
-        "sid": state.sid, "last_seq": state.last_seq, "epoch": state.epoch, "revision": state.revision,
-        "context_messages": len(state.context), "handoffs_in_epoch": len(state.epoch_handoffs),
+        "sid": state.sid,
+        "last_seq": state.last_seq,
+        "epoch": state.epoch,
+        "revision": state.revision,
+        "context_messages": len(state.context),
+        "handoffs_in_epoch": len(state.epoch_handoffs),
         "open_turn": state.open_turn.turn_id if state.open_turn else None,
         "compaction_failures": state.carried.compaction_failures,
     }
     if args.json:
         print_json({**summary, "context": msgspec.to_builtins(state.context)})
     else:
-        print_table(f"{args.session} replayed to seq {state.last_seq}", ["field", "value"],
-               [[k, v] for k, v in summary.items()])
-        print_table("effective context", ["#", "role", "id", "text"],
-               [[i, m.role, m.id or m.tool_call_id or "", clip(text_of(m))]
-                for i, m in enumerate(state.context)])
+        print_table(
+            f"{args.session} replayed to seq {state.last_seq}",
+            ["field", "value"],
+            [[k, v] for k, v in summary.items()],
+        )
+        print_table(
+            "effective context",
+            ["#", "role", "id", "text"],
+            [
+                [i, m.role, m.id or m.tool_call_id or "", clip(text_of(m))]
+                for i, m in enumerate(state.context)
+            ],
+        )
     return EXIT_OK
 
 
@@ -323,29 +408,60 @@ def cmd_context(args: argparse.Namespace) -> int:
     request = assemble(state, HistoryView(counter))
     snap = request.snapshot
     rows: list[dict[str, Any]] = [
-        {"index": i, "role": m.role, "id": m.id or m.tool_call_id or "", "hidden": m.meta.hidden,
-         "origin": m.meta.origin, "tokens": counter.message(m), "text": text_of(m)}
+        {
+            "index": i,
+            "role": m.role,
+            "id": m.id or m.tool_call_id or "",
+            "hidden": m.meta.hidden,
+            "origin": m.meta.origin,
+            "tokens": counter.message(m),
+            "text": text_of(m),
+        }
         for i, m in enumerate(request.messages)
     ]
     summary = {
-        "session": args.session, "model": request.model, "messages": len(request.messages),
-        "tools": len(request.tools), "history_revision": request.history_revision,
-        "handoff_included": request.handoff_included, "fingerprint": request.fingerprint,
-        "parts": {"system": request.parts.system, "tools": request.parts.tools,
-                  "history": request.parts.history, "handoff": request.parts.handoff,
-                  "total": request.parts.total},
-        "projected_tokens": request.projection.tokens, "projection_source": request.projection.source,
-        "input_budget": snap.input_budget, "handoff_threshold": snap.handoff_threshold,
-        "compaction_threshold": snap.compaction_threshold, "phase": snap.phase,
+        "session": args.session,
+        "model": request.model,
+        "messages": len(request.messages),
+        "tools": len(request.tools),
+        "history_revision": request.history_revision,
+        "handoff_included": request.handoff_included,
+        "fingerprint": request.fingerprint,
+        "parts": {
+            "system": request.parts.system,
+            "tools": request.parts.tools,
+            "history": request.parts.history,
+            "handoff": request.parts.handoff,
+            "total": request.parts.total,
+        },
+        "projected_tokens": request.projection.tokens,
+        "projection_source": request.projection.source,
+        "input_budget": snap.input_budget,
+        "handoff_threshold": snap.handoff_threshold,
+        "compaction_threshold": snap.compaction_threshold,
+        "phase": snap.phase,
     }
     if args.json:
         print_json({**summary, "messages_sent": rows})
         return EXIT_OK
-    print_table(f"next request of {args.session}", ["field", "value"],
-           [[k, json.dumps(v) if isinstance(v, dict) else v] for k, v in summary.items()])
-    print_table("messages", ["#", "role", "id", "tokens", "note", "text"],
-           [[r["index"], r["role"], r["id"], r["tokens"],
-             "hidden " + r["origin"] if r["hidden"] else r["origin"], clip(r["text"], 60)] for r in rows])
+    print_table(
+        f"next request of {args.session}",
+        ["field", "value"],
+        [[k, json.dumps(v) if isinstance(v, dict) else v] for k, v in summary.items()],
+    )
+    print_table(
+        "messages",
+        ["#", "role", "id", "tokens", "note", "text"],
+        [
+            [
+                r["index"],
+                r["role"],
+                r["id"],
+                r["tokens"],
+                "hidden " + r["origin"] if r["hidden"] else r["origin"],
+                clip(r["text"], 60),
+            ]
+            for r in rows
+        ],
+    )
     return EXIT_OK
-
-

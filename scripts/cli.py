@@ -28,8 +28,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`cairn demo`: `cairn.demo.main` with these arguments."""
     from cairn import demo
 
-    argv = ["--store", args.store, "--sessions", str(args.sessions), "--turns", str(args.turns),
-            "--provider", args.provider]
+    argv = [
+        "--store",
+        args.store,
+        "--sessions",
+        str(args.sessions),
+        "--turns",
+        str(args.turns),
+        "--provider",
+        args.provider,
+    ]
     return demo.main(argv + (["--json"] if args.json else []))
 
 
@@ -49,8 +57,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The `cairn` parser: one subcommand each, with `--store` and `--json` on all."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", default=os.environ.get("CAIRN_STORE", "./cairn-data"),
-                        help="store directory (default: $CAIRN_STORE or ./cairn-data)")
+    common.add_argument(
+        "--store",
+        default=os.environ.get("CAIRN_STORE", "./cairn-data"),
+        help="store directory (default: $CAIRN_STORE or ./cairn-data)",
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(prog="cairn", description="cairn: event-sourced context engine")
@@ -59,8 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
     p.add_argument("--sessions", type=int, default=8, metavar="N", help="concurrent sessions (8)")
     p.add_argument("--turns", type=int, default=12, metavar="M", help="turns per session this run (12)")
-    p.add_argument("--provider", choices=("scripted", "openai"), default="scripted",
-                   help="scripted (offline, default) or openai: the endpoint of the CAIRN_* variables")
+    p.add_argument(
+        "--provider",
+        choices=("scripted", "openai"),
+        default="scripted",
+        help="scripted (offline, default) or openai: the endpoint of the CAIRN_* variables",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sessions", parents=[common], help="list sessions")

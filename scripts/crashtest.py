@@ -162,8 +162,15 @@ def _last_acked_end(log_dir: Path, max_pos: int) -> tuple[Path, int]:
 
 def run_round(campaign: Campaign, round_no: int, rng: random.Random, mode: str) -> None:
     child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--child", "--store", str(campaign.store),
-         "--seed", str(rng.getrandbits(31))],
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "--store",
+            str(campaign.store),
+            "--seed",
+            str(rng.getrandbits(31)),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

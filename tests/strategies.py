@@ -69,10 +69,16 @@ def put_known_blobs(root: Path) -> None:
 def _blob_parts(text: st.SearchStrategy[str]) -> st.SearchStrategy[BlobPart]:
     return st.builds(
         lambda data, media_type, chars, preview: BlobPart(
-            sha256=hashlib.sha256(data).hexdigest(), size=len(data), media_type=media_type, chars=chars,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            media_type=media_type,
+            chars=chars,
             preview=preview,
         ),
-        st.sampled_from(KNOWN_BLOBS), st.sampled_from(["text/plain", "image/png"]), ints, text,
+        st.sampled_from(KNOWN_BLOBS),
+        st.sampled_from(["text/plain", "image/png"]),
+        ints,
+        text,
     )
 
 
@@ -93,8 +99,9 @@ Strings = st.SearchStrategy[str]
 
 def _tool_calls(ids: Strings, text: Strings) -> st.SearchStrategy[tuple[ToolCall, ...]]:
     arguments = st.just('{"path": "a.py"}') | text
-    return st.lists(st.builds(ToolCall, id=ids, name=ids, arguments=arguments),
-                    max_size=3, unique_by=lambda c: c.id).map(tuple)
+    return st.lists(
+        st.builds(ToolCall, id=ids, name=ids, arguments=arguments), max_size=3, unique_by=lambda c: c.id
+    ).map(tuple)
 
 
 content = _content(text)
@@ -120,8 +127,8 @@ def _carried(text: st.SearchStrategy[str], ids: st.SearchStrategy[str]) -> st.Se
         compaction_failures=st.integers(0, 5),
         last_compaction_failure_ts=st.none() | ts,
         last_response_ts=st.none() | ts,
-        open_turn=st.none() | st.builds(OpenTurn, turn_id=ids, started_seq=ints,
-                                        task=st.lists(text, max_size=2).map(tuple)),
+        open_turn=st.none()
+        | st.builds(OpenTurn, turn_id=ids, started_seq=ints, task=st.lists(text, max_size=2).map(tuple)),
         reactive_since_response=st.booleans(),
     )
 
@@ -162,63 +169,107 @@ def kind_strategies(
         "turn-started": build(TurnStarted, turn_id=ids, message_id=st.just("") | ids),
         "turn-completed": build(TurnCompleted, turn_id=ids, requests=st.integers(0, 50)),
         "turn-failed": build(
-            TurnFailed, turn_id=ids,
+            TurnFailed,
+            turn_id=ids,
             phase=st.sampled_from(["provider", "compaction", "checkpoint", "tool", "interrupted"]),
-            error_class=st.just("") | ids, error=text,
+            error_class=st.just("") | ids,
+            error=text,
         ),
         "request": build(
-            Request, request_id=ids, turn_id=ids, attempt=st.integers(1, 5), fingerprint=ids,
-            history_revision=st.integers(0, 100), projected_tokens=opt_ints, phase=ids,
-            message_count=st.integers(0, 500), history_length=st.integers(0, 500), model=st.just("") | ids,
-            fixed_tokens=st.integers(0, 10_000), projection_source=st.just("") | ids,
+            Request,
+            request_id=ids,
+            turn_id=ids,
+            attempt=st.integers(1, 5),
+            fingerprint=ids,
+            history_revision=st.integers(0, 100),
+            projected_tokens=opt_ints,
+            phase=ids,
+            message_count=st.integers(0, 500),
+            history_length=st.integers(0, 500),
+            model=st.just("") | ids,
+            fixed_tokens=st.integers(0, 10_000),
+            projection_source=st.just("") | ids,
             handoff_included=st.booleans(),
         ),
         "assistant-message": build(
-            AssistantMessage, message_id=ids, request_id=ids, text=text, reasoning=st.none() | text,
+            AssistantMessage,
+            message_id=ids,
+            request_id=ids,
+            text=text,
+            reasoning=st.none() | text,
             tool_calls=_tool_calls(ids, st.just('{"path": "a.py"}') | text),
             finish_reason=st.none() | st.sampled_from(["stop", "tool_calls", "length"]) | text,
         ),
         "usage": build(
-            Usage, request_id=ids, prompt_tokens=opt_ints, completion_tokens=opt_ints,
-            total_tokens=opt_ints, cached_prompt_tokens=opt_ints,
+            Usage,
+            request_id=ids,
+            prompt_tokens=opt_ints,
+            completion_tokens=opt_ints,
+            total_tokens=opt_ints,
+            cached_prompt_tokens=opt_ints,
         ),
         "tool-result": build(
-            ToolResult, call_id=ids, tool_name=ids, status=st.sampled_from(["ok", "error"]),
-            effect=st.sampled_from(["read", "write"]), content=content, original_chars=ints,
-            truncated=st.booleans(), files=st.lists(files, max_size=2).map(tuple),
+            ToolResult,
+            call_id=ids,
+            tool_name=ids,
+            status=st.sampled_from(["ok", "error"]),
+            effect=st.sampled_from(["read", "write"]),
+            content=content,
+            original_chars=ints,
+            truncated=st.booleans(),
+            files=st.lists(files, max_size=2).map(tuple),
         ),
         "provider-error": build(
-            ProviderError, request_id=ids,
+            ProviderError,
+            request_id=ids,
             error_class=st.sampled_from(
                 ["context-limit", "rate-limit", "server", "network", "auth", "bad-request"]
             ),
-            output_delivered=st.booleans(), message=text, status_code=st.none() | st.integers(100, 599),
+            output_delivered=st.booleans(),
+            message=text,
+            status_code=st.none() | st.integers(100, 599),
         ),
         "context-slimmed": build(
-            ContextSlimmed, mode=st.sampled_from(["micro", "snip"]),
-            removed_call_ids=st.lists(ids, max_size=3).map(tuple), tokens_saved=ints,
-            marker_id=st.just("") | ids, marker_text=text,
+            ContextSlimmed,
+            mode=st.sampled_from(["micro", "snip"]),
+            removed_call_ids=st.lists(ids, max_size=3).map(tuple),
+            tokens_saved=ints,
+            marker_id=st.just("") | ids,
+            marker_text=text,
         ),
         "handoff": build(Handoff, epoch=st.integers(0, 100), record=records),
         "compaction-failed": build(
-            CompactionFailed, epoch=st.integers(0, 100), attempt=st.integers(1, 5),
+            CompactionFailed,
+            epoch=st.integers(0, 100),
+            attempt=st.integers(1, 5),
             reason=st.sampled_from(["empty", "overflow", "insufficient-reduction", "error", "blocked"]),
             consecutive_failures=st.integers(0, 10),
             trigger=st.sampled_from(["threshold", "reactive", "manual"]),
-            detail=text, workspace=st.just("") | text,
+            detail=text,
+            workspace=st.just("") | text,
         ),
         "checkpoint-committed": build(
-            CheckpointCommitted, version=st.just(1), epoch=st.integers(1, 100), through_seq=ints,
+            CheckpointCommitted,
+            version=st.just(1),
+            epoch=st.integers(1, 100),
+            through_seq=ints,
             trigger=st.sampled_from(["threshold", "reactive", "manual"]),
             strategy=st.sampled_from(["llm", "fallback"]),
-            source_tokens=ints, replacement_tokens=ints, replacement_messages=_messages(text, ids),
-            files_restored=st.lists(text, max_size=2).map(tuple), source_hash=st.just("") | sha,
-            prompt_version=st.just("") | ids, raw_summary=st.none() | text,
+            source_tokens=ints,
+            replacement_tokens=ints,
+            replacement_messages=_messages(text, ids),
+            files_restored=st.lists(text, max_size=2).map(tuple),
+            source_hash=st.just("") | sha,
+            prompt_version=st.just("") | ids,
+            raw_summary=st.none() | text,
             diagnostics=st.builds(
-                CheckpointDiagnostics, attempts=st.integers(0, 3),
+                CheckpointDiagnostics,
+                attempts=st.integers(0, 3),
                 reductions=st.lists(text, max_size=2).map(tuple),
                 omitted_files=st.lists(text, max_size=2).map(tuple),
-                failure_reason=st.none() | text, breaker=st.just("") | text, failure_detail=text,
+                failure_reason=st.none() | text,
+                breaker=st.just("") | text,
+                failure_detail=text,
                 snipped_call_ids=st.lists(ids, max_size=2).map(tuple),
             ),
             carried=_carried(text, ids),
@@ -259,8 +310,9 @@ def _with_one_of(chars: list[str]) -> st.SearchStrategy[str]:
 
 
 #: any text, with a nasty character in about half the draws and a lone surrogate in a quarter
-any_text = st.one_of(st.text(any_char, max_size=12), _with_one_of(_NASTY), _with_one_of(_NASTY),
-                     _with_one_of(_SURROGATES))
+any_text = st.one_of(
+    st.text(any_char, max_size=12), _with_one_of(_NASTY), _with_one_of(_NASTY), _with_one_of(_SURROGATES)
+)
 any_ids = any_text.filter(bool)
 
 
@@ -273,8 +325,19 @@ def _raw_records() -> st.SearchStrategy[msgspec.Raw]:
     utf8_objects = st.dictionaries(text, text, max_size=3).map(
         lambda d: json.dumps(d, ensure_ascii=False).encode()
     )
-    odd = st.sampled_from([b"[1]", b'"text"', b"{", b'{"a":\n1}', b'{"a":1}\r', b' {"a":1}', b'{"a":"\xff"}',
-                           b"{}", b'{"a":[]}'])
+    odd = st.sampled_from(
+        [
+            b"[1]",
+            b'"text"',
+            b"{",
+            b'{"a":\n1}',
+            b'{"a":1}\r',
+            b' {"a":1}',
+            b'{"a":"\xff"}',
+            b"{}",
+            b'{"a":[]}',
+        ]
+    )
     return st.one_of(objects, utf8_objects, odd).map(msgspec.Raw)
 
 

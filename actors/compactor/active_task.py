@@ -53,7 +53,4 @@ def active_task_message(task: str, message_id: str) -> Message | None:
         "</user-request>\n"
         "</system-reminder>"
     )
-    return Message(
-        role="user", content=body, id=message_id, meta=MessageMeta(hidden=True, origin=ORIGIN)
-    )
-
+    return Message(role="user", content=body, id=message_id, meta=MessageMeta(hidden=True, origin=ORIGIN))

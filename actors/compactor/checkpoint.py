@@ -83,9 +83,7 @@ def rederive_replacement(
     if checkpoint.strategy == "llm":
         if checkpoint.raw_summary is None:
             raise AuditMismatch(f"LLM checkpoint of epoch {checkpoint.epoch} has no raw summary")
-        files = next(
-            (m for m in checkpoint.replacement_messages if m.meta.origin == FILES_ORIGIN), None
-        )
+        files = next((m for m in checkpoint.replacement_messages if m.meta.origin == FILES_ORIGIN), None)
         summary = summary_message(checkpoint.raw_summary, records, summary_id)
         return assemble(summary, retained_tail(stripped), files, task_message)
     plan = plan_fallback(
@@ -99,9 +97,7 @@ def rederive_replacement(
     return plan.replacement
 
 
-def _rederive_snip_only(
-    source: tuple[Message, ...], checkpoint: CheckpointCommitted
-) -> tuple[Message, ...]:
+def _rederive_snip_only(source: tuple[Message, ...], checkpoint: CheckpointCommitted) -> tuple[Message, ...]:
     """R3's snip-only checkpoint: the source without the snipped turns, the marker where they were.
 
     The marker's own id and seq are labels the session chose; its text must be
@@ -119,8 +115,10 @@ def _rederive_snip_only(
         for m in source
         if m.role == "assistant" and m.tool_calls and all(call.id in named for call in m.tool_calls)
     )
-    marker = next((m for m in checkpoint.replacement_messages if m.meta.origin == "snip-marker"
-                   and m not in source), None)
+    marker = next(
+        (m for m in checkpoint.replacement_messages if m.meta.origin == "snip-marker" and m not in source),
+        None,
+    )
     if marker is None or marker.content != marker_text(turns):
         raise AuditMismatch(
             f"snip-only checkpoint of epoch {checkpoint.epoch} has no S1 marker for {turns} snipped turns"

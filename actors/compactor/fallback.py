@@ -62,7 +62,7 @@ def cut_text(text: str, cap: int) -> str:
     head = cap * 3 // 4
     tail = cap - head
     marker = f"\n[... {len(text) - head - tail} chars cut by compaction ...]\n"
-    return f"{text[:head]}{marker}{text[len(text) - tail:]}"
+    return f"{text[:head]}{marker}{text[len(text) - tail :]}"
 
 
 def _cut(unit: Sequence[Message], cap: int) -> list[Message]:
@@ -99,9 +99,7 @@ def _clean_unit(unit: Sequence[Message], skip_id: int | None) -> list[Message]:
     return [flatten(call), *(flatten(m) for m in unit[1:])]
 
 
-def _largest_fitting_cut(
-    unit: list[Message], budget: int, counter: TokenCounter
-) -> list[Message] | None:
+def _largest_fitting_cut(unit: list[Message], budget: int, counter: TokenCounter) -> list[Message] | None:
     longest = max(len(m.content) for m in unit if isinstance(m.content, str))
     lo, hi = MIN_CUT_CHARS, min(longest, max(budget, 1) * _CHARS_PER_TOKEN_BOUND)
     best: list[Message] | None = None

@@ -159,6 +159,4 @@ def files_message(files: Sequence[PromptFile], message_id: str) -> Message | Non
         "contents as last read after earlier context was compacted:\n\n"
         f"{render_files(files)}\n</system-reminder>"
     )
-    return Message(
-        role="user", content=body, id=message_id, meta=MessageMeta(hidden=True, origin=ORIGIN)
-    )
+    return Message(role="user", content=body, id=message_id, meta=MessageMeta(hidden=True, origin=ORIGIN))

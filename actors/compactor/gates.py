@@ -85,8 +85,7 @@ def reduction_gate(source_tokens: int, replacement_tokens: int) -> GateVerdict:
     if saved * 100 < source_tokens * MIN_SAVING_PERCENT:
         return GateVerdict(
             False,
-            f"replacement {replacement_tokens} tokens saves under {MIN_SAVING_PERCENT} % "
-            f"of {source_tokens}",
+            f"replacement {replacement_tokens} tokens saves under {MIN_SAVING_PERCENT} % of {source_tokens}",
         )
     return GateVerdict(True)
 

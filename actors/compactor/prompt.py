@@ -97,7 +97,7 @@ def cap_text(text: str, cap: int) -> str:
     head = cap * 3 // 4
     tail = cap - head
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} chars omitted ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {omitted} chars omitted ...]\n{text[len(text) - tail :]}"
 
 
 def _fence(text: str) -> str:
@@ -142,9 +142,9 @@ def prompt_chars(messages: Sequence[Message]) -> int:
     return sum(len(text_of(m)) for m in messages)
 
 
-def next_shape(source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape) -> tuple[
-    PromptShape, str
-] | None:
+def next_shape(
+    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape
+) -> tuple[PromptShape, str] | None:
     """C6: the next smaller shape and the name of its step, or None when exhausted."""
     if shape.include_files and files:
         return msgspec.structs.replace(shape, include_files=False), "dropped-files"

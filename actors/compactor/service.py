@@ -142,7 +142,6 @@ class Compactor:
         self.retry = retry if retry is not None else RetryPolicy()
         self.draw = draw
 
-
     def compact(self, request: CompactionRequest) -> CompactionOutcome:
         """C1-C12: the events recording one compaction of the session (the steps in the module doc).
 

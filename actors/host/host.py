@@ -81,7 +81,12 @@ class Host:
     """Sessions of one store, each driven by a session actor (see the module doc)."""
 
     def __init__(
-        self, journal: Journal, runtime: Runtime, *, settings: SessionSettings, config: HostConfig,
+        self,
+        journal: Journal,
+        runtime: Runtime,
+        *,
+        settings: SessionSettings,
+        config: HostConfig,
         owns_journal: bool,
     ) -> None:
         self.journal = journal
@@ -277,8 +282,13 @@ class Host:
         with self._lock:
             leftover = list(self._outstanding)
             self._outstanding.clear()
-        closed = TurnResult(session="", status="failed", phase="interrupted", error_class="HostClosed",
-                            error="the host was closed before the turn ended")
+        closed = TurnResult(
+            session="",
+            status="failed",
+            phase="interrupted",
+            error_class="HostClosed",
+            error="the host was closed before the turn ended",
+        )
         for turn in leftover:
             turn._finish(msgspec.structs.replace(closed, session=turn.session))
         if self._owns_journal:

@@ -192,8 +192,7 @@ class Registry:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise HostBusy(
-                f"no live-session slot for {sid} within {self._slot_timeout} s: "
-                f"all {self._max_live} are busy"
+                f"no live-session slot for {sid} within {self._slot_timeout} s: all {self._max_live} are busy"
             )
         self._cond.wait(remaining)
 

@@ -140,10 +140,16 @@ class ProviderActor(pykka.ThreadingActor):
                     return
                 problem = malformed(item)
                 if problem:
-                    self._tell(job, ProviderFailed(
-                        job=job.job, error_class="server", delivered=delivered, seconds=spent,
-                        message=self._clean(f"the provider adapter yielded {problem}"),
-                    ))
+                    self._tell(
+                        job,
+                        ProviderFailed(
+                            job=job.job,
+                            error_class="server",
+                            delivered=delivered,
+                            seconds=spent,
+                            message=self._clean(f"the provider adapter yielded {problem}"),
+                        ),
+                    )
                     return
                 delivered = True
                 if not self._tell(job, ProviderItem(job.job, item)):
@@ -230,4 +236,3 @@ def _hint(failure: ProviderFailure) -> int | None:
     if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
         return None
     return hint
-

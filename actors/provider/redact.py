@@ -64,7 +64,8 @@ def adapter_secrets(adapter: object) -> tuple[str, ...]:
     """
     key = getattr(adapter, "api_key", None)
     return tuple(
-        value for value in (key, *(os.environ.get(name) for name in KEY_VARIABLES))
+        value
+        for value in (key, *(os.environ.get(name) for name in KEY_VARIABLES))
         if isinstance(value, str) and value
     )
 

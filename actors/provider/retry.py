@@ -171,9 +171,7 @@ def _to_ms(value: float) -> int:
     return min(MAX_HINT_MS, math.ceil(value - 1e-9)) if value > 0 else 0
 
 
-def parse_retry_after(
-    headers: Mapping[str, str] | Iterable[tuple[str, str]], now_ms: int
-) -> int | None:
+def parse_retry_after(headers: Mapping[str, str] | Iterable[tuple[str, str]], now_ms: int) -> int | None:
     """The server's hint in milliseconds (see the module doc), or None when there is none."""
     raw_ms = _header(headers, "retry-after-ms")
     if raw_ms is not None:

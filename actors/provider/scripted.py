@@ -198,9 +198,7 @@ class ScriptedProvider:
             if self._keep_requests:
                 self.requests.append(request)
             own = self._plans[request.purpose]
-            outcome: Outcome | None = (
-                own.popleft() if own else self._plan.popleft() if self._plan else None
-            )
+            outcome: Outcome | None = own.popleft() if own else self._plan.popleft() if self._plan else None
         if outcome is None and self._responder is not None:
             outcome = self._responder(request)
         if outcome is None:

@@ -77,8 +77,14 @@ class SessionActor(TurnLoop):
             envelope = inbox.get()
             match envelope.message:
                 case Send(handle=handle):
-                    handle._finish(self._result("rejected", "", error_class="SessionCrashed",
-                                                error="the session crashed; send again"))
+                    handle._finish(
+                        self._result(
+                            "rejected",
+                            "",
+                            error_class="SessionCrashed",
+                            error="the session crashed; send again",
+                        )
+                    )
                 case ManualCompact(reply=reply):
                     reply_error(reply, SessionCrashed(f"session {self._sid} crashed; try again"))
                 case _:
@@ -101,8 +107,12 @@ class SessionActor(TurnLoop):
         except Exception as exc:
             # named by its id (ids are validated safe to print), so an operator can find it
             # with `cairn log`; only H7's hand-off lines name a session by a hash
-            log.error("cairn: session %r crashed on %s: %s", self._sid, type(message).__name__,
-                      describe_exception(exc))
+            log.error(
+                "cairn: session %r crashed on %s: %s",
+                self._sid,
+                type(message).__name__,
+                describe_exception(exc),
+            )
             # Dead before anyone hears of it: a message sent after the failed turn's result
             # finds this actor stopped, and the host rebuilds the session by replay. Setting
             # pykka's `actor_stopped` (a public attribute; `ActorRef.is_alive` reads it) is
@@ -111,8 +121,9 @@ class SessionActor(TurnLoop):
             # messages, on this thread. Setting it early only makes `tell`s from other
             # threads fail now with `ActorDeadError` instead of queueing behind a dying actor.
             self.actor_stopped.set()
-            self._abandon(f"the session crashed ({type(exc).__name__})", persist=False,
-                          error_class=type(exc).__name__)
+            self._abandon(
+                f"the session crashed ({type(exc).__name__})", persist=False, error_class=type(exc).__name__
+            )
             raise
         return None
 

@@ -147,8 +147,15 @@ class SessionCore(pykka.ThreadingActor):
 
     # -- ending ------------------------------------------------------------------------------------
 
-    def _result(self, status: TurnStatus, phase: FailedPhase | Literal[""] | None, *,
-                error_class: str = "", error: str = "", run: TurnRun | None = None) -> TurnResult:
+    def _result(
+        self,
+        status: TurnStatus,
+        phase: FailedPhase | Literal[""] | None,
+        *,
+        error_class: str = "",
+        error: str = "",
+        run: TurnRun | None = None,
+    ) -> TurnResult:
         return TurnResult(
             session=self._sid,
             status=status,
@@ -169,13 +176,17 @@ class SessionCore(pykka.ThreadingActor):
         try:
             self._persist(failure_events(self._state, run.turn_id, phase, error_class, error))
         except CairnError as exc:
-            log.warning("cairn: session %r: the failed turn could not be recorded (%s); it is marked "
-                        "interrupted when the session is next loaded", self._sid,
-                        describe_exception(exc))
+            log.warning(
+                "cairn: session %r: the failed turn could not be recorded (%s); it is marked "
+                "interrupted when the session is next loaded",
+                self._sid,
+                describe_exception(exc),
+            )
         self._finish("failed", phase, error_class, error)
 
-    def _finish(self, status: TurnStatus, phase: FailedPhase | None = None, error_class: str = "",
-                error: str = "") -> None:
+    def _finish(
+        self, status: TurnStatus, phase: FailedPhase | None = None, error_class: str = "", error: str = ""
+    ) -> None:
         run = self._run
         result = self._result(status, phase, error_class=error_class, error=error, run=run)
         self._run = None

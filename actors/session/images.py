@@ -26,9 +26,7 @@ def is_image_blob(part: Part) -> bool:
     return isinstance(part, BlobPart) and part.media_type.startswith("image/")
 
 
-def inline_image_blobs(
-    messages: Sequence[Message], read_blob: Callable[[str], bytes]
-) -> tuple[Message, ...]:
+def inline_image_blobs(messages: Sequence[Message], read_blob: Callable[[str], bytes]) -> tuple[Message, ...]:
     """The messages with every image blob read back into an inline image.
 
     A blob that cannot be read (missing, altered: `BlobError`, or an OS
@@ -47,8 +45,11 @@ def inline_image_blobs(
                 try:
                     data = read_blob(part.sha256)
                 except (CairnError, OSError) as exc:
-                    log.warning("cairn: image blob %s could not be read (%s); sent as a note",
-                                part.sha256, type(exc).__name__)
+                    log.warning(
+                        "cairn: image blob %s could not be read (%s); sent as a note",
+                        part.sha256,
+                        type(exc).__name__,
+                    )
                     parts.append(part)
                     continue
                 parts.append(ImagePart(media_type=part.media_type, data=base64.b64encode(data).decode()))

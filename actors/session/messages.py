@@ -60,7 +60,14 @@ class RetryRequest(msgspec.Struct, frozen=True):
 
 
 SessionMessage = (
-    Load | Query | Send | ManualCompact | RetryRequest | ProviderItem | ProviderDone | ProviderFailed
+    Load
+    | Query
+    | Send
+    | ManualCompact
+    | RetryRequest
+    | ProviderItem
+    | ProviderDone
+    | ProviderFailed
     | CompactionDone
 )
 """Every message a session actor handles."""

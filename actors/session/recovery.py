@@ -30,9 +30,7 @@ REACTIVE_MINIMUM = 10
 
 def reactive_snip(state: SessionState, view: HistoryView, occ: Occupancy) -> SlimPlan | None:
     """R3: snip with keep 3 and minimum 10, every candidate (the provider said it does not fit)."""
-    everything = msgspec.structs.replace(
-        occ, snapshot=msgspec.structs.replace(occ.snapshot, phase="unknown")
-    )
+    everything = msgspec.structs.replace(occ, snapshot=msgspec.structs.replace(occ.snapshot, phase="unknown"))
     return plan_snip(state, view, everything, keep=REACTIVE_KEEP, minimum=REACTIVE_MINIMUM)
 
 
@@ -51,7 +49,6 @@ def recovery_source(
     if not shrink_gate(counter.messages(state.context), counter.messages(snipped)).passed:
         return None
     return snipped
-
 
 
 def snip_checkpoint(

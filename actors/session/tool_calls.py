@@ -34,8 +34,12 @@ def run_tool(
         value = tools(invocation)
     except BaseException as exc:
         if not isinstance(exc, Exception):
-            log.warning("cairn: session %r: the tool %r raised %s; recorded as its error result",
-                        session, call.name, type(exc).__name__)
+            log.warning(
+                "cairn: session %r: the tool %r raised %s; recorded as its error result",
+                session,
+                call.name,
+                type(exc).__name__,
+            )
         return error_outcome(f"the tool {call.name!r} failed: {describe_exception(exc)}")
     outcome = check_outcome(value)
     if isinstance(outcome, str):

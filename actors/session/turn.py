@@ -381,8 +381,13 @@ def provider_failure(
 ) -> FailureDecision:
     """`provider_verdict`, and the events it records: the `provider-error`, then a failure's end."""
     verdict = provider_verdict(
-        state, failure, delivered=delivered, retries_done=retries_done, retries_allowed=retries_allowed,
-        draw=draw, policy=policy,
+        state,
+        failure,
+        delivered=delivered,
+        retries_done=retries_done,
+        retries_allowed=retries_allowed,
+        draw=draw,
+        policy=policy,
     )
     error = ProviderError(
         request_id=request_id,

@@ -161,8 +161,11 @@ class TurnLoop(Compacting):
         if not self._steer():
             return
         if run.requests >= self._rt.max_requests_per_turn:
-            return self._fail("provider", "too-many-requests",
-                              f"the turn made {run.requests} requests without the model finishing")
+            return self._fail(
+                "provider",
+                "too-many-requests",
+                f"the turn made {run.requests} requests without the model finishing",
+            )
         now = self._rt.clock_ms()
         occ = occupancy(self._state, self._view)
         micro = plan_micro(self._state, self._view, occ, now_ms=now)  # L1 (1)
@@ -217,8 +220,9 @@ class TurnLoop(Compacting):
         a hand-off was recorded, else as given. A failed write is H7's.
         """
         try:
-            handoff = decide_handoff(self._state, occ.snapshot, now_ms=self._rt.clock_ms(),
-                                     write_failed=run.handoff_failed)
+            handoff = decide_handoff(
+                self._state, occ.snapshot, now_ms=self._rt.clock_ms(), write_failed=run.handoff_failed
+            )
         except InvalidHandoff as exc:
             self._handoff_failed(exc)
             return occ
@@ -294,8 +298,13 @@ class TurnLoop(Compacting):
         run.tool_chars = 0
         info = self._state.info
         for call in calls:
-            outcome = run_tool(self._rt.tools, call, session=self._sid, turn_id=run.turn_id,
-                               workspace=info.workspace if info is not None else None)
+            outcome = run_tool(
+                self._rt.tools,
+                call,
+                session=self._sid,
+                turn_id=run.turn_id,
+                workspace=info.workspace if info is not None else None,
+            )
             if not self._record_tool(call, outcome, run):
                 return
         self._next_request()

@@ -43,8 +43,17 @@ def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, 
         try:
             module = importlib.import_module(SUITES[name])
         except ImportError as exc:
-            figures.append({"suite": name, "name": f"{name}.unavailable", "value": 0, "unit": "",
-                            "target": None, "met": None, "detail": str(exc)})
+            figures.append(
+                {
+                    "suite": name,
+                    "name": f"{name}.unavailable",
+                    "value": 0,
+                    "unit": "",
+                    "target": None,
+                    "met": None,
+                    "detail": str(exc),
+                }
+            )
             continue
         if log is not None:
             log(f"running {name} benchmarks{' (quick)' if quick else ''} ...")
@@ -103,4 +112,3 @@ def main(argv: Sequence[str] | None = None, *, suite: str | None = None) -> int:
     else:
         render(report)
     return 0 if report["all_met"] else 1
-

@@ -40,4 +40,3 @@ def peak_memory(fn: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-

@@ -22,6 +22,11 @@ def mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> Even
     if i % 3 == 1:
         call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
         return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text[:80], tool_calls=(call,))
-    return ToolResult(call_id=f"c{i - 1}", tool_name="read", status="ok", effect="read",
-                      content=(TextPart(text),), original_chars=len(text))
-
+    return ToolResult(
+        call_id=f"c{i - 1}",
+        tool_name="read",
+        status="ok",
+        effect="read",
+        content=(TextPart(text),),
+        original_chars=len(text),
+    )

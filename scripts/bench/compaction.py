@@ -51,9 +51,29 @@ SEED = 20_261_202
 KINDS = ("coding", "long-request", "images", "huge-output", "tiny")
 WINDOWS = (32_000, 128_000, 200_000, 1_000_000)
 _WORDS = (
-    "parser", "module", "config", "retry", "cache", "index", "token", "buffer", "handler", "schema",
-    "request", "session", "journal", "segment", "offset", "commit", "replay", "checkpoint", "summary",
-    "budget", "window", "fixture", "assert",
+    "parser",
+    "module",
+    "config",
+    "retry",
+    "cache",
+    "index",
+    "token",
+    "buffer",
+    "handler",
+    "schema",
+    "request",
+    "session",
+    "journal",
+    "segment",
+    "offset",
+    "commit",
+    "replay",
+    "checkpoint",
+    "summary",
+    "budget",
+    "window",
+    "fixture",
+    "assert",
 )
 
 
@@ -113,10 +133,21 @@ def build_sample(index: int, rng: random.Random) -> Sample:
             records.append((heading, payload))
             output += f"\nEXACT CONTINUATION RECORD [{heading.lower()}] :: {payload}\n"
         call = ToolCall(log.ident("c"), rng.choice(["read", "bash", "edit"]), '{"path": "src/app.py"}')
-        log.add(AssistantMessage(message_id=log.ident("a"), request_id=log.ident("r"),
-                                 text=_prose(rng, 12), tool_calls=(call,)))
-        log.add(ToolResult(call_id=call.id, tool_name=call.name, status="ok", effect="read",
-                           content=(TextPart(output),), files=(FileAccess("src/app.py"),)))
+        log.add(
+            AssistantMessage(
+                message_id=log.ident("a"), request_id=log.ident("r"), text=_prose(rng, 12), tool_calls=(call,)
+            )
+        )
+        log.add(
+            ToolResult(
+                call_id=call.id,
+                tool_name=call.name,
+                status="ok",
+                effect="read",
+                content=(TextPart(output),),
+                files=(FileAccess("src/app.py"),),
+            )
+        )
         if kind == "images" and r % 5 == 0:
             parts: tuple[Part, ...] = (TextPart("screenshot of the failure"), ImagePart(data="QUJD" * 500))
             log.add(UserMessage(message_id=log.ident("u"), content=parts))
@@ -161,16 +192,23 @@ def _fallback_plan_ms(counter_factory: Any, repeats: int) -> tuple[float, int]:
         n = len(source)
         call = ToolCall(f"c{n}", "read", '{"path": "a.py"}')
         source.append(Message(role="assistant", content=_prose(rng, 2), tool_calls=(call,), id=f"a{n}"))
-        source.append(Message(role="tool", content=_prose(rng, rng.randrange(1, 4)), tool_call_id=call.id,
-                              id=f"t{n}"))
+        source.append(
+            Message(role="tool", content=_prose(rng, rng.randrange(1, 4)), tool_call_id=call.id, id=f"t{n}")
+        )
     source = source[:4096]
     timings = []
     tokens = 0
     for _ in range(repeats):
         counter = counter_factory()
         started = time.perf_counter()
-        plan = plan_fallback(source, summary=fallback_summary_message((), "s"), task_message=None,
-                             task="", target=50_000, counter=counter)
+        plan = plan_fallback(
+            source,
+            summary=fallback_summary_message((), "s"),
+            task_message=None,
+            task="",
+            target=50_000,
+            counter=counter,
+        )
         timings.append((time.perf_counter() - started) * 1000)
         tokens = plan.tokens
     return statistics.median(timings), tokens
@@ -202,8 +240,9 @@ def _compact_corpus(samples: list[Sample], path: str, counter: TokenCounter) -> 
     for sample in samples:
         provider = ScriptedProvider() if path == "llm" else ScriptedProvider(default=http_error(400))
         service = Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter)
-        request = CompactionRequest(state=sample.state, workspace="/bench/ws", trigger="threshold",
-                                    now_ms=10**12)
+        request = CompactionRequest(
+            state=sample.state, workspace="/bench/ws", trigger="threshold", now_ms=10**12
+        )
         try:
             outcome = service.compact(request)
         except CompactionIneffective:
@@ -245,12 +284,28 @@ def _path_figures(path: str, s: PathStats, n: int) -> list[dict[str, Any]]:
     met = task_pct == 100.0
     figures.append(figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
     worst = max(s.ratios)
-    figures.append(figure(f"{name}.max_replacement_over_target", round(worst, 3), "ratio", "<= 1.0",
-                          worst <= 1.0, f"worst: {s.worst}"))
+    figures.append(
+        figure(
+            f"{name}.max_replacement_over_target",
+            round(worst, 3),
+            "ratio",
+            "<= 1.0",
+            worst <= 1.0,
+            f"worst: {s.worst}",
+        )
+    )
     refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s.refused})
-    figures.append(figure(f"{name}.refused_cannot_shrink", len(s.refused), "sessions", None, None,
-                          f"of {n}: nothing smaller than the source, so no checkpoint "
-                          f"(kinds: {', '.join(refused_kinds) or 'none'})"))
+    figures.append(
+        figure(
+            f"{name}.refused_cannot_shrink",
+            len(s.refused),
+            "sessions",
+            None,
+            None,
+            f"of {n}: nothing smaller than the source, so no checkpoint "
+            f"(kinds: {', '.join(refused_kinds) or 'none'})",
+        )
+    )
     mean = round(statistics.mean(s.reductions), 3)
     detail = f"1 - replacement/source; median {statistics.median(s.reductions):.3f}"
     figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
@@ -268,14 +323,38 @@ def run(quick: bool) -> list[dict[str, Any]]:
     audits = sum(s.audits for s in stats.values())
     audits_ok = sum(s.audits_ok for s in stats.values())
     fell_back = ", ".join(f"{k} {v}" for k, v in sorted(llm.reasons.items()))
-    figures.append(figure("compaction.llm.summary_accepted", llm.llm_used, "sessions", None, None,
-                          f"of {n}; fell back: {fell_back}"))
-    figures.append(figure("compaction.audit_rederived", audits_ok, "checkpoints", f"{audits}",
-                          audits_ok == audits, "re-derived from source + raw summary, no model"))
+    figures.append(
+        figure(
+            "compaction.llm.summary_accepted",
+            llm.llm_used,
+            "sessions",
+            None,
+            None,
+            f"of {n}; fell back: {fell_back}",
+        )
+    )
+    figures.append(
+        figure(
+            "compaction.audit_rederived",
+            audits_ok,
+            "checkpoints",
+            f"{audits}",
+            audits_ok == audits,
+            "re-derived from source + raw summary, no model",
+        )
+    )
     ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
-    figures.append(figure("compaction.fallback_plan_4096_messages", round(ms, 1), "ms", None, None,
-                          f"worst case: every unit fits, walk ends at the 4,096-message limit; "
-                          f"cold token cache; replacement {tokens} tokens"))
+    figures.append(
+        figure(
+            "compaction.fallback_plan_4096_messages",
+            round(ms, 1),
+            "ms",
+            None,
+            None,
+            f"worst case: every unit fits, walk ends at the 4,096-message limit; "
+            f"cold token cache; replacement {tokens} tokens",
+        )
+    )
     return figures
 
 

@@ -193,9 +193,15 @@ def _measure_large(turns: int) -> Measured:
     ours, baseline, _, final_state, view = _run_turns(log, state, rng, turns, recount=True)
     check = occupancy(final_state, HistoryView(TokenCounter(load_encoding())))
     live = occupancy(final_state, view)
-    return Measured(messages=messages, history_tokens=history_tokens, first=first, first_s=cold,
-                    check_ms=statistics.median(ours) * 1_000, recount_ms=statistics.median(baseline) * 1_000,
-                    consistent=check == live)
+    return Measured(
+        messages=messages,
+        history_tokens=history_tokens,
+        first=first,
+        first_s=cold,
+        check_ms=statistics.median(ours) * 1_000,
+        recount_ms=statistics.median(baseline) * 1_000,
+        consistent=check == live,
+    )
 
 
 def _measure_band(history_tokens: int, turns: int) -> tuple[float, int]:

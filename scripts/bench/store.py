@@ -172,7 +172,7 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     for round_no in range(rounds):
         baselines.append(_naive_fsync_rate(workdir, lines[: 300 if quick else 600]))
         # each round starts with another placement, so none is always the nearest to its baseline
-        for placement in names[round_no % len(names):] + names[: round_no % len(names)]:
+        for placement in names[round_no % len(names) :] + names[: round_no % len(names)]:
             with PLACEMENTS[placement][1]():
                 for sessions, per_session in plan.items():
                     root = workdir / f"append-{sessions}"
@@ -180,9 +180,15 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
                     shutil.rmtree(root, ignore_errors=True)
                 floors[placement].append(_wake_floor_rate(256, plan[256] * 2))
     baseline = statistics.median(baselines)
-    figures = [figure("append.naive_fsync_per_event", round(baseline), "events/s",
-                      detail=f"one write + fsync per event, sequential; median of {rounds} rounds, "
-                      f"range {min(baselines):,.0f}-{max(baselines):,.0f}")]
+    figures = [
+        figure(
+            "append.naive_fsync_per_event",
+            round(baseline),
+            "events/s",
+            detail=f"one write + fsync per event, sequential; median of {rounds} rounds, "
+            f"range {min(baselines):,.0f}-{max(baselines):,.0f}",
+        )
+    ]
     for placement, (label, _) in PLACEMENTS.items():
         suffix = "" if placement == "one_cpu" else f".{placement}"
         for sessions in plan:
@@ -192,13 +198,26 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
             detail = f"{label}; {ratio:.1f}x the naive baseline (median of {rounds} rounds)"
             name = f"append.sessions_{sessions}{suffix}"
             figures.append(figure(name, round(rate), "events/s", detail=detail))
-            figures.append(figure(f"{name}.ratio", round(ratio, 2), "x",
-                                  ">= 10x baseline" if checked else None, ratio >= 10 if checked else None))
+            figures.append(
+                figure(
+                    f"{name}.ratio",
+                    round(ratio, 2),
+                    "x",
+                    ">= 10x baseline" if checked else None,
+                    ratio >= 10 if checked else None,
+                )
+            )
         floor = statistics.median(floors[placement])
         floor_ratio = _median_ratio(floors[placement], baselines)
-        figures.append(figure(f"append.wake_floor_256{suffix}", round(floor), "events/s",
-                              detail=f"{label}; {floor_ratio:.1f}x the baseline: 256 threads acked by a "
-                              "writer that does nothing (the thread-wake ceiling)"))
+        figures.append(
+            figure(
+                f"append.wake_floor_256{suffix}",
+                round(floor),
+                "events/s",
+                detail=f"{label}; {floor_ratio:.1f}x the baseline: 256 threads acked by a "
+                "writer that does nothing (the thread-wake ceiling)",
+            )
+        )
     return figures
 
 
@@ -236,8 +255,12 @@ def bench_open(workdir: Path, quick: bool) -> list[Figure]:
     log_bytes = sum(f.stat().st_size for f in (big_root / "log").glob("*.jsonl"))
     ratio = big_s / small_s
     return [
-        figure("open.large_store_ms", round(big_s * 1000, 2), "ms",
-               detail=f"{big[0]:,} sessions x {big[1]:,} events, {log_bytes / 2**20:.0f} MiB of log"),
+        figure(
+            "open.large_store_ms",
+            round(big_s * 1000, 2),
+            "ms",
+            detail=f"{big[0]:,} sessions x {big[1]:,} events, {log_bytes / 2**20:.0f} MiB of log",
+        ),
         figure("open.small_store_ms", round(small_s * 1000, 2), "ms", detail="10 sessions x 10 events"),
         figure("open.large_vs_small", round(ratio, 2), "x", "<= 3x (no log scan)", ratio <= 3),
     ]

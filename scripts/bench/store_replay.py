@@ -37,8 +37,9 @@ def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int)
     journal = Journal.open(root)
     try:
         seq = 0
-        journal.append(sid, [SessionStarted(workspace="/w", model="m", context_window=200_000)],
-                       expected_seq=0)
+        journal.append(
+            sid, [SessionStarted(workspace="/w", model="m", context_window=200_000)], expected_seq=0
+        )
         seq = 1
         rng = random.Random(11)
         summary = tuple(Message(role="user", content=f"summary line {k}", id=f"s{k}") for k in range(8))
@@ -47,19 +48,39 @@ def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int)
             for i in range(min(checkpoint_every - 1, total - seq - 1)):
                 n = seq + i
                 if n % 4 == 0:
-                    batch.append(Request(request_id=f"r{n}", turn_id="t", attempt=1, fingerprint="f",
-                                         history_revision=0, projected_tokens=n, phase="below_handoff",
-                                         message_count=10))
+                    batch.append(
+                        Request(
+                            request_id=f"r{n}",
+                            turn_id="t",
+                            attempt=1,
+                            fingerprint="f",
+                            history_revision=0,
+                            projected_tokens=n,
+                            phase="below_handoff",
+                            message_count=10,
+                        )
+                    )
                 elif n % 4 == 1:
-                    batch.append(Usage(request_id=f"r{n - 1}", prompt_tokens=100, completion_tokens=5,
-                                       total_tokens=105))
+                    batch.append(
+                        Usage(
+                            request_id=f"r{n - 1}", prompt_tokens=100, completion_tokens=5, total_tokens=105
+                        )
+                    )
                 else:
                     batch.append(mixed_event(rng, n, (60, 240)))
             if seq + len(batch) + 1 <= total:
-                batch.append(CheckpointCommitted(
-                    version=1, epoch=(seq // checkpoint_every) + 1, through_seq=seq + len(batch),
-                    trigger="threshold", strategy="fallback", source_tokens=1000, replacement_tokens=80,
-                    replacement_messages=summary))
+                batch.append(
+                    CheckpointCommitted(
+                        version=1,
+                        epoch=(seq // checkpoint_every) + 1,
+                        through_seq=seq + len(batch),
+                        trigger="threshold",
+                        strategy="fallback",
+                        source_tokens=1000,
+                        replacement_tokens=80,
+                        replacement_messages=summary,
+                    )
+                )
             journal.append(sid, batch, expected_seq=seq)
             seq += len(batch)
         # a typical tail: half a checkpoint interval of events after the last checkpoint
@@ -87,13 +108,24 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
     ratio = full_s / load_s
     growth = mem_long / max(mem_short, 1)
     return [
-        figure("restore.load_ms", round(load_s * 1000, 3), "ms", "< 20 ms", load_s < 0.020,
-               f"session of {long_events + 100:,} events, checkpoint every 200, 100 after the last"),
+        figure(
+            "restore.load_ms",
+            round(load_s * 1000, 3),
+            "ms",
+            "< 20 ms",
+            load_s < 0.020,
+            f"session of {long_events + 100:,} events, checkpoint every 200, 100 after the last",
+        ),
         figure("restore.full_replay_ms", round(full_s * 1000, 1), "ms"),
         figure("restore.speedup", round(ratio, 1), "x", ">= 500x full replay", ratio >= 500),
-        figure("restore.memory_long_vs_short", round(growth, 2), "x", "<= 1.5 (flat in history)",
-               growth <= 1.5, f"peak {mem_long:,} B at {long_events:,} events vs {mem_short:,} B at "
-               f"{short_events:,}"),
+        figure(
+            "restore.memory_long_vs_short",
+            round(growth, 2),
+            "x",
+            "<= 1.5 (flat in history)",
+            growth <= 1.5,
+            f"peak {mem_long:,} B at {long_events:,} events vs {mem_short:,} B at {short_events:,}",
+        ),
     ]
 
 
@@ -131,16 +163,25 @@ def _build_replay_session(journal: Journal, sid: str, count: int, checkpoint_eve
                 seq += len(batch)
                 state = replayer.state()
                 batch = []
-            tail = list(state.context[-((len(state.context) + 4) // 5):])
+            tail = list(state.context[-((len(state.context) + 4) // 5) :])
             kept_calls = {call.id for m in tail for call in m.tool_calls}
             while tail and tail[0].role == "tool" and tail[0].tool_call_id not in kept_calls:
                 tail.pop(0)
             epoch += 1
             summary = Message(role="user", content="summary of the work so far " * 40, id=f"sum{epoch}")
-            batch = [CheckpointCommitted(
-                version=1, epoch=epoch, through_seq=seq, trigger="threshold", strategy="llm",
-                source_tokens=90_000, replacement_tokens=18_000, replacement_messages=(summary, *tail),
-                carried=carried_for_checkpoint(state, reset_breaker=True))]
+            batch = [
+                CheckpointCommitted(
+                    version=1,
+                    epoch=epoch,
+                    through_seq=seq,
+                    trigger="threshold",
+                    strategy="llm",
+                    source_tokens=90_000,
+                    replacement_tokens=18_000,
+                    replacement_messages=(summary, *tail),
+                    carried=carried_for_checkpoint(state, reset_breaker=True),
+                )
+            ]
             since = 0
         else:
             since += len(batch)
@@ -177,20 +218,40 @@ def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
             replayer.feed(decode_run(run, lengths))
         replayer.state()
 
-    fold_rate = {sid: lines_of[sid] / best(functools.partial(decode_and_fold, runs_of[sid]), 5)
-                 for sid in ("rc", "r")}
+    fold_rate = {
+        sid: lines_of[sid] / best(functools.partial(decode_and_fold, runs_of[sid]), 5) for sid in ("rc", "r")
+    }
     return [
-        figure("replay.decode_fold_rate", round(fold_rate["rc"]), "events/s", ">= 500,000 events/s",
-               fold_rate["rc"] >= 500_000,
-               f"decode (frame, CRC, schema) + fold of {lines_of['rc']:,} lines in memory, a checkpoint "
-               f"every {REPLAY_CHECKPOINT_EVERY:,} ({checkpoints} in all)"),
-        figure("replay.decode_fold_rate.no_checkpoints", round(fold_rate["r"]), "events/s",
-               detail=f"the same for {lines_of['r']:,} lines never checkpointed: one context of every "
-               "message, which no session holds"),
-        figure("replay.from_log_rate", round(lines_of["rc"] / seconds["rc"]), "events/s", detail=(
-            "journal.replay_full of the checkpointed session: decode + fold plus index walk and reads")),
-        figure("replay.from_log_rate.no_checkpoints", round(lines_of["r"] / seconds["r"]), "events/s",
-               detail="journal.replay_full of the session never checkpointed"),
+        figure(
+            "replay.decode_fold_rate",
+            round(fold_rate["rc"]),
+            "events/s",
+            ">= 500,000 events/s",
+            fold_rate["rc"] >= 500_000,
+            f"decode (frame, CRC, schema) + fold of {lines_of['rc']:,} lines in memory, a checkpoint "
+            f"every {REPLAY_CHECKPOINT_EVERY:,} ({checkpoints} in all)",
+        ),
+        figure(
+            "replay.decode_fold_rate.no_checkpoints",
+            round(fold_rate["r"]),
+            "events/s",
+            detail=f"the same for {lines_of['r']:,} lines never checkpointed: one context of every "
+            "message, which no session holds",
+        ),
+        figure(
+            "replay.from_log_rate",
+            round(lines_of["rc"] / seconds["rc"]),
+            "events/s",
+            detail=(
+                "journal.replay_full of the checkpointed session: decode + fold plus index walk and reads"
+            ),
+        ),
+        figure(
+            "replay.from_log_rate.no_checkpoints",
+            round(lines_of["r"] / seconds["r"]),
+            "events/s",
+            detail="journal.replay_full of the session never checkpointed",
+        ),
         *_bench_against_eventsourcing(workdir),
     ]
 
@@ -203,8 +264,10 @@ def _runs(journal: Journal, sid: str) -> list[tuple[bytes, list[int]]]:
         if segment not in segments:
             segments[segment] = (journal.root / "log" / segment_name(segment)).read_bytes()
         lines.append(segments[segment][offset : offset + length])
-    return [(b"".join(lines[start : start + 1024]), [len(line) for line in lines[start : start + 1024]])
-            for start in range(0, len(lines), 1024)]
+    return [
+        (b"".join(lines[start : start + 1024]), [len(line) for line in lines[start : start + 1024]])
+        for start in range(0, len(lines), 1024)
+    ]
 
 
 def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]:
@@ -224,8 +287,9 @@ def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]
             self.lines.append(text)
 
     texts = [f"line {i} " + "x" * 80 for i in range(n)]
-    app: Any = Application(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
-                           "SQLITE_DBNAME": str(workdir / "es.sqlite")})
+    app: Any = Application(
+        env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(workdir / "es.sqlite")}
+    )
     note = Note("bench")
     app.save(note)
     start = time.perf_counter()
@@ -240,19 +304,26 @@ def _bench_against_eventsourcing(workdir: Path, n: int = 10_000) -> list[Figure]
         journal.append("note", [SessionStarted(workspace="/w", model="m")], expected_seq=0)
         start = time.perf_counter()
         for i, text in enumerate(texts):
-            journal.append("note", [UserMessage(message_id=f"u{i}", content=(TextPart(text),))],
-                           expected_seq=i + 1)
+            journal.append(
+                "note", [UserMessage(message_id=f"u{i}", content=(TextPart(text),))], expected_seq=i + 1
+            )
         cairn_append = time.perf_counter() - start
         cairn_read = timed(lambda: journal.replay_full("note"), 3)
     finally:
         journal.close()
     return [
-        figure("eventsourcing.append_ratio", round(es_append / cairn_append, 2), "x",
-               detail=f"cairn {n / cairn_append:,.0f}/s vs eventsourcing+SQLite {n / es_append:,.0f}/s, "
-               "one durable write per event"),
-        figure("eventsourcing.reconstruct_ratio", round(es_read / cairn_read, 2), "x",
-               detail=f"cairn {cairn_read * 1000:.1f} ms vs eventsourcing {es_read * 1000:.1f} ms "
-               f"for {n:,} events of one aggregate"),
+        figure(
+            "eventsourcing.append_ratio",
+            round(es_append / cairn_append, 2),
+            "x",
+            detail=f"cairn {n / cairn_append:,.0f}/s vs eventsourcing+SQLite {n / es_append:,.0f}/s, "
+            "one durable write per event",
+        ),
+        figure(
+            "eventsourcing.reconstruct_ratio",
+            round(es_read / cairn_read, 2),
+            "x",
+            detail=f"cairn {cairn_read * 1000:.1f} ms vs eventsourcing {es_read * 1000:.1f} ms "
+            f"for {n:,} events of one aggregate",
+        ),
     ]
-
-

@@ -60,8 +60,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _drive(host: Host, workspace: Path, jobs: list[str], clients: int,
-           after: Callable[[int], None] | None = None) -> tuple[list[float], float]:
+def _drive(
+    host: Host, workspace: Path, jobs: list[str], clients: int, after: Callable[[int], None] | None = None
+) -> tuple[list[float], float]:
     """Send one turn per job (a session id) from `clients` threads; cairn's time of each, and wall time."""
     own: list[float] = []
     lock = threading.Lock()
@@ -98,8 +99,12 @@ def _drive(host: Host, workspace: Path, jobs: list[str], clients: int,
 def _overhead_run(sessions: int, turns: int, cap: int, serial: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-turns-"))
     try:
-        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS,
-                         config=HostConfig(sweep=False, max_live_sessions=cap))
+        host = Host.open(
+            root / "store",
+            provider=_provider(),
+            settings=SETTINGS,
+            config=HostConfig(sweep=False, max_live_sessions=cap),
+        )
         try:
             workspace = root / "ws"
             jobs = [f"s{n:05d}" for _ in range(turns) for n in range(sessions)]
@@ -132,8 +137,10 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
     placed_own = [t for run in placed_runs for t in run["own"]]
     own, serial = live["own"], live["serial"]
     label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
-    churned = (f"{sessions:,} sessions x 2 turns round-robin, {CLIENTS} in flight, live cap {churn_cap}: "
-               f"{churn['spawned']:,} spawns by replay")
+    churned = (
+        f"{sessions:,} sessions x 2 turns round-robin, {CLIENTS} in flight, live cap {churn_cap}: "
+        f"{churn['spawned']:,} spawns by replay"
+    )
 
     mean = statistics.fmean(serial) * 1000
     one_cpu = "every thread on one CPU, batch-scheduled (actors.placement)"
@@ -148,19 +155,32 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
         figure("turns.overhead_p50_ms", ms(own, 0.50), "ms", detail=label),
         figure("turns.overhead_p99_ms", ms(own, 0.99), "ms", detail=label),
         figure("turns.throughput", round(live_rate), "turns/s", detail=label),
-        figure("turns.serial_p50_ms", ms(serial, 0.50), "ms",
-               detail=f"one turn in flight, {len(serial)} turns (mean {mean:.2f} ms)"),
+        figure(
+            "turns.serial_p50_ms",
+            ms(serial, 0.50),
+            "ms",
+            detail=f"one turn in flight, {len(serial)} turns (mean {mean:.2f} ms)",
+        ),
         figure("turns.serial_p99_ms", ms(serial, 0.99), "ms", detail="one turn in flight"),
         figure("turns.lru_churn_p50_ms", ms(churn["own"], 0.50), "ms", detail=churned),
         figure("turns.lru_churn_p99_ms", ms(churn["own"], 0.99), "ms", detail=churned),
-        figure("turns.lru_churn_throughput", round(len(churn["own"]) / churn["wall"]), "turns/s",
-               detail=churned),
+        figure(
+            "turns.lru_churn_throughput", round(len(churn["own"]) / churn["wall"]), "turns/s", detail=churned
+        ),
         figure("turns.one_cpu.overhead_p50_ms", ms(placed_own, 0.50), "ms", detail=f"{label}; {one_cpu}"),
         figure("turns.one_cpu.overhead_p99_ms", ms(placed_own, 0.99), "ms", detail=f"{label}; {one_cpu}"),
-        figure("turns.one_cpu.throughput", round(placed_rate), "turns/s",
-               detail=f"{label}; {one_cpu}; median of 2 runs"),
-        figure("turns.one_cpu.gain", round(gain, 2), "x",
-               detail="turns/s on one CPU over the OS placement: median of 2 adjacent pairs, alternating"),
+        figure(
+            "turns.one_cpu.throughput",
+            round(placed_rate),
+            "turns/s",
+            detail=f"{label}; {one_cpu}; median of 2 runs",
+        ),
+        figure(
+            "turns.one_cpu.gain",
+            round(gain, 2),
+            "x",
+            detail="turns/s on one CPU over the OS placement: median of 2 adjacent pairs, alternating",
+        ),
     ]
 
 
@@ -182,8 +202,12 @@ def _memory_child(touched: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-memory-"))
     readings: dict[int, tuple[int, int]] = {}
     try:
-        host = Host.open(root / "store", provider=_provider(), settings=SETTINGS,
-                         config=HostConfig(sweep=False, max_live_sessions=MEMORY_CAP))
+        host = Host.open(
+            root / "store",
+            provider=_provider(),
+            settings=SETTINGS,
+            config=HostConfig(sweep=False, max_live_sessions=MEMORY_CAP),
+        )
         try:
             _drive(host, root / "ws", ["warm-up"], 1)
             host.passivate_idle(now_ms=1 << 62)
@@ -212,7 +236,11 @@ def memory(quick: bool) -> list[dict[str, Any]]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
         [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
-        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=900, check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
     )
     data = json.loads(done.stdout)
@@ -223,20 +251,43 @@ def memory(quick: bool) -> list[dict[str, Any]]:
     per_session = (readings[last][0] - readings[first][0]) * 1024 / max(1, last - first)
     per_live = (readings[MEMORY_CAP][0] - readings[0][0]) * 1024 / MEMORY_CAP
     ratio = per_session / max(1.0, per_live)
-    detail = ", ".join(f"{n:,}: {readings[n][0] / 1024:.0f} MiB anon / {readings[n][1] / 1024:.0f} MiB total"
-                       for n in [MEMORY_CAP, *marks])
+    detail = ", ".join(
+        f"{n:,}: {readings[n][0] / 1024:.0f} MiB anon / {readings[n][1] / 1024:.0f} MiB total"
+        for n in [MEMORY_CAP, *marks]
+    )
     return [
-        figure("memory.anon_rss_mib", round(readings[last][0] / 1024, 1), "MiB",
-               detail=f"{touched:,} sessions touched, live cap {MEMORY_CAP} (peak {data['peak']})"),
-        figure("memory.per_live_session_kib", round(per_live / 1024, 1), "KiB",
-               detail=f"anon RSS of the first {MEMORY_CAP} sessions (all live) over an idle host"),
-        figure("memory.per_extra_session_bytes", round(per_session), "bytes",
-               detail=f"anon RSS per session touched past {first:,} (passivated): what the cap leaves"),
-        figure("memory.extra_over_live", round(ratio, 3), "ratio", target=f"< {MEMORY_TARGET}",
-               met=ratio < MEMORY_TARGET,
-               detail="a passivated session costs this fraction of a live one: memory follows the cap"),
-        figure("memory.growth", round(growth, 3), "ratio",
-               detail=f"from {first:,} to {last:,} sessions touched; {detail}"),
+        figure(
+            "memory.anon_rss_mib",
+            round(readings[last][0] / 1024, 1),
+            "MiB",
+            detail=f"{touched:,} sessions touched, live cap {MEMORY_CAP} (peak {data['peak']})",
+        ),
+        figure(
+            "memory.per_live_session_kib",
+            round(per_live / 1024, 1),
+            "KiB",
+            detail=f"anon RSS of the first {MEMORY_CAP} sessions (all live) over an idle host",
+        ),
+        figure(
+            "memory.per_extra_session_bytes",
+            round(per_session),
+            "bytes",
+            detail=f"anon RSS per session touched past {first:,} (passivated): what the cap leaves",
+        ),
+        figure(
+            "memory.extra_over_live",
+            round(ratio, 3),
+            "ratio",
+            target=f"< {MEMORY_TARGET}",
+            met=ratio < MEMORY_TARGET,
+            detail="a passivated session costs this fraction of a live one: memory follows the cap",
+        ),
+        figure(
+            "memory.growth",
+            round(growth, 3),
+            "ratio",
+            detail=f"from {first:,} to {last:,} sessions touched; {detail}",
+        ),
     ]
 
 

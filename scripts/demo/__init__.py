@@ -100,13 +100,20 @@ def _error(error: BaseException, store: str = "") -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
     parser = argparse.ArgumentParser(prog="cairn demo", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--store", default=os.environ.get("CAIRN_STORE", "./cairn-data"),
-                        help="store directory (default: $CAIRN_STORE or ./cairn-data)")
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("CAIRN_STORE", "./cairn-data"),
+        help="store directory (default: $CAIRN_STORE or ./cairn-data)",
+    )
     parser.add_argument("--sessions", type=int, default=DEFAULT_SESSIONS, help="concurrent sessions (8)")
     parser.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns per session this run (12)")
-    parser.add_argument("--provider", choices=("scripted", "openai"), default="scripted",
-                        help="scripted (offline, the default) or openai: the endpoint of the CAIRN_* "
-                        "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)")
+    parser.add_argument(
+        "--provider",
+        choices=("scripted", "openai"),
+        default="scripted",
+        help="scripted (offline, the default) or openai: the endpoint of the CAIRN_* "
+        "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.turns < 1:
@@ -120,8 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     interactive = sys.stderr.isatty() and not args.json
     try:
         with HeldLogs() as held:
-            report = run(Path(args.store), args.sessions, args.turns, show=interactive,
-                         plain=not interactive and not args.json, setup=setup)
+            report = run(
+                Path(args.store),
+                args.sessions,
+                args.turns,
+                show=interactive,
+                plain=not interactive and not args.json,
+                setup=setup,
+            )
     except (DemoSetupError, DemoStoreFailed, CairnError, OSError, lmdb.Error) as error:
         _error(error, args.store)  # one line; what was logged meanwhile follows from it
         return 2

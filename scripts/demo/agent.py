@@ -87,8 +87,10 @@ class DemoAgent:
             return Reply(text="Searching for open TODOs.", tool_calls=grep)
         if step == 5:
             notes = f"# Notes for {tag}\n\nRead: {', '.join(files)}.\nOpen TODOs were listed by grep.\n"
-            return Reply(text="Writing my notes down.",
-                         tool_calls=call("write", {"path": f"notes/{tag}.md", "content": notes}))
+            return Reply(
+                text="Writing my notes down.",
+                tool_calls=call("write", {"path": f"notes/{tag}.md", "content": notes}),
+            )
         if step == 6:
             return Reply(text=self._report(request, tag, files, handoff), reasoning="Compose the report.")
         return Reply(text=f"Task {tag} is complete.")
@@ -120,12 +122,16 @@ class DemoAgent:
                     continue
                 after = rows[number + 1].strip() if number + 1 < len(rows) else ""
                 state = "has a docstring" if after.startswith('"""') else f"lacks a docstring ({after[2:]})"
-                lines.append(f"- {path} line {number + 1}: {found.group(1)}({found.group(2)}) {state}; "
-                             "it sums math.ceil over at most `limit` items.")
+                lines.append(
+                    f"- {path} line {number + 1}: {found.group(1)}({found.group(2)}) {state}; "
+                    "it sums math.ceil over at most `limit` items."
+                )
         if todos:
             lines += ["", "Proposed order for the open TODOs (oldest module first):"]
-            lines += [f"{n}. {todo.split(':', 2)[-1].strip()} ({todo.split(':', 1)[0]})"
-                      for n, todo in enumerate(sorted(todos), 1)]
+            lines += [
+                f"{n}. {todo.split(':', 2)[-1].strip()} ({todo.split(':', 1)[0]})"
+                for n, todo in enumerate(sorted(todos), 1)
+            ]
         lines += ["", "The tests only check that totals are non-negative, so none of this is verified yet."]
         if handoff:
             lines.append(

@@ -71,8 +71,9 @@ def _describe(record: Record) -> str:
     return kind
 
 
-def _one_turn(host: Host, setup: Setup, sid: str, workspace: Path, n: int, live: Live,
-              lock: threading.Lock) -> TurnOutcome:
+def _one_turn(
+    host: Host, setup: Setup, sid: str, workspace: Path, n: int, live: Live, lock: threading.Lock
+) -> TurnOutcome:
     """Send turn `n` and follow it to its end; what sending or waiting raised is its outcome."""
     try:
         turn = host.send(sid, setup.message(sid, n, workspace), workspace=workspace)
@@ -92,12 +93,27 @@ def _one_turn(host: Host, setup: Setup, sid: str, workspace: Path, n: int, live:
         result = turn.result(timeout=setup.wait_s)
     except Exception as error:  # a client thread reports, never dies with a traceback
         return TurnOutcome(turn=n, status="error", error_class=type(error).__name__, error=str(error))
-    return TurnOutcome(turn=n, status=result.status, phase=result.phase, error_class=result.error_class,
-                       error=result.error, requests=result.requests)
+    return TurnOutcome(
+        turn=n,
+        status=result.status,
+        phase=result.phase,
+        error_class=result.error_class,
+        error=result.error,
+        requests=result.requests,
+    )
 
 
-def send_turns(host: Host, setup: Setup, sid: str, workspace: Path, first: int, turns: int, live: Live,
-               lock: threading.Lock, plain: bool) -> None:
+def send_turns(
+    host: Host,
+    setup: Setup,
+    sid: str,
+    workspace: Path,
+    first: int,
+    turns: int,
+    live: Live,
+    lock: threading.Lock,
+    plain: bool,
+) -> None:
     """Send the session's turns one after the other, keeping how each ended in `live.outcomes`.
 
     Once the store has failed, the session sends nothing more: every send
@@ -113,8 +129,10 @@ def send_turns(host: Host, setup: Setup, sid: str, workspace: Path, first: int, 
                 live.doing = "completed" if outcome.ok else outcome.status
             if plain:
                 said = f"completed ({outcome.requests} requests)" if outcome.ok else outcome.reason
-                print(_console.printable(f"  {sid} turn {n} ({n - first + 1}/{turns} of this run): {said}"),
-                      flush=True)
+                print(
+                    _console.printable(f"  {sid} turn {n} ({n - first + 1}/{turns} of this run): {said}"),
+                    flush=True,
+                )
             if host.journal.failed is not None:
                 break
     finally:

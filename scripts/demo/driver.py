@@ -77,8 +77,16 @@ class LiveRun:
     seconds: float
 
 
-def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
-        setup: Setup | None = None, fsync: FsyncFn = os.fsync) -> dict[str, Any]:
+def run(
+    store: Path,
+    sessions: int,
+    turns: int,
+    *,
+    show: bool,
+    plain: bool,
+    setup: Setup | None = None,
+    fsync: FsyncFn = os.fsync,
+) -> dict[str, Any]:
     """Run the demo; returns the report (see `main` for its use).
 
     Raises `DemoSetupError` when the demo cannot start on `store`, a
@@ -92,12 +100,29 @@ def run(store: Path, sessions: int, turns: int, *, show: bool, plain: bool,
     _prepare_store(store)
     live = _run_live(store, setup, sids, turns, show=show, plain=plain, started=started, fsync=fsync)
     reports = _replay_reports(store, setup, live, fsync=fsync)
-    return summarize(setup, store, sessions, turns, reports, continued=live.continued,
-                     run_seconds=live.seconds, total_seconds=time.perf_counter() - started)
+    return summarize(
+        setup,
+        store,
+        sessions,
+        turns,
+        reports,
+        continued=live.continued,
+        run_seconds=live.seconds,
+        total_seconds=time.perf_counter() - started,
+    )
 
 
-def _run_live(store: Path, setup: Setup, sids: list[str], turns: int, *, show: bool, plain: bool,
-              started: float, fsync: FsyncFn) -> LiveRun:
+def _run_live(
+    store: Path,
+    setup: Setup,
+    sids: list[str],
+    turns: int,
+    *,
+    show: bool,
+    plain: bool,
+    started: float,
+    fsync: FsyncFn,
+) -> LiveRun:
     """Every session's `turns` on one host, then the host stopped: every actor, then the store.
 
     Raises `DemoSetupError` when the store holds a session of another model,
@@ -106,9 +131,14 @@ def _run_live(store: Path, setup: Setup, sids: list[str], turns: int, *, show: b
     settings = setup.settings
     sessions = len(sids)
     spaces = store / "demo-workspaces"
-    host = Host.open(store, settings=settings, tools=WorkspaceTools(),
-                     config=HostConfig(max_live_sessions=max(sessions, 8)),
-                     provider_factory=setup.adapter_for, fsync=fsync)
+    host = Host.open(
+        store,
+        settings=settings,
+        tools=WorkspaceTools(),
+        config=HostConfig(max_live_sessions=max(sessions, 8)),
+        provider_factory=setup.adapter_for,
+        fsync=fsync,
+    )
     try:
         firsts = _first_turns(host, sids, spaces, settings)
         lives = {sid: Live(of=turns) for sid in sids}
@@ -124,8 +154,9 @@ def _run_live(store: Path, setup: Setup, sids: list[str], turns: int, *, show: b
         done = sum(outcome.ok for sid in sids for outcome in outcomes[sid])
         raise DemoStoreFailed(f"{failed}; {done} of {sessions * turns} turns completed before it")
     continued = sum(1 for sid in sids if firsts[sid] > 1)
-    return LiveRun(sids=sids, outcomes=outcomes, states=states, requests=requests, continued=continued,
-                   seconds=ran)
+    return LiveRun(
+        sids=sids, outcomes=outcomes, states=states, requests=requests, continued=continued, seconds=ran
+    )
 
 
 def _first_turns(host: Host, sids: list[str], spaces: Path, settings: SessionSettings) -> dict[str, int]:
@@ -143,13 +174,26 @@ def _first_turns(host: Host, sids: list[str], spaces: Path, settings: SessionSet
     return firsts
 
 
-def _drive(host: Host, setup: Setup, spaces: Path, firsts: dict[str, int], turns: int,
-           lives: dict[str, Live], *, show: bool, plain: bool, started: float) -> None:
+def _drive(
+    host: Host,
+    setup: Setup,
+    spaces: Path,
+    firsts: dict[str, int],
+    turns: int,
+    lives: dict[str, Live],
+    *,
+    show: bool,
+    plain: bool,
+    started: float,
+) -> None:
     """One client thread per session, all at once; on a terminal (`show`) the live view until they end."""
     lock = threading.Lock()
     threads = [
-        threading.Thread(target=send_turns, name=f"demo-client-{sid}",
-                         args=(host, setup, sid, spaces / sid, firsts[sid], turns, live, lock, plain))
+        threading.Thread(
+            target=send_turns,
+            name=f"demo-client-{sid}",
+            args=(host, setup, sid, spaces / sid, firsts[sid], turns, live, lock, plain),
+        )
         for sid, live in lives.items()
     ]
     for thread in threads:
@@ -167,8 +211,14 @@ def _replay_reports(store: Path, setup: Setup, live: LiveRun, *, fsync: FsyncFn)
     state again from a full replay of the log (no checkpoint).
     """
     settings = setup.settings
-    reopened = Host.open(store, settings=settings, tools=WorkspaceTools(), config=HostConfig(sweep=False),
-                         provider_factory=setup.adapter_for, fsync=fsync)
+    reopened = Host.open(
+        store,
+        settings=settings,
+        tools=WorkspaceTools(),
+        config=HostConfig(sweep=False),
+        provider_factory=setup.adapter_for,
+        fsync=fsync,
+    )
     try:
         reports = []
         for sid in live.sids:
@@ -181,9 +231,18 @@ def _replay_reports(store: Path, setup: Setup, live: LiveRun, *, fsync: FsyncFn)
             outcomes = live.outcomes[sid]
             report.sent = len(outcomes)
             report.completed = sum(outcome.ok for outcome in outcomes)
-            report.problems = [{"turn": o.turn, "status": o.status, "phase": o.phase,
-                                "error_class": o.error_class, "error": o.error, "reason": o.reason}
-                               for o in outcomes if not o.ok]
+            report.problems = [
+                {
+                    "turn": o.turn,
+                    "status": o.status,
+                    "phase": o.phase,
+                    "error_class": o.error_class,
+                    "error": o.error,
+                    "reason": o.reason,
+                }
+                for o in outcomes
+                if not o.ok
+            ]
             reports.append(report)
     finally:
         reopened.close()

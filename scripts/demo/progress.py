@@ -10,8 +10,9 @@ from cairn import _console
 from cairn.demo.clients import Live
 
 
-def show_progress(threads: list[threading.Thread], lives: dict[str, Live], lock: threading.Lock,
-                  started: float) -> None:
+def show_progress(
+    threads: list[threading.Thread], lives: dict[str, Live], lock: threading.Lock, started: float
+) -> None:
     """Redraw the table on stderr eight times a second until every client thread has ended."""
     from rich.console import Console
     from rich.live import Live as RichLive
@@ -34,7 +35,19 @@ def _progress_table(lives: dict[str, Live], lock: threading.Lock, elapsed: float
     with lock:
         for sid, live in lives.items():
             style = ("green" if not live.failed else "red") if live.done else ""
-            table.add_row(*(_console.text(cell) for cell in (
-                sid, f"{live.turn}/{live.of}", live.doing, live.requests, live.checkpoints, f"{live.chars:,}",
-                live.failed)), style=style)
+            table.add_row(
+                *(
+                    _console.text(cell)
+                    for cell in (
+                        sid,
+                        f"{live.turn}/{live.of}",
+                        live.doing,
+                        live.requests,
+                        live.checkpoints,
+                        f"{live.chars:,}",
+                        live.failed,
+                    )
+                ),
+                style=style,
+            )
     return table

@@ -32,8 +32,12 @@ class Setup:
 
 def scripted_setup() -> Setup:
     """The demo offline: one scripted agent per session (`agent.provider_for`), plain tasks."""
-    return Setup(provider="scripted", settings=SETTINGS, adapter_for=provider_for,
-                 message=lambda sid, turn, workspace: task_text(sid, turn))
+    return Setup(
+        provider="scripted",
+        settings=SETTINGS,
+        adapter_for=provider_for,
+        message=lambda sid, turn, workspace: task_text(sid, turn),
+    )
 
 
 OPENAI_SYSTEM_PROMPT = (
@@ -57,9 +61,12 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
                 "CAIRN_CONTEXT_WINDOW: the demo must know the model's context window to size its "
                 "turns; set it to the window of CAIRN_MODEL (or smaller, e.g. CAIRN_CONTEXT_WINDOW=16000)"
             )
-        settings = SessionSettings(model=config.model, context_window=config.context_window,
-                                   max_output_tokens=config.max_output_tokens,
-                                   system_prompt=OPENAI_SYSTEM_PROMPT)
+        settings = SessionSettings(
+            model=config.model,
+            context_window=config.context_window,
+            max_output_tokens=config.max_output_tokens,
+            system_prompt=OPENAI_SYSTEM_PROMPT,
+        )
         if budget_for(settings.context_window, settings.max_output_tokens).input_budget is None:
             raise DemoSetupError(
                 f"CAIRN_CONTEXT_WINDOW={config.context_window} leaves no input budget after the output "
@@ -75,5 +82,12 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
     def message(sid: str, turn: int, workspace: Path) -> str:
         return grown_task(sid, turn, workspace, tokens=tokens, counter=counter)
 
-    return Setup(provider="openai", settings=settings, adapter_for=lambda sid: provider, message=message,
-                 wait_s=max(900.0, 2 * config.timeout_s), endpoint=config.endpoint, close=provider.close)
+    return Setup(
+        provider="openai",
+        settings=settings,
+        adapter_for=lambda sid: provider,
+        message=message,
+        wait_s=max(900.0, 2 * config.timeout_s),
+        endpoint=config.endpoint,
+        close=provider.close,
+    )

@@ -70,11 +70,16 @@ def session_report(journal: Journal, sid: str) -> SessionReport:
         elif isinstance(event, TurnFailed):
             report.failures.append(event.phase)
         elif isinstance(event, CheckpointCommitted):
-            report.checkpoints.append({
-                "seq": record.seq, "trigger": event.trigger, "strategy": event.strategy,
-                "source_tokens": event.source_tokens, "replacement_tokens": event.replacement_tokens,
-                "reduction": 1 - event.replacement_tokens / max(1, event.source_tokens),
-            })
+            report.checkpoints.append(
+                {
+                    "seq": record.seq,
+                    "trigger": event.trigger,
+                    "strategy": event.strategy,
+                    "source_tokens": event.source_tokens,
+                    "replacement_tokens": event.replacement_tokens,
+                    "reduction": 1 - event.replacement_tokens / max(1, event.source_tokens),
+                }
+            )
     report.tokens = tokens if reports or not report.responses else None
     report.responses_without_usage = max(0, report.responses - reports)
     return report
@@ -112,8 +117,17 @@ def _unhealthy(reports: list[SessionReport], seen: dict[str, bool], expected: in
     return unhealthy
 
 
-def summarize(setup: Setup, store: Path, sessions: int, turns: int, reports: list[SessionReport], *,
-              continued: int, run_seconds: float, total_seconds: float) -> dict[str, Any]:
+def summarize(
+    setup: Setup,
+    store: Path,
+    sessions: int,
+    turns: int,
+    reports: list[SessionReport],
+    *,
+    continued: int,
+    run_seconds: float,
+    total_seconds: float,
+) -> dict[str, Any]:
     """The demo's report, as `cairn demo --json` prints it; `ok` when the run is healthy."""
     settings = setup.settings
     checkpoints = [c for r in reports for c in r.checkpoints]

@@ -57,8 +57,10 @@ def _test_log(lines: int) -> list[str]:
     rows = []
     for n in range(lines):
         name = MODULES[n % len(MODULES)]
-        rows.append(f"tests/test_{name}.py::test_{name}_total[case-{n}] PASSED in 0.0{n % 10}s "
-                    f"(limit={10 * (n % 7 + 1)}, items={n % 13})")
+        rows.append(
+            f"tests/test_{name}.py::test_{name}_total[case-{n}] PASSED in 0.0{n % 10}s "
+            f"(limit={10 * (n % 7 + 1)}, items={n % 13})"
+        )
     return rows
 
 

@@ -17,7 +17,8 @@ def _checkpoint_cell(checkpoints: list[dict[str, Any]]) -> str:
         return "-"
     return "\n".join(
         f"{c['trigger']}/{c['strategy']} {c['source_tokens']:,}->{c['replacement_tokens']:,} "
-        f"({-c['reduction']:+.0%})" for c in checkpoints  # a change, signed: never "--22%"
+        f"({-c['reduction']:+.0%})"
+        for c in checkpoints  # a change, signed: never "--22%"
     )
 
 
@@ -75,8 +76,17 @@ def _sessions_table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title="sessions (from the log, after reopening the store)")
-    for column in ("session", "turns", "this run", "requests", "tokens", "hand-offs",
-                   "checkpoints (reduction)", "failures", "replay"):
+    for column in (
+        "session",
+        "turns",
+        "this run",
+        "requests",
+        "tokens",
+        "hand-offs",
+        "checkpoints (reduction)",
+        "failures",
+        "replay",
+    ):
         table.add_column(column)
     for r in report["reports"]:
         failures = ", ".join(r["failures"]) or "-"
@@ -98,15 +108,30 @@ def _notes(report: dict[str, Any]) -> list[Line]:
     """What the table's figures mean where it is not obvious: the tokens, the endpoint, the CPUs."""
     lines: list[Line] = []
     if any(r["tokens"] is None or r["responses_without_usage"] for r in report["reports"]):
-        lines.append(("tokens: as the provider reported them; unknown: it reported no usage, ≥: some "
-                      "responses came without usage", ""))
+        lines.append(
+            (
+                "tokens: as the provider reported them; unknown: it reported no usage, ≥: some "
+                "responses came without usage",
+                "",
+            )
+        )
     if report.get("provider") == "openai":
         observed = ", ".join(f"{name} {_figure(value)}" for name, value in report["observed"].items())
-        lines.append((f"Endpoint {report['endpoint']}, model {report['model']}, context window "
-                      f"{report['context_window']:,}: {observed}.", ""))
+        lines.append(
+            (
+                f"Endpoint {report['endpoint']}, model {report['model']}, context window "
+                f"{report['context_window']:,}: {observed}.",
+                "",
+            )
+        )
     if report.get("placement") == "one-cpu":
-        lines.append((f"The host's threads ran on CPU {report['cpu']}, batch-scheduled (CAIRN_CPU=off "
-                      "leaves them to the OS).", ""))
+        lines.append(
+            (
+                f"The host's threads ran on CPU {report['cpu']}, batch-scheduled (CAIRN_CPU=off "
+                "leaves them to the OS).",
+                "",
+            )
+        )
     elif report.get("placement") == "batch":
         lines.append(("The host's threads were batch-scheduled on every CPU (CAIRN_CPU=batch).", ""))
     return lines
@@ -115,28 +140,39 @@ def _notes(report: dict[str, Any]) -> list[Line]:
 def _verdict(report: dict[str, Any]) -> list[Line]:
     """What the run did, the turns that did not complete, what was not seen, and whether it is healthy."""
     seen = ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in report["seen"].items())
-    lines: list[Line] = [(
-        f"{report['sessions']} sessions x {report['turns_per_session']} turns in {report['run_seconds']} s"
-        f" ({report['continued_sessions']} continued from an earlier run): {report['turns_completed']} of "
-        f"{report['turns_sent']} turns completed; reopened the store: "
-        f"{report['replayed_identically']}/{report['sessions']} sessions replayed to the same state "
-        f"and next request. Seen: {seen}.", ""
-    )]
+    lines: list[Line] = [
+        (
+            f"{report['sessions']} sessions x {report['turns_per_session']} turns"
+            f" in {report['run_seconds']} s"
+            f" ({report['continued_sessions']} continued from an earlier run):"
+            f" {report['turns_completed']} of "
+            f"{report['turns_sent']} turns completed; reopened the store: "
+            f"{report['replayed_identically']}/{report['sessions']} sessions replayed to the same state "
+            f"and next request. Seen: {seen}.",
+            "",
+        )
+    ]
     problems = problem_lines(report)
     if problems:
         lines.append(("Turns of this run that did not complete:", "red"))
         lines += [(f"  {line}", "") for line in problems]
     if not all(report["seen"].values()) and report.get("provider") == "openai":
-        lines.append((
-            "Not every session crossed the hand-off band and compacted: run more turns (--turns), or a "
-            "smaller CAIRN_CONTEXT_WINDOW; the table shows what each session did.", ""
-        ))
+        lines.append(
+            (
+                "Not every session crossed the hand-off band and compacted: run more turns (--turns), or a "
+                "smaller CAIRN_CONTEXT_WINDOW; the table shows what each session did.",
+                "",
+            )
+        )
     elif not all(report["seen"].values()):
-        lines.append((
-            f"Not everything was seen: the fallback happens in demo-{FALLBACK_SESSION}, the reactive "
-            f"recovery in demo-{REACTIVE_SESSION}, and the first compactions after about 6 turns; "
-            "run with the defaults (8 sessions, 12 turns) to see them all.", ""
-        ))
+        lines.append(
+            (
+                f"Not everything was seen: the fallback happens in demo-{FALLBACK_SESSION}, the reactive "
+                f"recovery in demo-{REACTIVE_SESSION}, and the first compactions after about 6 turns; "
+                "run with the defaults (8 sessions, 12 turns) to see them all.",
+                "",
+            )
+        )
     if report["ok"]:
         lines.append(("The run is healthy.", "green"))
     else:
@@ -155,12 +191,15 @@ def _audit(report: dict[str, Any]) -> list[Line]:
         fallback = "demo-1"
     if openai or reactive not in present:
         reactive = "demo-1"
-    return [("Audit what happened:", ""), *((f"  {command}", "") for command in
-                                            audit_commands(store, fallback, reactive))]
+    return [
+        ("Audit what happened:", ""),
+        *((f"  {command}", "") for command in audit_commands(store, fallback, reactive)),
+    ]
 
 
-def audit_commands(store: str, fallback: str = f"demo-{FALLBACK_SESSION}",
-                   reactive: str = f"demo-{REACTIVE_SESSION}") -> list[str]:
+def audit_commands(
+    store: str, fallback: str = f"demo-{FALLBACK_SESSION}", reactive: str = f"demo-{REACTIVE_SESSION}"
+) -> list[str]:
     """The `cairn` commands the demo prints to audit its store (`store` quoted for a shell)."""
     return [
         f"cairn sessions --store {store}",

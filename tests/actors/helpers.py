@@ -142,8 +142,10 @@ class Agent:
         for message in reversed(request.messages):
             if message.role == "user" and message.meta.origin in ("", "active-task"):
                 content = message.content
-                text = content if isinstance(content, str) else "".join(
-                    p.text for p in content if isinstance(p, TextPart)
+                text = (
+                    content
+                    if isinstance(content, str)
+                    else "".join(p.text for p in content if isinstance(p, TextPart))
                 )
                 plan = _PLAN.search(text)
                 break
@@ -167,8 +169,9 @@ def scripted(
     return ScriptedProvider(turns=turns, summaries=summaries, responder=responder)
 
 
-def open_host(root: Path, provider: Any, *, clock: Clock | None = None, disk: Disk | None = None,
-              **kwargs: Any) -> Host:
+def open_host(
+    root: Path, provider: Any, *, clock: Clock | None = None, disk: Disk | None = None, **kwargs: Any
+) -> Host:
     """A host on `root` with the test clock, no real sleeping and no sweeper (`config_from` the rest)."""
     return Host.open(
         root,
@@ -196,14 +199,31 @@ def config_from(kwargs: dict[str, Any]) -> HostConfig:
 class Seed:
     """Appends a session's history straight to the journal, turn by turn (as a past run left it)."""
 
-    def __init__(self, journal: Journal, sid: str, workspace: str, *, window: int | None = WINDOW,
-                 cap: int | None = CAP) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        sid: str,
+        workspace: str,
+        *,
+        window: int | None = WINDOW,
+        cap: int | None = CAP,
+    ) -> None:
         self.journal = journal
         self.sid = sid
         self._calls = 0
-        self._append([SessionStarted(workspace=workspace, model="scripted", context_window=window,
-                                     max_output_tokens=cap, system_prompt=SETTINGS.system_prompt,
-                                     tool_schemas=SizedTools.schemas, read_only_tools=SizedTools.read_only)])
+        self._append(
+            [
+                SessionStarted(
+                    workspace=workspace,
+                    model="scripted",
+                    context_window=window,
+                    max_output_tokens=cap,
+                    system_prompt=SETTINGS.system_prompt,
+                    tool_schemas=SizedTools.schemas,
+                    read_only_tools=SizedTools.read_only,
+                )
+            ]
+        )
 
     def _append(self, events: list[EventBase]) -> None:
         self.journal.append(self.sid, events, expected_seq=self.journal.last_seq(self.sid))
@@ -220,8 +240,15 @@ class Seed:
             events.append(
                 AssistantMessage(message_id=f"a{self._calls}", request_id="seed", tool_calls=(call,))
             )
-            events.append(ToolResult(call_id=call.id, tool_name="read", status="ok", effect="read",
-                                     content=(TextPart(words(tokens, call.id)),)))
+            events.append(
+                ToolResult(
+                    call_id=call.id,
+                    tool_name="read",
+                    status="ok",
+                    effect="read",
+                    content=(TextPart(words(tokens, call.id)),),
+                )
+            )
         reply = words(reply_tokens, "re")
         events.append(AssistantMessage(message_id=f"f{seq}", request_id="seed", text=reply))
         events.append(TurnCompleted(turn_id=f"t{seq + 2}", requests=1))
@@ -231,8 +258,9 @@ class Seed:
 # --- replay equivalence -----------------------------------------------------------------------
 
 
-def reopen_and_compare(host: Host, root: Path, sids: Iterable[str], provider: Any | None = None,
-                       **kwargs: Any) -> Host:
+def reopen_and_compare(
+    host: Host, root: Path, sids: Iterable[str], provider: Any | None = None, **kwargs: Any
+) -> Host:
     """Close `host`; a fresh host on the same store must rebuild each session's state and next request.
 
     Returns the fresh host (the caller closes it).

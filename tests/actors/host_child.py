@@ -72,8 +72,14 @@ def main() -> None:
     args = parser.parse_args()
     disk = WatchfulDisk(args.hang_on_checkpoint)
     store = Path(args.store)
-    host = open_host(store, scripted(), disk=disk, clock=Clock(int(1e12) + args.seed), settings=SETTINGS,
-                     max_live_sessions=args.sessions)
+    host = open_host(
+        store,
+        scripted(),
+        disk=disk,
+        clock=Clock(int(1e12) + args.seed),
+        settings=SETTINGS,
+        max_live_sessions=args.sessions,
+    )
     workspace = store.parent / "ws"
 
     def client(n: int) -> None:

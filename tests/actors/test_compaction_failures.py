@@ -52,8 +52,9 @@ def test_C7_a_free_text_summary_is_a_malformed_failure_and_the_fallback_is_commi
 
 def test_C7_a_summary_missing_one_heading_is_malformed_and_names_it(tmp_path: Path) -> None:
     sections = "\n".join(f"## {h}\n- noted." for h in C7_HEADINGS if h != "Verification evidence")
-    provider = ScriptedProvider(summaries=(Reply(text=f"<summary>\n{sections}\n</summary>"),),
-                                responder=Agent())
+    provider = ScriptedProvider(
+        summaries=(Reply(text=f"<summary>\n{sections}\n</summary>"),), responder=Agent()
+    )
     host = open_host(tmp_path / "store", provider)
     _over_threshold(host, tmp_path)
 

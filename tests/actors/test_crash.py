@@ -32,8 +32,17 @@ class Child:
     """The host process and what it reported."""
 
     def __init__(self, store: Path, seed: int, hang: bool) -> None:
-        args = [sys.executable, "-m", "tests.actors.host_child", "--store", str(store), "--sessions",
-                str(SESSIONS), "--seed", str(seed)]
+        args = [
+            sys.executable,
+            "-m",
+            "tests.actors.host_child",
+            "--store",
+            str(store),
+            "--sessions",
+            str(SESSIONS),
+            "--seed",
+            str(seed),
+        ]
         if hang:
             args.append("--hang-on-checkpoint")
         self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -61,8 +70,10 @@ class Child:
     def wait_for(self, acks: int = 0, hang: bool = False) -> None:
         with self._cond:
             ok = self._cond.wait_for(
-                lambda: (self.hang is not None if hang else self._lines >= acks)
-                or self.process.poll() is not None,
+                lambda: (
+                    (self.hang is not None if hang else self._lines >= acks)
+                    or self.process.poll() is not None
+                ),
                 timeout=120,
             )
         assert ok and self.process.poll() is None, "the host process ended or stalled before the kill"

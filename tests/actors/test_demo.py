@@ -51,8 +51,10 @@ def test_demo_shows_every_behaviour_and_continues_on_the_same_store(
     assert "rejected in None" not in shown
     assert "The run is NOT healthy: 16 of 16 turns did not complete." in shown
     for n in range(1, 9):
-        assert (f"demo-{n} turns 14-15: rejected: WorkspaceMismatch: session demo-{n} works in "
-                f"{store}/demo-workspaces/demo-{n}, not {copy}/demo-workspaces/demo-{n}") in shown
+        assert (
+            f"demo-{n} turns 14-15: rejected: WorkspaceMismatch: session demo-{n} works in "
+            f"{store}/demo-workspaces/demo-{n}, not {copy}/demo-workspaces/demo-{n}"
+        ) in shown
     assert demo.main(["--store", str(copy), "--turns", "1", "--json"]) == 1
     third = json.loads(capsys.readouterr().out)
     assert (third["turns_sent"], third["turns_completed"], third["ok"]) == (8, 0, False)
@@ -72,12 +74,22 @@ def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> 
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "cairn.cli", "demo", "--sessions", "1", "--turns", "1", "--json"]
     allowed = sorted(os.sched_getaffinity(0))
-    cases = (("auto", "one-cpu", None), ("off", "os", None), (str(allowed[-1]), "one-cpu", allowed[-1]),
-             ("batch", "batch", None))
+    cases = (
+        ("auto", "one-cpu", None),
+        ("off", "os", None),
+        (str(allowed[-1]), "one-cpu", allowed[-1]),
+        ("batch", "batch", None),
+    )
     for setting, mode, cpu in cases:
         env = {**os.environ, "CAIRN_CPU": setting}
-        done = subprocess.run([*command, "--store", str(tmp_path / setting)], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*command, "--store", str(tmp_path / setting)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         report = json.loads(done.stdout)
         assert report["placement"] == mode
         if mode == "one-cpu":
@@ -85,8 +97,14 @@ def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> 
         else:
             assert report["cpu"] is None
     env = {**os.environ, "CAIRN_CPU": "many"}
-    done = subprocess.run([*command, "--store", str(tmp_path / "bad")], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "--store", str(tmp_path / "bad")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "CAIRN_CPU" in done.stderr
 
 
@@ -96,8 +114,12 @@ def test_a_store_path_that_cannot_be_a_store_is_one_line_exit_2(
 ) -> None:
     (tmp_path / "file").write_text("not a store")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    path = {"file": tmp_path / "file", "dev-null": Path("/dev/null"), "symlink-loop": tmp_path / "loop",
-            "under-a-file": tmp_path / "file" / "store"}[make]
+    path = {
+        "file": tmp_path / "file",
+        "dev-null": Path("/dev/null"),
+        "symlink-loop": tmp_path / "loop",
+        "under-a-file": tmp_path / "file" / "store",
+    }[make]
     code = cli.main(["demo", "--store", str(path), "--sessions", "1", "--turns", "1"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
@@ -122,8 +144,10 @@ class FullDisk:
 
 
 def test_a_disk_that_fills_up_mid_run_ends_the_demo_with_one_line_and_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    thread_crashes: list[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    thread_crashes: list[str],
 ) -> None:
     disk = FullDisk(after=60)
     monkeypatch.setattr(demo, "run", functools.partial(demo.run, fsync=disk))
@@ -142,8 +166,9 @@ def test_a_disk_that_fills_up_mid_run_ends_the_demo_with_one_line_and_exit_2(
 
 def _tmpfs(path: Path, size: str) -> bool:
     path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, check=False
+    )
     return done.returncode == 0
 
 
@@ -166,8 +191,13 @@ def test_a_real_full_disk_ends_the_demo_with_one_line_and_exit_2(tmp_path: Path)
         again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 2 and len(again.stderr.splitlines()) == 1, again.stderr
         assert "Traceback" not in again.stderr
-        listed = subprocess.run([sys.executable, "-m", "cairn.cli", "sessions", "--store",
-                                 str(small / "store")], cwd=root, capture_output=True, text=True, timeout=120)
+        listed = subprocess.run(
+            [sys.executable, "-m", "cairn.cli", "sessions", "--store", str(small / "store")],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr  # readers read
     finally:
         subprocess.run(["umount", str(small)], check=True)

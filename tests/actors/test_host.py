@@ -44,8 +44,10 @@ from tests.actors.helpers import (
 
 def test_send_starts_a_session_and_streams_its_turn_live(tmp_path: Path) -> None:
     provider = ScriptedProvider(
-        turns=[Reply(text="looking", tool_calls=(ToolCall("c1", "read", '{"tokens": 3}'),)),
-               Reply(text="all good here")],
+        turns=[
+            Reply(text="looking", tool_calls=(ToolCall("c1", "read", '{"tokens": 3}'),)),
+            Reply(text="all good here"),
+        ],
         chunk_chars=4,
     )
     host = open_host(tmp_path / "store", provider)
@@ -57,8 +59,19 @@ def test_send_starts_a_session_and_streams_its_turn_live(tmp_path: Path) -> None
     assert result.ok and result.text == "all good here" and result.requests == 2
     assert readers[0] == readers[1]
     kinds_seen = [i.line_kind for i in readers[0] if isinstance(i, Record)]
-    assert kinds_seen == ["session-started", "user-message", "turn-started", "request", "assistant-message",
-                          "usage", "tool-result", "request", "assistant-message", "usage", "turn-completed"]
+    assert kinds_seen == [
+        "session-started",
+        "user-message",
+        "turn-started",
+        "request",
+        "assistant-message",
+        "usage",
+        "tool-result",
+        "request",
+        "assistant-message",
+        "usage",
+        "turn-completed",
+    ]
     deltas = "".join(i.text for i in readers[0] if isinstance(i, TextDelta))
     assert deltas == "lookingall good here"
     started = next(i.event for i in readers[0] if isinstance(i, Record) and i.line_kind == "session-started")
@@ -171,11 +184,15 @@ def test_an_unfinished_turn_is_marked_interrupted_when_its_session_loads(tmp_pat
     call = ToolCall("lost-1", "read", '{"tokens": 5}')
     from cairn.events.kinds import AssistantMessage
 
-    host.journal.append("s", [
-        UserMessage(message_id="ux", content=(TextPart("half done"),)),
-        TurnStarted(turn_id="tx", message_id="ux"),
-        AssistantMessage(message_id="ax", request_id="rx", tool_calls=(call,)),
-    ], expected_seq=host.journal.last_seq("s"))
+    host.journal.append(
+        "s",
+        [
+            UserMessage(message_id="ux", content=(TextPart("half done"),)),
+            TurnStarted(turn_id="tx", message_id="ux"),
+            AssistantMessage(message_id="ax", request_id="rx", tool_calls=(call,)),
+        ],
+        expected_seq=host.journal.last_seq("s"),
+    )
 
     state = host.state("s")
 
@@ -364,8 +381,14 @@ def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter
         print("leaving")
     """)
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
-                          timeout=120, env={**__import__("os").environ, "CAIRN_CPU": "off"})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "CAIRN_CPU": "off"},
+    )
     assert done.returncode == 0, done.stderr
     assert "leaving" in done.stdout
     with Host.open(tmp_path / "store") as host:

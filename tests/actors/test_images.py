@@ -25,8 +25,9 @@ def test_a_large_image_is_kept_as_a_blob_and_still_sent_as_an_image(tmp_path: Pa
     provider = scripted(Reply(text="I see a chart."), Reply(text="Still the chart."))
     host = open_host(tmp_path / "store", provider)
     data = _png(300_000)  # 400,000 base64 chars: over the 256 KiB blob threshold
-    result = host.send("s", [TextPart("what is in this screenshot?"), ImagePart("image/png", data)],
-                       workspace=str(tmp_path)).result(WAIT)
+    result = host.send(
+        "s", [TextPart("what is in this screenshot?"), ImagePart("image/png", data)], workspace=str(tmp_path)
+    ).result(WAIT)
     assert result.ok, result
 
     [user] = [r.event for r in host.journal.read("s") if isinstance(r.event, UserMessage)]

@@ -69,8 +69,16 @@ def test_L1_micro_is_applied_first_and_compaction_takes_its_result(tmp_path: Pat
     assert result.ok and result.requests == 1
     log = list(host.journal.read("s", seed.journal.last_seq("s") - 8))
     new = [r.line_kind for r in log][-8:]
-    assert new == ["user-message", "turn-started", "context-slimmed", "checkpoint-committed", "request",
-                   "assistant-message", "usage", "turn-completed"]
+    assert new == [
+        "user-message",
+        "turn-started",
+        "context-slimmed",
+        "checkpoint-committed",
+        "request",
+        "assistant-message",
+        "usage",
+        "turn-completed",
+    ]
     slimmed = next(r for r in log if isinstance(r.event, ContextSlimmed))
     checkpoint = next(r for r in log if isinstance(r.event, CheckpointCommitted))
     assert isinstance(slimmed.event, ContextSlimmed) and slimmed.event.mode == "micro"
@@ -119,8 +127,15 @@ def test_L1_below_compaction_the_snip_is_applied_and_no_model_compacts(tmp_path:
 
     assert host.send("s", "go on").result(WAIT).ok
 
-    assert kinds(host.journal, "s", start) == ["user-message", "turn-started", "context-slimmed", "request",
-                                                "assistant-message", "usage", "turn-completed"]
+    assert kinds(host.journal, "s", start) == [
+        "user-message",
+        "turn-started",
+        "context-slimmed",
+        "request",
+        "assistant-message",
+        "usage",
+        "turn-completed",
+    ]
     assert all(r.purpose == "turn" for r in provider.requests)  # no summary call
     slimmed = [r.event for r in host.journal.read("s", start) if isinstance(r.event, ContextSlimmed)]
     # only as many as needed to get under the hand-off threshold (S2)

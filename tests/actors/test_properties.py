@@ -20,14 +20,16 @@ from cairn.actors.provider.scripted import Fail, FailAfter, context_limit, empty
 from cairn.store import verify_store
 from tests.actors.helpers import WAIT, open_host, reopen_and_compare, scripted
 
-TURN_TROUBLE = st.sampled_from([
-    http_error(429),
-    http_error(503),
-    http_error(400),
-    context_limit(),
-    FailAfter(failure=Fail(error_class="server", message="reset", status_code=502, retryable=True)),
-    empty_reply(),
-])
+TURN_TROUBLE = st.sampled_from(
+    [
+        http_error(429),
+        http_error(503),
+        http_error(400),
+        context_limit(),
+        FailAfter(failure=Fail(error_class="server", message="reset", status_code=502, retryable=True)),
+        empty_reply(),
+    ]
+)
 SUMMARY_TROUBLE = st.sampled_from([http_error(503), empty_reply(), http_error(400), context_limit()])
 MESSAGE = st.tuples(st.integers(0, 5), st.one_of(st.integers(40, 300), st.integers(300, 1_200)))
 
@@ -57,8 +59,14 @@ def test_every_conversation_ends_and_replays_to_its_live_state(
                 assert result.status in ("completed", "failed"), result
         for sid in sids:  # what the example exercised, for --hypothesis-show-statistics
             seen = {record.line_kind for record in host.journal.read(sid)}
-            for kind in ("handoff", "context-slimmed", "checkpoint-committed", "compaction-failed",
-                         "provider-error", "turn-failed"):
+            for kind in (
+                "handoff",
+                "context-slimmed",
+                "checkpoint-committed",
+                "compaction-failed",
+                "provider-error",
+                "turn-failed",
+            ):
                 if kind in seen:
                     event(f"saw {kind}")
         reopen_and_compare(host, root, sids).close()

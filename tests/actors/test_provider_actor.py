@@ -71,7 +71,14 @@ def test_provider_actor_streams_items_in_order_then_done() -> None:
     messages = _run(adapter)
     items = [m.item for m in messages if isinstance(m, ProviderItem)]
     assert [type(i) for i in items] == [
-        ReasoningDelta, ReasoningDelta, TextDelta, TextDelta, TextDelta, ToolCallReady, UsageReport, Finished
+        ReasoningDelta,
+        ReasoningDelta,
+        TextDelta,
+        TextDelta,
+        TextDelta,
+        ToolCallReady,
+        UsageReport,
+        Finished,
     ]
     assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "abcdefgh"
     assert isinstance(messages[-1], ProviderDone) and messages[-1].job == 1

@@ -56,14 +56,26 @@ class Abort(BaseException):
 
 
 RAISED = [
-    ("runtime-error", RuntimeError(f"upstream said: quota exceeded for key {SECRET}"),
-     "RuntimeError: upstream said: quota exceeded for key [redacted]"),
-    ("bearer", ConnectionError("POST /v1 with Authorization: Bearer abc.def.ghi refused"),
-     "ConnectionError: POST /v1 with Authorization: Bearer [redacted] refused"),
-    ("url-credentials", ValueError("bad reply from https://bob:hunter2@llm.example/v1?api_key=k-123"),
-     "ValueError: bad reply from https://[redacted]@llm.example/v1?api_key=[redacted]"),
-    ("provider-failure", ProviderFailure("rate-limit", f"slow down, key {SECRET}", status_code=429),
-     "slow down, key [redacted]"),
+    (
+        "runtime-error",
+        RuntimeError(f"upstream said: quota exceeded for key {SECRET}"),
+        "RuntimeError: upstream said: quota exceeded for key [redacted]",
+    ),
+    (
+        "bearer",
+        ConnectionError("POST /v1 with Authorization: Bearer abc.def.ghi refused"),
+        "ConnectionError: POST /v1 with Authorization: Bearer [redacted] refused",
+    ),
+    (
+        "url-credentials",
+        ValueError("bad reply from https://bob:hunter2@llm.example/v1?api_key=k-123"),
+        "ValueError: bad reply from https://[redacted]@llm.example/v1?api_key=[redacted]",
+    ),
+    (
+        "provider-failure",
+        ProviderFailure("rate-limit", f"slow down, key {SECRET}", status_code=429),
+        "slow down, key [redacted]",
+    ),
     ("keyboard-interrupt", KeyboardInterrupt("stop it"), "KeyboardInterrupt: stop it"),
     ("base-exception", Abort("gone"), "Abort: gone"),
 ]
@@ -129,14 +141,17 @@ def test_garbage_an_adapter_yields_fails_the_request_not_the_session(
         assert host.stats.rebuilt_after_crash == 0
 
 
-@pytest.mark.parametrize("text, expected", [
-    (f"key {SECRET} refused", "key [redacted] refused"),
-    ("Authorization: Bearer eyJhbGciOi.x.y", "Authorization: Bearer [redacted]"),
-    ("token=abc123&model=m", "token=[redacted]&model=m"),
-    ('{"api_key": "abc123"}', '{"api_key": "[redacted]"}'),
-    ("ghp_0123456789abcdefABCD and AKIAABCDEFGHIJKLMNOP", "[redacted] and [redacted]"),
-    ("context length is 8192 tokens; max_tokens: 100", "context length is 8192 tokens; max_tokens: 100"),
-    ("the configured one: my-own-key-value", "the configured one: [redacted]"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (f"key {SECRET} refused", "key [redacted] refused"),
+        ("Authorization: Bearer eyJhbGciOi.x.y", "Authorization: Bearer [redacted]"),
+        ("token=abc123&model=m", "token=[redacted]&model=m"),
+        ('{"api_key": "abc123"}', '{"api_key": "[redacted]"}'),
+        ("ghp_0123456789abcdefABCD and AKIAABCDEFGHIJKLMNOP", "[redacted] and [redacted]"),
+        ("context length is 8192 tokens; max_tokens: 100", "context length is 8192 tokens; max_tokens: 100"),
+        ("the configured one: my-own-key-value", "the configured one: [redacted]"),
+    ],
+)
 def test_redact_removes_keys_and_what_looks_like_credentials(text: str, expected: str) -> None:
     assert redact(text, ["my-own-key-value", None, ""]) == expected

@@ -37,8 +37,11 @@ def _events(host, kind):  # type: ignore[no-untyped-def]
 
 def test_R1_a_context_limit_is_known_by_status_or_message(tmp_path: Path) -> None:
     provider = scripted(
-        Fail(error_class="bad-request", message="This model's maximum context length is 8192 tokens",
-             status_code=400),
+        Fail(
+            error_class="bad-request",
+            message="This model's maximum context length is 8192 tokens",
+            status_code=400,
+        ),
         Reply(text="after the first recovery", tool_calls=(ToolCall("x1", "read", '{"tokens": 5}'),)),
         Fail(error_class="server", message="Request Entity Too Large", status_code=413),
     )
@@ -86,8 +89,12 @@ def test_R2_the_guard_survives_replay_and_resets_at_a_response(tmp_path: Path) -
     provider = scripted(context_limit(), context_limit())
     host = _seeded(tmp_path, provider)
     assert host.send("s", "go on").result(WAIT).phase == "provider"
-    fresh = reopen_and_compare(host, tmp_path / "store", ["s"],
-                               provider=scripted(context_limit(), Reply(text="fine"), context_limit()))
+    fresh = reopen_and_compare(
+        host,
+        tmp_path / "store",
+        ["s"],
+        provider=scripted(context_limit(), Reply(text="fine"), context_limit()),
+    )
 
     # still no successful response since the reactive checkpoint: the guard holds after restart
     assert fresh.send("s", "once more").result(WAIT).phase == "provider"
@@ -128,8 +135,11 @@ def test_R3_recovery_strips_the_handoff_snips_and_commits_before_the_replay(tmp_
 
     assert result.ok and result.requests == 2
     log = list(host.journal.read("s"))
-    order = [r.line_kind for r in log if r.line_kind in
-             ("handoff", "request", "provider-error", "checkpoint-committed")]
+    order = [
+        r.line_kind
+        for r in log
+        if r.line_kind in ("handoff", "request", "provider-error", "checkpoint-committed")
+    ]
     assert order == ["handoff", "request", "provider-error", "checkpoint-committed", "request"]
     checkpoint = next(r for r in log if isinstance(r.event, CheckpointCommitted))
     assert isinstance(checkpoint.event, CheckpointCommitted) and checkpoint.event.trigger == "reactive"
@@ -239,7 +249,8 @@ def test_R3_a_small_context_that_no_compaction_can_shrink_fails_with_the_origina
     assert _events(host, CheckpointCommitted) == []
     failures = [r.event for r in _events(host, CompactionFailed)]
     assert [(f.trigger, f.reason) for f in failures] == [
-        ("reactive", "insufficient-reduction"), ("reactive", "insufficient-reduction")
+        ("reactive", "insufficient-reduction"),
+        ("reactive", "insufficient-reduction"),
     ]
     assert failures[1].detail.startswith("fallback:")
     state = host.state("s")

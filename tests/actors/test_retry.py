@@ -56,9 +56,10 @@ def test_a_non_transient_error_is_not_retried(tmp_path: Path) -> None:
 
 
 def test_R2_an_error_after_output_is_never_retried(tmp_path: Path) -> None:
-    provider = scripted(FailAfter(failure=Fail(error_class="server", message="reset", status_code=503,
-                                               retryable=True)),
-                        Reply(text="never"))
+    provider = scripted(
+        FailAfter(failure=Fail(error_class="server", message="reset", status_code=503, retryable=True)),
+        Reply(text="never"),
+    )
     host = open_host(tmp_path / "store", provider)
 
     result = host.send("s", "hello", workspace=str(tmp_path)).result(WAIT)
@@ -72,8 +73,9 @@ def test_R2_an_error_after_output_is_never_retried(tmp_path: Path) -> None:
 
 def test_C5_a_turn_honours_the_hint_of_a_scripted_429_and_records_the_wait(tmp_path: Path) -> None:
     waits: list[float] = []
-    provider = scripted(http_error(429, retry_after_ms=4_000), http_error(503, retry_after_ms=10),
-                        Reply(text="done"))
+    provider = scripted(
+        http_error(429, retry_after_ms=4_000), http_error(503, retry_after_ms=10), Reply(text="done")
+    )
     host = open_host(tmp_path / "store", provider, sleep=waits.append, retry_draw=lambda: 0.25)
 
     assert host.send("s", "hello", workspace=str(tmp_path)).result(WAIT).ok
@@ -88,8 +90,13 @@ def test_C5_the_compactor_of_a_session_waits_the_summary_calls_hint(tmp_path: Pa
     """The host's retry policy and draw reach the session's compactor (a manual compaction, K4)."""
     waits: list[float] = []
     provider = scripted(summaries=(http_error(429, retry_after_ms=2_500),))
-    host = open_host(tmp_path / "store", provider, sleep=waits.append, retry_draw=lambda: 0.5,
-                     retry=RetryPolicy(max_wait_ms=5_000))
+    host = open_host(
+        tmp_path / "store",
+        provider,
+        sleep=waits.append,
+        retry_draw=lambda: 0.5,
+        retry=RetryPolicy(max_wait_ms=5_000),
+    )
     seed = Seed(host.journal, "s", str(tmp_path))
     for _ in range(6):
         seed.turn(tools=[2_000])

@@ -112,8 +112,9 @@ def test_a_bad_tool_outcome_is_an_error_result_and_the_turn_goes_on(
 def test_a_tool_result_too_large_for_a_log_line_is_an_error_result(tmp_path: Path) -> None:
     # 250,000 small parts: no part goes to the blob store, the line would be ~25 MB (limit 20 MiB)
     many = tuple(TextPart(f"part {index:07d} " + "x" * 80) for index in range(250_000))
-    host = open_host(tmp_path / "store", _one_tool_call_then_reply(),
-                     tools=Misbehaving(ToolOutcome(content=many)))
+    host = open_host(
+        tmp_path / "store", _one_tool_call_then_reply(), tools=Misbehaving(ToolOutcome(content=many))
+    )
     try:
         result = host.send("s1", "go", workspace=str(tmp_path)).result(timeout=WAIT)
         assert result.status == "completed", result
@@ -130,10 +131,11 @@ def test_a_crashed_session_is_named_by_its_id_in_the_log_line(
         raise RuntimeError("an injected bug")
 
     monkeypatch.setattr(session_actor, "plan_micro", bug)  # a bug in the turn loop itself
-    with caplog.at_level(logging.ERROR, logger="cairn.session"), \
-            open_host(tmp_path / "store", scripted()) as host:
+    with (
+        caplog.at_level(logging.ERROR, logger="cairn.session"),
+        open_host(tmp_path / "store", scripted()) as host,
+    ):
         result = host.send("sess-42", "go", workspace=str(tmp_path)).result(timeout=WAIT)
     assert result.phase == "interrupted"
     lines = [r.getMessage() for r in caplog.records if r.name == "cairn.session"]
     assert any("'sess-42'" in line and "RuntimeError: an injected bug" in line for line in lines), lines
-

@@ -170,11 +170,14 @@ def _run_briefly(tools: WorkspaceTools, invocation: ToolInvocation) -> ToolOutco
 
 
 @pytest.mark.parametrize("make", [_fifo, _socket, _device], ids=["fifo", "socket", "device"])
-@pytest.mark.parametrize("name, arguments", [
-    ("read", '{"path": "special"}'),
-    ("write", '{"path": "special", "content": "x"}'),
-    ("read", '{"path": "via-link"}'),
-])
+@pytest.mark.parametrize(
+    "name, arguments",
+    [
+        ("read", '{"path": "special"}'),
+        ("write", '{"path": "special", "content": "x"}'),
+        ("read", '{"path": "via-link"}'),
+    ],
+)
 def test_files_that_are_not_regular_are_refused_without_blocking(
     workspace: Path, make: Callable[[Path], None], name: str, arguments: str
 ) -> None:
@@ -252,8 +255,9 @@ for _ in range(10_000_000):  # bounded: the test kills it long before
 """
 
 
-def _race(mode: str, name: Path, inside: Path, outside: Path, attempt: Callable[[int], None],
-          tries: int) -> None:
+def _race(
+    mode: str, name: Path, inside: Path, outside: Path, attempt: Callable[[int], None], tries: int
+) -> None:
     """Swap `name` (see _SWAPPER) while `attempt` runs `tries` times (index 0, 1, ...).
 
     The swapper is another process, so it runs truly alongside the tool
@@ -328,8 +332,9 @@ def test_a_symlink_swapped_in_during_a_write_never_writes_outside(workspace: Pat
     def write_under(index: int) -> None:
         _tolerant(tools, workspace, "write", f'{{"path": "sub/made/n{index % 7}.txt", "content": "x"}}')
 
-    _race("link", workspace / "link", workspace / "inside.txt", outside / "secret.txt", write_file,
-          tries=1_000)
+    _race(
+        "link", workspace / "link", workspace / "inside.txt", outside / "secret.txt", write_file, tries=1_000
+    )
     assert (outside / "secret.txt").read_text() == "top secret\n"
     (workspace / "sub").mkdir()
     _race("dir", workspace / "sub", workspace / "sub.away", outside, write_under, tries=2_000)

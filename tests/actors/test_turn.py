@@ -50,8 +50,9 @@ def _fold(events: list[EventBase], state: SessionState | None = None) -> Session
 
 
 def test_start_events_number_ids_by_the_seq_they_take() -> None:
-    events, turn_id = start_events(SessionState(sid="s"), ["first", "steer"],
-                                   settings=SessionSettings(), workspace="/w")
+    events, turn_id = start_events(
+        SessionState(sid="s"), ["first", "steer"], settings=SessionSettings(), workspace="/w"
+    )
     assert [type(e) for e in events] == [SessionStarted, UserMessage, TurnStarted, UserMessage]
     assert turn_id == "t3" and events[1].message_id == "u2" and events[3].message_id == "u4"  # type: ignore[attr-defined]
     state = _fold(events)
@@ -64,8 +65,11 @@ def test_start_events_number_ids_by_the_seq_they_take() -> None:
 
 def test_unanswered_calls_and_the_interrupted_end_they_get() -> None:
     calls = (ToolCall("c1", "read"), ToolCall("c2", "read"))
-    context = (Message(role="user", content="go"), Message(role="assistant", tool_calls=calls),
-               Message(role="tool", content="ok", tool_call_id="c1"))
+    context = (
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=calls),
+        Message(role="tool", content="ok", tool_call_id="c1"),
+    )
     assert unanswered_calls(context) == (calls[1],)
     assert unanswered_calls(context[:1]) == ()
     events, _ = start_events(SessionState(sid="s"), ["go"], settings=SessionSettings(), workspace="/w")
@@ -77,29 +81,62 @@ def test_unanswered_calls_and_the_interrupted_end_they_get() -> None:
 
 @pytest.mark.parametrize(
     "overflow, delivered, guard, verdict",
-    [(False, False, False, "fail"), (True, True, False, "fail-closed"), (True, False, True, "fail-guard"),
-     (True, False, False, "recover"), (False, True, True, "fail")],
+    [
+        (False, False, False, "fail"),
+        (True, True, False, "fail-closed"),
+        (True, False, True, "fail-guard"),
+        (True, False, False, "recover"),
+        (False, True, True, "fail"),
+    ],
 )
 def test_R2_verdict_table(overflow: bool, delivered: bool, guard: bool, verdict: str) -> None:
     state = SessionState(carried=Carried(reactive_since_response=guard))
     assert reactive_verdict(state, overflow=overflow, delivered=delivered) == verdict
 
 
-def _failure(error_class: str = "server", *, status: int | None = 503, retryable: bool = True,
-             delivered: bool = False, hint_ms: int | None = None, message: str = "boom") -> ProviderFailed:
-    return ProviderFailed(job=1, error_class=error_class, message=message,  # type: ignore[arg-type]
-                          status_code=status, retryable=retryable, delivered=delivered,
-                          retry_after_ms=hint_ms)
+def _failure(
+    error_class: str = "server",
+    *,
+    status: int | None = 503,
+    retryable: bool = True,
+    delivered: bool = False,
+    hint_ms: int | None = None,
+    message: str = "boom",
+) -> ProviderFailed:
+    return ProviderFailed(
+        job=1,
+        error_class=error_class,
+        message=message,  # type: ignore[arg-type]
+        status_code=status,
+        retryable=retryable,
+        delivered=delivered,
+        retry_after_ms=hint_ms,
+    )
 
 
 POLICY = RetryPolicy()
 
 
-def _verdict(failure: ProviderFailed, *, guard: bool = False, delivered: bool = False, done: int = 0,
-             allowed: int = 2, draw: float = 0.5, policy: RetryPolicy = POLICY):  # type: ignore[no-untyped-def]
+def _verdict(
+    failure: ProviderFailed,
+    *,
+    guard: bool = False,
+    delivered: bool = False,
+    done: int = 0,
+    allowed: int = 2,
+    draw: float = 0.5,
+    policy: RetryPolicy = POLICY,
+):  # type: ignore[no-untyped-def]
     state = SessionState(carried=Carried(reactive_since_response=guard))
-    return provider_verdict(state, failure, delivered=delivered, retries_done=done, retries_allowed=allowed,
-                            draw=draw, policy=policy)
+    return provider_verdict(
+        state,
+        failure,
+        delivered=delivered,
+        retries_done=done,
+        retries_allowed=allowed,
+        draw=draw,
+        policy=policy,
+    )
 
 
 def test_C5_a_transient_error_before_any_output_is_retried_after_375_then_750_ms() -> None:
@@ -110,8 +147,9 @@ def test_C5_a_transient_error_before_any_output_is_retried_after_375_then_750_ms
 
 def test_C5_a_servers_hint_is_waited_with_jitter_and_one_over_the_cap_fails_at_once() -> None:
     assert _verdict(_failure("rate-limit", status=429, hint_ms=5_000), draw=0.5) == RetryAfter(5_500)
-    over = _verdict(_failure("rate-limit", status=429, hint_ms=120_000),
-                    policy=RetryPolicy(max_wait_ms=60_000))
+    over = _verdict(
+        _failure("rate-limit", status=429, hint_ms=120_000), policy=RetryPolicy(max_wait_ms=60_000)
+    )
     assert isinstance(over, Fail) and "120 s" in over.note and "60 s" in over.note
 
 
@@ -146,8 +184,14 @@ def test_the_draw_is_taken_for_every_verdict_but_only_a_hinted_wait_uses_it() ->
 
 def test_every_verdict_records_the_provider_error_first_and_a_failure_closes_the_turn() -> None:
     state = SessionState(sid="s")
-    common = {"turn_id": "t2", "request_id": "r3", "delivered": False, "retries_done": 0, "draw": 0.0,
-              "policy": RetryPolicy()}
+    common = {
+        "turn_id": "t2",
+        "request_id": "r3",
+        "delivered": False,
+        "retries_done": 0,
+        "draw": 0.0,
+        "policy": RetryPolicy(),
+    }
     retried = provider_failure(state, _failure(hint_ms=9), retries_allowed=2, **common)  # type: ignore[arg-type]
     error = retried.events[0]
     assert retried.verdict == RetryAfter(375) and len(retried.events) == 1
@@ -158,35 +202,44 @@ def test_every_verdict_records_the_provider_error_first_and_a_failure_closes_the
     assert isinstance(error, ProviderError) and error.retry_wait_ms is None and len(error.message) == 2_000
     assert isinstance(closing, TurnFailed) and closing.phase == "provider" and closing.turn_id == "t2"
     assert failed.detail == "x" * 3_000
-    over = provider_failure(state, _failure("rate-limit", status=429, hint_ms=90_000),
-                            retries_allowed=2, **common)  # type: ignore[arg-type]
+    over = provider_failure(
+        state, _failure("rate-limit", status=429, hint_ms=90_000), retries_allowed=2, **common
+    )  # type: ignore[arg-type]
     assert over.detail.startswith("boom (the server asked to wait 90 s")
 
 
 @pytest.mark.parametrize(
     "error_class, status, message, expected",
-    [("context-limit", None, "", True), ("bad-request", 413, "too big", True),
-     ("bad-request", 400, "This model's MAXIMUM CONTEXT LENGTH is 8k", True),
-     ("server", 500, "prompt_too_long", True), ("rate-limit", 429, "slow down", False)],
+    [
+        ("context-limit", None, "", True),
+        ("bad-request", 413, "too big", True),
+        ("bad-request", 400, "This model's MAXIMUM CONTEXT LENGTH is 8k", True),
+        ("server", 500, "prompt_too_long", True),
+        ("rate-limit", 429, "slow down", False),
+    ],
 )
-def test_R1_overflow_by_class_status_or_message(error_class: str, status: int | None, message: str,
-                                               expected: bool) -> None:
+def test_R1_overflow_by_class_status_or_message(
+    error_class: str, status: int | None, message: str, expected: bool
+) -> None:
     assert is_overflow(error_class, status, message) is expected
 
 
 def test_tool_results_are_recorded_whole_and_flagged_when_the_model_sees_less() -> None:
     read_only = frozenset({"read"})
-    small, used = tool_result_event(ToolCall("c1", "read"), ToolOutcome(content="abc"),
-                                    read_only=read_only, used=0)
+    small, used = tool_result_event(
+        ToolCall("c1", "read"), ToolOutcome(content="abc"), read_only=read_only, used=0
+    )
     assert isinstance(small, ToolResult) and not small.truncated and used == 3 and small.effect == "read"
     huge_text = "x" * (100_000 + 1)
-    huge, used = tool_result_event(ToolCall("c2", "edit"), ToolOutcome(content=huge_text),
-                                   read_only=read_only, used=used)
+    huge, used = tool_result_event(
+        ToolCall("c2", "edit"), ToolOutcome(content=huge_text), read_only=read_only, used=used
+    )
     assert huge.truncated and huge.original_chars == 100_000 + 1 and huge.effect == "write"  # X1
     assert huge.content == (TextPart(huge_text),)  # recorded whole (X3)
     assert used == 3 + 2_000
-    late, _ = tool_result_event(ToolCall("c3", "read"), ToolOutcome(content="y" * 5_000), read_only=read_only,
-                                used=200_000)
+    late, _ = tool_result_event(
+        ToolCall("c3", "read"), ToolOutcome(content="y" * 5_000), read_only=read_only, used=200_000
+    )
     assert late.truncated  # X2: the turn's budget is spent, only the preview is shown
 
 

@@ -90,8 +90,13 @@ def test_F4_orphans_unanswered_calls_and_reasoning_are_dropped() -> None:
         Message(role="tool", content="orphan", tool_call_id="gone", id="t0"),
         Message(role="assistant", content="", tool_calls=(ToolCall("c1", "read"),), id="a1"),
         Message(role="user", content="next", id="u1"),
-        Message(role="assistant", content="thinking done", reasoning="secret", id="a2",
-                tool_calls=(ToolCall("c2", "read"), ToolCall("c3", "grep"))),
+        Message(
+            role="assistant",
+            content="thinking done",
+            reasoning="secret",
+            id="a2",
+            tool_calls=(ToolCall("c2", "read"), ToolCall("c3", "grep")),
+        ),
         Message(role="tool", content="r2", tool_call_id="c2", id="t2"),
     )
     tail = _plan(source).replacement[1:]
@@ -122,8 +127,14 @@ def _histories(draw) -> list[Message]:
         body = draw(st.sampled_from(["word ", "x", "ünï ", "{}\n"])) * size
         if kind == "call":
             ids = [f"c{n}-{k}" for k in range(draw(st.integers(1, 3)))]
-            messages.append(Message(role="assistant", content=body[:50],
-                                    tool_calls=tuple(ToolCall(i, "read") for i in ids), id=f"a{n}"))
+            messages.append(
+                Message(
+                    role="assistant",
+                    content=body[:50],
+                    tool_calls=tuple(ToolCall(i, "read") for i in ids),
+                    id=f"a{n}",
+                )
+            )
             for i in ids[: draw(st.integers(0, len(ids)))]:
                 messages.append(Message(role="tool", content=body, tool_call_id=i, id=f"t{i}"))
         elif kind == "tool":

@@ -99,8 +99,10 @@ def test_W3_the_service_restores_only_what_passes(tmp_path) -> None:
     log = Log(workspace=str(ws))
     log.turn("Improve main.py")
     for n in range(10):
-        log.tool(f"out {n} " + "k" * 3000, files=(
-            FileAccess("main.py"), FileAccess("innocent.py"), FileAccess("../outside/secret.txt")))
+        log.tool(
+            f"out {n} " + "k" * 3000,
+            files=(FileAccess("main.py"), FileAccess("innocent.py"), FileAccess("../outside/secret.txt")),
+        )
     service, provider = compactor()
     outcome = service.compact(request(log.state(), workspace=str(ws)))
     assert outcome.checkpoint.files_restored == ("main.py",)

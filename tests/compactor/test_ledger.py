@@ -82,8 +82,10 @@ def test_C8_duplicate_model_headings_merge_and_no_evidence_yields_to_records() -
 def test_C8_record_dropped_from_the_shrunk_prompt_still_appears_verbatim() -> None:
     payload = "python -m pytest tests/test_app.py::test_login -x --no-header"
     log = Log()
-    log.turn("Fix login. EXACT CONTINUATION RECORD is below.\n"
-             f"EXACT CONTINUATION RECORD [exact next action] :: {payload}")
+    log.turn(
+        "Fix login. EXACT CONTINUATION RECORD is below.\n"
+        f"EXACT CONTINUATION RECORD [exact next action] :: {payload}"
+    )
     for n in range(12):
         log.tool(f"out {n} " + "r" * 2000)
         log.say(f"step {n}")

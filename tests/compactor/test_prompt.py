@@ -114,8 +114,16 @@ def test_C7_prompt_has_the_contract_the_headings_and_indexed_messages() -> None:
     contract = text_of(system)
     positions = [contract.index(f"{n}. {h}") for n, h in enumerate(C7_HEADINGS, start=1)]
     assert positions == sorted(positions)
-    for needle in ("<analysis>", "<summary>", "observed", "exact commands", "credentials",
-                   "newest evidence", "no evidence observed", "Never call unfinished work done"):
+    for needle in (
+        "<analysis>",
+        "<summary>",
+        "observed",
+        "exact commands",
+        "credentials",
+        "newest evidence",
+        "no evidence observed",
+        "Never call unfinished work done",
+    ):
         assert needle in contract
     body = text_of(user)
     assert "[0] user: please fix it" in body and "[1] assistant: on it" in body

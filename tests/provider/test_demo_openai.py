@@ -61,34 +61,40 @@ class TerseModel:
             return self._text(LEDGER, prompt)
         with self._lock:
             self.turns += 1
-        task = max((n for n, m in enumerate(messages) if m["role"] == "user"
-                    and _TAG.search(str(m.get("content")))), default=-1)
+        task = max(
+            (n for n, m in enumerate(messages) if m["role"] == "user" and _TAG.search(str(m.get("content")))),
+            default=-1,
+        )
         match = _TAG.search(str(messages[task].get("content"))) if task >= 0 else None
         tag = match.group(1) if match else "no task"
-        if not any(m["role"] == "tool" for m in messages[task + 1:]):
+        if not any(m["role"] == "tool" for m in messages[task + 1 :]):
             # the same id whichever session asks first; a second call for one task (after a
             # compaction dropped the first) gets its own
             with self._lock:
                 self._calls[tag] = self._calls.get(tag, 0) + 1
                 call_id = f"call-{tag}-{self._calls[tag]}"
             arguments = json.dumps({"pattern": "TODO", "path": "src"})
-            return Sse((
-                chunk(role="assistant", content="Checking the open TODOs first. "),
-                chunk(tool_calls=[call_start(0, call_id, "grep", arguments)]),
-                chunk(finish="tool_calls"),
-                usage_chunk(prompt // 4, 12, prompt // 4 + 12),
-            ))
+            return Sse(
+                (
+                    chunk(role="assistant", content="Checking the open TODOs first. "),
+                    chunk(tool_calls=[call_start(0, call_id, "grep", arguments)]),
+                    chunk(finish="tool_calls"),
+                    usage_chunk(prompt // 4, 12, prompt // 4 + 12),
+                )
+            )
         return self._text(f"Done with {tag}: the attached files were reviewed and the TODOs listed.", prompt)
 
     @staticmethod
     def _text(text: str, prompt: int) -> Sse:
         completion = len(text) // 4
-        return Sse((
-            chunk(role="assistant", content=text[: len(text) // 2]),
-            chunk(content=text[len(text) // 2:]),
-            chunk(finish="stop"),
-            usage_chunk(prompt // 4, completion, prompt // 4 + completion),
-        ))
+        return Sse(
+            (
+                chunk(role="assistant", content=text[: len(text) // 2]),
+                chunk(content=text[len(text) // 2 :]),
+                chunk(finish="stop"),
+                usage_chunk(prompt // 4, completion, prompt // 4 + completion),
+            )
+        )
 
 
 @pytest.fixture
@@ -124,8 +130,20 @@ def test_demo_on_an_openai_endpoint_crosses_the_handoff_band_compacts_and_replay
 ) -> None:
     store = tmp_path / "store"
 
-    code = cli.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "2",
-                       "--turns", str(TURNS), "--json"])
+    code = cli.main(
+        [
+            "demo",
+            "--provider",
+            "openai",
+            "--store",
+            str(store),
+            "--sessions",
+            "2",
+            "--turns",
+            str(TURNS),
+            "--json",
+        ]
+    )
 
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report
@@ -163,8 +181,12 @@ def test_the_openai_demo_sizes_its_turns_by_the_window_whatever_the_model_says(t
     [("CAIRN_MODEL", "CAIRN_MODEL"), ("CAIRN_CONTEXT_WINDOW", "CAIRN_CONTEXT_WINDOW: the demo must know")],
 )
 def test_the_openai_demo_without_its_settings_says_which_and_exits_2(
-    tmp_path: Path, endpoint: ChatServer, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], unset: str, words: str
+    tmp_path: Path,
+    endpoint: ChatServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    unset: str,
+    words: str,
 ) -> None:
     monkeypatch.delenv(unset)
     code = demo.main(["--provider", "openai", "--store", str(tmp_path / "store"), "--json"])

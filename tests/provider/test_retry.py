@@ -13,11 +13,25 @@ POLICY = RetryPolicy()
 NOW_MS = 1_445_412_473_000  # Wed, 21 Oct 2015 07:27:53 GMT
 
 
-def _decide(waits_done: int = 0, *, status: int | None = 429, hint_ms: int | None = None,
-            draw: float = 0.0, transient: bool = True, retries_left: int = 2,
-            policy: RetryPolicy = POLICY):  # type: ignore[no-untyped-def]
-    return decide_retry(waits_done, transient=transient, retries_left=retries_left, status=status,
-                        hint_ms=hint_ms, draw=draw, policy=policy)
+def _decide(
+    waits_done: int = 0,
+    *,
+    status: int | None = 429,
+    hint_ms: int | None = None,
+    draw: float = 0.0,
+    transient: bool = True,
+    retries_left: int = 2,
+    policy: RetryPolicy = POLICY,
+):  # type: ignore[no-untyped-def]
+    return decide_retry(
+        waits_done,
+        transient=transient,
+        retries_left=retries_left,
+        status=status,
+        hint_ms=hint_ms,
+        draw=draw,
+        policy=policy,
+    )
 
 
 # --- the decision -------------------------------------------------------------------------------
@@ -136,8 +150,27 @@ def test_retry_after_is_seconds_or_an_http_date_read_against_the_given_clock() -
 
 @pytest.mark.parametrize(
     "value",
-    ["-5", "inf", "nan", "Infinity", "1e3", "+5", "5 s", "soon", "", "   ", ".", "1.2.3", "0x10",
-     "5\x00", "\x1b[31m5", "٣", "9" * 101, "Wed, 32 Oct 2015 07:28:00 GMT", "Mon, 99 Foo 2015 xx"],
+    [
+        "-5",
+        "inf",
+        "nan",
+        "Infinity",
+        "1e3",
+        "+5",
+        "5 s",
+        "soon",
+        "",
+        "   ",
+        ".",
+        "1.2.3",
+        "0x10",
+        "5\x00",
+        "\x1b[31m5",
+        "٣",
+        "9" * 101,
+        "Wed, 32 Oct 2015 07:28:00 GMT",
+        "Mon, 99 Foo 2015 xx",
+    ],
 )
 def test_an_unparsable_or_negative_hint_is_ignored(value: str) -> None:
     assert parse_retry_after({"Retry-After": value}, NOW_MS) is None

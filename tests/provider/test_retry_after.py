@@ -216,8 +216,11 @@ def test_C5_the_jitter_comes_from_the_injected_draw(open_host: OpenHost, server:
 def test_C5_a_summary_call_waits_the_servers_hint_and_the_checkpoint_records_it(
     server: ChatServer, provider: OpenAIProvider
 ) -> None:
-    server.plan(rate_limited(("Retry-After", "3")), rate_limited(("retry-after-ms", "100"), status=503),
-                text_reply(GOOD_SUMMARY))
+    server.plan(
+        rate_limited(("Retry-After", "3")),
+        rate_limited(("retry-after-ms", "100"), status=503),
+        text_reply(GOOD_SUMMARY),
+    )
     sleeps: list[float] = []
     service = Compactor(provider, model="test-model", sleep=sleeps.append, counter=COUNTER, draw=lambda: 0.5)
 

@@ -288,8 +288,10 @@ def test_R2_a_connection_dropped_after_some_content_fails_the_turn_closed(
 ) -> None:
     host = open_host()
     server.plan(
-        Sse((chunk(role="assistant", content="Half of "), chunk(content="an answer"), chunk(finish="stop")),
-            drop_after=2)
+        Sse(
+            (chunk(role="assistant", content="Half of "), chunk(content="an answer"), chunk(finish="stop")),
+            drop_after=2,
+        )
     )
 
     turn = host.send(SID, "Tell me something.", workspace=workspace)
@@ -309,8 +311,14 @@ def test_R2_a_context_limit_after_some_content_fails_closed_without_recovery(
 ) -> None:
     host = open_host()
     warm_up(host, server, workspace)
-    server.plan(Sse((chunk(role="assistant", content="Sure, "),
-                     {"error": {"message": "maximum context length exceeded", "code": 400}})))
+    server.plan(
+        Sse(
+            (
+                chunk(role="assistant", content="Sure, "),
+                {"error": {"message": "maximum context length exceeded", "code": 400}},
+            )
+        )
+    )
 
     result = host.send(SID, "Go on.").result(WAIT)
 
@@ -344,7 +352,9 @@ def test_the_api_key_never_reaches_the_log_the_cli_or_the_turn_error(
     host.close()
 
     assert [(r.phase, r.error_class) for r in (denied, broken, cut)] == [
-        ("provider", "auth"), ("provider", "server"), ("provider", "server")
+        ("provider", "auth"),
+        ("provider", "server"),
+        ("provider", "server"),
     ]
     assert "Incorrect API key provided: [redacted]" in denied.error
     assert all(server.requests[n].headers["authorization"] == f"Bearer {SECRET_KEY}" for n in range(5))

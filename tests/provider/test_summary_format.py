@@ -46,8 +46,15 @@ def host(chat: ChatServer, tmp_path: Path) -> Iterator[Host]:
     before = set(threading.enumerate())
     config = OpenAIConfig(base_url=chat.url, model="test-model", api_key=SECRET_KEY)
     with OpenAIProvider(config) as provider:
-        opened = Host.open(tmp_path / "store", provider=provider, tools=WorkspaceTools(), settings=SETTINGS,
-                           clock_ms=Clock(), sleep=lambda seconds: None, config=HostConfig(sweep=False))
+        opened = Host.open(
+            tmp_path / "store",
+            provider=provider,
+            tools=WorkspaceTools(),
+            settings=SETTINGS,
+            clock_ms=Clock(),
+            sleep=lambda seconds: None,
+            config=HostConfig(sweep=False),
+        )
         try:
             yield opened
         finally:

@@ -34,11 +34,13 @@ def test_the_context_bench_runs() -> None:
 @pytest.mark.parametrize("suite", ["context", "compaction", "turns"])
 def test_each_suite_run_alone_answers_help_without_running(suite: str) -> None:
     """`python -m cairn.bench.<suite>` (the README) takes `cairn bench`'s flags; `--help` runs nothing."""
-    done = subprocess.run([sys.executable, "-m", f"cairn.bench.{suite}", "--help"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", f"cairn.bench.{suite}", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: python -m cairn.bench.{suite} [-h] [--quick] [--json]")
-    refused = subprocess.run([sys.executable, "-m", f"cairn.bench.{suite}", "--bogus"],
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", f"cairn.bench.{suite}", "--bogus"], capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 2
     assert "unrecognized arguments: --bogus" in refused.stderr

@@ -29,17 +29,35 @@ def store(tmp_path: Path) -> Path:
     root = tmp_path / "store"
     with Journal.open(root) as journal:
         for sid in ("alpha", "beta"):
-            journal.append(sid, [SessionStarted(workspace="/w", model="m", context_window=8000)],
-                           expected_seq=0)
-            journal.append(sid, [UserMessage(message_id="u1", content=(TextPart("hello there"),)),
-                                 TurnStarted(turn_id="t1", message_id="u1"),
-                                 AssistantMessage(message_id="a1", request_id="r1", text="hi"),
-                                 Usage(request_id="r1", prompt_tokens=10, completion_tokens=2,
-                                       total_tokens=12)], expected_seq=1)
-        journal.append("alpha", [CheckpointCommitted(
-            version=1, epoch=1, through_seq=5, trigger="manual", strategy="fallback", source_tokens=40,
-            replacement_tokens=8, replacement_messages=(Message(role="user", content="summary"),))],
-            expected_seq=5)
+            journal.append(
+                sid, [SessionStarted(workspace="/w", model="m", context_window=8000)], expected_seq=0
+            )
+            journal.append(
+                sid,
+                [
+                    UserMessage(message_id="u1", content=(TextPart("hello there"),)),
+                    TurnStarted(turn_id="t1", message_id="u1"),
+                    AssistantMessage(message_id="a1", request_id="r1", text="hi"),
+                    Usage(request_id="r1", prompt_tokens=10, completion_tokens=2, total_tokens=12),
+                ],
+                expected_seq=1,
+            )
+        journal.append(
+            "alpha",
+            [
+                CheckpointCommitted(
+                    version=1,
+                    epoch=1,
+                    through_seq=5,
+                    trigger="manual",
+                    strategy="fallback",
+                    source_tokens=40,
+                    replacement_tokens=8,
+                    replacement_messages=(Message(role="user", content="summary"),),
+                )
+            ],
+            expected_seq=5,
+        )
     return root
 
 
@@ -112,8 +130,12 @@ def test_reindex_then_verify_is_clean(store, capsys):
 def test_the_cli_runs_as_a_module_and_as_the_console_script(store):
     console = Path(sys.executable).with_name("cairn")
     for command in ([sys.executable, "-m", "cairn.cli"], [str(console)]):
-        result = subprocess.run([*command, "sessions", "--store", str(store), "--json"],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [*command, "sessions", "--store", str(store), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         assert len(json.loads(result.stdout)) == 2
 
@@ -127,8 +149,13 @@ def test_context_shows_the_next_request_with_token_counts(store, capsys):
     sent = data["messages_sent"]
     assert [m["role"] for m in sent][-2:] == ["user", "assistant"]
     assert all(m["tokens"] > 0 for m in sent)
-    assert data["parts"]["total"] == data["parts"]["system"] + data["parts"]["tools"] + \
-        data["parts"]["history"] + data["parts"]["handoff"]
+    assert (
+        data["parts"]["total"]
+        == data["parts"]["system"]
+        + data["parts"]["tools"]
+        + data["parts"]["history"]
+        + data["parts"]["handoff"]
+    )
     code, out, _ = run(capsys, "context", "beta", "--store", str(store))
     assert code == 0 and "hello there" in out
 
@@ -143,8 +170,16 @@ def _forge_line(store: Path, sid: str, seq: int, kind: str, body: dict) -> None:
     lines = segment.read_bytes().splitlines(keepends=True)
     last = next(line for line in reversed(lines) if decode_envelope(line).sid == sid)
     pos = decode_envelope(lines[-1]).pos + 1
-    envelope = {"v": 1, "pos": pos, "sid": sid, "seq": seq, "ts": 1_800_000_000_000,
-                "prev": chain_digest(last), "kind": kind, "event": {"kind": kind, **body}}
+    envelope = {
+        "v": 1,
+        "pos": pos,
+        "sid": sid,
+        "seq": seq,
+        "ts": 1_800_000_000_000,
+        "prev": chain_digest(last),
+        "kind": kind,
+        "event": {"kind": kind, **body},
+    }
     prefix = json.dumps(envelope, separators=(",", ":")).encode()[:-1]
     with segment.open("ab") as f:
         f.write(prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix))

@@ -30,9 +30,15 @@ CAIRN = Path(sys.executable).parent / "cairn"
 def store(tmp_path: Path) -> Path:
     root = tmp_path / "store"
     with Journal.open(root) as journal:
-        journal.append("alpha", [SessionStarted(workspace="/w", model="m"),
-                                 UserMessage(message_id="u1", content=(TextPart("hello"),)),
-                                 TurnStarted(turn_id="t1", message_id="u1")], expected_seq=0)
+        journal.append(
+            "alpha",
+            [
+                SessionStarted(workspace="/w", model="m"),
+                UserMessage(message_id="u1", content=(TextPart("hello"),)),
+                TurnStarted(turn_id="t1", message_id="u1"),
+            ],
+            expected_seq=0,
+        )
     return root
 
 
@@ -51,10 +57,16 @@ def _one_line_exit_2(result: tuple[int, str, str], *words: str) -> None:
 
 
 def test_a_kind_that_does_not_exist_is_a_usage_error_naming_the_kinds(store, capsys) -> None:
-    _one_line_exit_2(run(capsys, "log", "alpha", "--store", str(store), "--kind", "handof"),
-                     "'handof'", "handoff", "checkpoint-committed")
-    _one_line_exit_2(run(capsys, "log", "alpha", "--store", str(store), "--kind", "usage", "--kind", "nope",
-                         "--json"), "'nope'")
+    _one_line_exit_2(
+        run(capsys, "log", "alpha", "--store", str(store), "--kind", "handof"),
+        "'handof'",
+        "handoff",
+        "checkpoint-committed",
+    )
+    _one_line_exit_2(
+        run(capsys, "log", "alpha", "--store", str(store), "--kind", "usage", "--kind", "nope", "--json"),
+        "'nope'",
+    )
     # a real kind the session does not hold: an empty listing
     assert run(capsys, "log", "alpha", "--store", str(store), "--kind", "usage")[0] == 0
 
@@ -81,22 +93,38 @@ def test_log_ranges_that_cannot_list_anything_are_usage_errors(store, capsys) ->
 
 @pytest.mark.parametrize("make", ["file", "dev-null", "loop", "under-a-file"])
 def test_a_path_that_is_no_store_is_one_line_exit_2(tmp_path, capsys, make) -> None:
-    path = {"file": tmp_path / "f", "dev-null": Path("/dev/null"), "loop": tmp_path / "loop",
-            "under-a-file": tmp_path / "f" / "store"}[make]
+    path = {
+        "file": tmp_path / "f",
+        "dev-null": Path("/dev/null"),
+        "loop": tmp_path / "loop",
+        "under-a-file": tmp_path / "f" / "store",
+    }[make]
     (tmp_path / "f").write_text("not a store")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    for command in (["sessions"], ["log", "alpha"], ["checkpoints", "alpha"], ["replay", "alpha"],
-                    ["context", "alpha"]):
+    for command in (
+        ["sessions"],
+        ["log", "alpha"],
+        ["checkpoints", "alpha"],
+        ["replay", "alpha"],
+        ["context", "alpha"],
+    ):
         _one_line_exit_2(run(capsys, *command, "--store", str(path)), "no cairn store")
 
 
 @pytest.fixture
 def writer(store: Path) -> Iterator[subprocess.Popen[str]]:
     """Another process holding the store for writing, until its stdin closes."""
-    code = ("import sys\nfrom cairn.store import Journal\nwith Journal.open(sys.argv[1]):\n"
-            "    print('open', flush=True)\n    sys.stdin.read()\n")
-    with subprocess.Popen([sys.executable, "-c", code, str(store)], cwd=ROOT, stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True) as child:
+    code = (
+        "import sys\nfrom cairn.store import Journal\nwith Journal.open(sys.argv[1]):\n"
+        "    print('open', flush=True)\n    sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(store)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
         assert child.stdout is not None and child.stdout.readline() == "open\n"
         yield child
         assert child.stdin is not None
@@ -106,8 +134,9 @@ def writer(store: Path) -> Iterator[subprocess.Popen[str]]:
 
 def test_a_second_writer_gets_one_line_and_exit_2(store, writer, capsys) -> None:
     _one_line_exit_2(run(capsys, "reindex", "--store", str(store)), "StoreLocked", str(writer.pid))
-    _one_line_exit_2(run(capsys, "demo", "--store", str(store), "--sessions", "1", "--turns", "1"),
-                     "StoreLocked")
+    _one_line_exit_2(
+        run(capsys, "demo", "--store", str(store), "--sessions", "1", "--turns", "1"), "StoreLocked"
+    )
     assert not (store / "demo-workspaces").exists()  # refused before anything was written
     assert run(capsys, "sessions", "--store", str(store))[0] == 0  # readers take no lock
 
@@ -130,9 +159,14 @@ def test_an_unreadable_store_is_one_line_exit_2(store) -> None:
         shutil.copytree(store, locked)
         locked.chmod(0o000)
         for command in (["sessions"], ["log", "alpha"], ["demo", "--sessions", "1", "--turns", "1"]):
-            done = subprocess.run([*_as_unprivileged(), str(CAIRN), *command, "--store", str(locked)],
-                                  capture_output=True, text=True, timeout=120, cwd=scratch,
-                                  env={**os.environ, "CAIRN_CPU": "off"})
+            done = subprocess.run(
+                [*_as_unprivileged(), str(CAIRN), *command, "--store", str(locked)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=scratch,
+                env={**os.environ, "CAIRN_CPU": "off"},
+            )
             assert done.returncode == 2, (command, done.stderr)
             assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
             assert "Permission denied" in done.stderr, done.stderr

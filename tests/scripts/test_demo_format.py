@@ -6,8 +6,17 @@ from cairn.demo.terminal import _checkpoint_cell
 
 
 def _cell(source: int, replacement: int) -> str:
-    return _checkpoint_cell([{"trigger": "reactive", "strategy": "fallback", "source_tokens": source,
-                              "replacement_tokens": replacement, "reduction": 1 - replacement / source}])
+    return _checkpoint_cell(
+        [
+            {
+                "trigger": "reactive",
+                "strategy": "fallback",
+                "source_tokens": source,
+                "replacement_tokens": replacement,
+                "reduction": 1 - replacement / source,
+            }
+        ]
+    )
 
 
 def test_a_shrink_prints_a_minus_and_a_growth_never_prints_a_double_sign() -> None:

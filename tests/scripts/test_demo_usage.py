@@ -61,8 +61,20 @@ def test_the_demo_shows_usage_a_server_never_sent_as_unknown(
     tmp_path: Path, endpoint: ChatServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "store"
-    code = cli.main(["demo", "--provider", "openai", "--store", str(store), "--sessions", "1",
-                       "--turns", str(TURNS), "--json"])
+    code = cli.main(
+        [
+            "demo",
+            "--provider",
+            "openai",
+            "--store",
+            str(store),
+            "--sessions",
+            "1",
+            "--turns",
+            str(TURNS),
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report  # healthy: no usage is no fault of the run
     session = report["reports"][0]

@@ -17,7 +17,10 @@ def test_every_installed_package_lives_under_cairn() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert all(name == "cairn" or name.startswith("cairn.") for name in config["packages"])
     assert config["package-dir"] == {
-        "cairn": "scripts", "cairn.events": "events", "cairn.store": "store", "cairn.actors": "actors",
+        "cairn": "scripts",
+        "cairn.events": "events",
+        "cairn.store": "store",
+        "cairn.actors": "actors",
     }
     for folder in ("events", "store", "actors", "scripts"):
         for path in (ROOT / folder).rglob("*.py"):
@@ -30,7 +33,10 @@ def test_a_hosts_own_store_folder_does_not_shadow_cairn(tmp_path: Path) -> None:
         (tmp_path / name / "__init__.py").write_text("raise ImportError('the host project, not cairn')\n")
     done = subprocess.run(
         [sys.executable, "-c", "import cairn.store, cairn.events; from cairn import Host; print('ok')"],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

@@ -56,13 +56,16 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def store(demo_report: dict[str, Any]) -> Path:
     root = Path(demo_report["store"])
-    provider = ScriptedProvider(turns=(
-        Reply(text="Running the big tool.", tool_calls=(ToolCall("big-1", "big", "{}"),)),
-        Reply(text="It printed a lot."),
-        http_error(400, "this request is malformed"),  # not retryable: provider-error, turn-failed
-    ))
-    with Host.open(root, provider=provider, tools=BigTool(), settings=demo.SETTINGS,
-                   config=HostConfig(sweep=False)) as host:
+    provider = ScriptedProvider(
+        turns=(
+            Reply(text="Running the big tool.", tool_calls=(ToolCall("big-1", "big", "{}"),)),
+            Reply(text="It printed a lot."),
+            http_error(400, "this request is malformed"),  # not retryable: provider-error, turn-failed
+        )
+    )
+    with Host.open(
+        root, provider=provider, tools=BigTool(), settings=demo.SETTINGS, config=HostConfig(sweep=False)
+    ) as host:
         assert host.send("extra", "run the big tool", workspace=root).result(60).ok
         failed = host.send("extra", "and again").result(60)
         assert failed.status == "failed" and failed.phase == "provider"
@@ -191,8 +194,19 @@ def test_every_command_the_demo_and_the_readme_print_runs_as_the_installed_scrip
     shutil.copytree(store, copy)
     commands = _audit_commands({**demo_report, "store": str(copy)}, capsys)
     readme = [
-        [str(CAIRN), "log", "extra", "--store", str(copy), "--kind", "tool-result", "--from", "2",
-         "--to", "40"],
+        [
+            str(CAIRN),
+            "log",
+            "extra",
+            "--store",
+            str(copy),
+            "--kind",
+            "tool-result",
+            "--from",
+            "2",
+            "--to",
+            "40",
+        ],
         [str(CAIRN), "replay", "demo-1-fork", "--store", str(copy), "--until", "12"],
         [str(CAIRN), "checkpoints", "demo-1-fork", "--store", str(copy)],
         [str(CAIRN), "reindex", "--store", str(copy)],
@@ -210,15 +224,21 @@ def test_every_command_the_demo_and_the_readme_print_runs_as_the_installed_scrip
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="needs jq")
 def test_jq_reads_the_log_as_json_lines(store: Path) -> None:
-    done = subprocess.run([str(CAIRN), "log", "demo-1", "--store", str(store), "--json"],
-                          capture_output=True, timeout=120, env={**os.environ, "CAIRN_CPU": "off"})
+    done = subprocess.run(
+        [str(CAIRN), "log", "demo-1", "--store", str(store), "--json"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "CAIRN_CPU": "off"},
+    )
     assert done.returncode == 0, done.stderr
     query = 'select(.kind == "handoff") | .record.version'
-    handoffs = subprocess.run([shutil.which("jq") or "jq", "-c", query], input=done.stdout,
-                              capture_output=True, timeout=60)
+    handoffs = subprocess.run(
+        [shutil.which("jq") or "jq", "-c", query], input=done.stdout, capture_output=True, timeout=60
+    )
     assert handoffs.returncode == 0, handoffs.stderr
     assert handoffs.stdout.split() and set(handoffs.stdout.split()) == {b"1"}
-    kinds = subprocess.run([shutil.which("jq") or "jq", "-r", ".kind"], input=done.stdout,
-                           capture_output=True, timeout=60)
+    kinds = subprocess.run(
+        [shutil.which("jq") or "jq", "-r", ".kind"], input=done.stdout, capture_output=True, timeout=60
+    )
     listed: Any = kinds.stdout.decode().split()
     assert kinds.returncode == 0 and {"handoff", "context-slimmed", "checkpoint-committed"} <= set(listed)

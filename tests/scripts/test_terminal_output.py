@@ -44,8 +44,17 @@ CAIRN = Path(sys.executable).parent / "cairn"
 MARKUP = "[bold red]alarm[/] :smile:"
 HOSTILE = f"{MARKUP} \x1b]0;pwned\x07 \x1b[2J\x9b31m \u202eevil\u202c back\x08\x08 cr\rend \x7f\u2028"
 #: byte sequences a terminal acts on; none may reach the output raw
-RAW = (b"\x1b]0;", b"\x1b[2J", b"\x07", b"\x08", b"\r", b"\x7f", "\x9b".encode(), "\u202e".encode(),
-       "\u2028".encode())
+RAW = (
+    b"\x1b]0;",
+    b"\x1b[2J",
+    b"\x07",
+    b"\x08",
+    b"\r",
+    b"\x7f",
+    "\x9b".encode(),
+    "\u202e".encode(),
+    "\u2028".encode(),
+)
 
 
 @pytest.fixture
@@ -56,8 +65,16 @@ def store(tmp_path: Path) -> Path:
         SessionStarted(workspace=f"/w/{HOSTILE}", model=f"model {HOSTILE}", context_window=32_000),
         UserMessage(message_id="u1", content=(TextPart(HOSTILE),)),
         TurnStarted(turn_id="t1", message_id="u1"),
-        Request(request_id="r1", turn_id="t1", attempt=1, fingerprint="f", history_revision=0,
-                projected_tokens=10, phase="normal", message_count=2),
+        Request(
+            request_id="r1",
+            turn_id="t1",
+            attempt=1,
+            fingerprint="f",
+            history_revision=0,
+            projected_tokens=10,
+            phase="normal",
+            message_count=2,
+        ),
         AssistantMessage(message_id="a1", request_id="r1", text=HOSTILE, tool_calls=(call,)),
         Usage(request_id="r1", prompt_tokens=10, completion_tokens=5, total_tokens=15),
         ToolResult(call_id="c1", tool_name="read", status="ok", effect="read", content=(TextPart(HOSTILE),)),
@@ -162,21 +179,55 @@ def test_printable_escapes_every_non_printable_character() -> None:
     assert line.isascii() and line.isprintable() and json.loads(line) == {"t": text}
 
 
-def test_the_demo_report_escapes_what_a_provider_said(capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    problem = {"turn": 3, "status": "failed", "phase": "provider", "error_class": "bad-request",
-               "error": HOSTILE, "reason": f"failed in provider: bad-request: {HOSTILE}"}
-    session = {"session": "demo-1", "turns": 3, "requests": 3, "tokens": None, "responses": 2,
-               "responses_without_usage": 2, "handoffs": 0, "checkpoints": [], "failures": ["provider"],
-               "provider_errors": 1, "replayed": True, "sent": 1, "completed": 0, "problems": [problem],
-               "crossed_handoff": False}
-    report = {"provider": "openai", "endpoint": f"http://x/{HOSTILE}", "model": HOSTILE,
-              "context_window": 16000, "store": f"/tmp/{HOSTILE}", "sessions": 1, "turns_per_session": 1,
-              "continued_sessions": 0, "run_seconds": 1.0, "turns_sent": 1, "turns_completed": 0,
-              "replayed_identically": 1, "seen": {"compaction in every session": False},
-              "observed": {"provider tokens": None}, "ok": False, "reports": [session],
-              "unhealthy_because": ["1 of 1 turns did not complete"],
-              "placement": "os", "cpu": None}
+def test_the_demo_report_escapes_what_a_provider_said(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = {
+        "turn": 3,
+        "status": "failed",
+        "phase": "provider",
+        "error_class": "bad-request",
+        "error": HOSTILE,
+        "reason": f"failed in provider: bad-request: {HOSTILE}",
+    }
+    session = {
+        "session": "demo-1",
+        "turns": 3,
+        "requests": 3,
+        "tokens": None,
+        "responses": 2,
+        "responses_without_usage": 2,
+        "handoffs": 0,
+        "checkpoints": [],
+        "failures": ["provider"],
+        "provider_errors": 1,
+        "replayed": True,
+        "sent": 1,
+        "completed": 0,
+        "problems": [problem],
+        "crossed_handoff": False,
+    }
+    report = {
+        "provider": "openai",
+        "endpoint": f"http://x/{HOSTILE}",
+        "model": HOSTILE,
+        "context_window": 16000,
+        "store": f"/tmp/{HOSTILE}",
+        "sessions": 1,
+        "turns_per_session": 1,
+        "continued_sessions": 0,
+        "run_seconds": 1.0,
+        "turns_sent": 1,
+        "turns_completed": 0,
+        "replayed_identically": 1,
+        "seen": {"compaction in every session": False},
+        "observed": {"provider tokens": None},
+        "ok": False,
+        "reports": [session],
+        "unhealthy_because": ["1 of 1 turns did not complete"],
+        "placement": "os",
+        "cpu": None,
+    }
     for tty in (False, True):
         monkeypatch.setattr(sys.stdout, "isatty", lambda tty=tty: tty)
         demo.render(report)

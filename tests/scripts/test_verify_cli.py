@@ -31,8 +31,9 @@ def store(tmp_path: Path) -> Path:
 
 
 def cairn(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.cli", *argv], capture_output=True,
-                          text=True, check=False, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn.cli", *argv], capture_output=True, text=True, check=False, timeout=120
+    )
 
 
 def _cut_last_two_lines(store: Path) -> None:
