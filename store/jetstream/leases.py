@@ -53,7 +53,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import StorageType
+from nats.js.api import RawStreamMsg, StorageType
 from nats.js.kv import KeyValue
 
 from cairn.events.errors import InputError
@@ -168,10 +168,22 @@ class AsyncLeaseBucket:
         bucket: str = DEFAULT_BUCKET,
         replicas: int = 3,
         clock: Callable[[], float] = time.monotonic,
+        marker_ttl_s: int | None = None,
     ) -> AsyncLeaseBucket:
-        """Create the bucket if it is missing (same config: a no-op) and bind to it."""
+        """Create the bucket if it is missing (same config: a no-op) and bind to it.
+
+        `marker_ttl_s` makes the server leave an expiry marker for that long
+        when a lease's TTL runs out (watchers then see the expiry); takes
+        work over such markers too.
+        """
         js = nc.jetstream(timeout=ATTEMPT_TIMEOUT_S)
-        kv = await js.create_key_value(bucket=bucket, history=1, replicas=replicas, storage=StorageType.FILE)
+        kv = await js.create_key_value(
+            bucket=bucket,
+            history=1,
+            replicas=replicas,
+            storage=StorageType.FILE,
+            limit_marker_ttl=marker_ttl_s,
+        )
         return cls(js, kv, bucket, clock)
 
     def _subject(self, sid: str) -> str:
@@ -197,18 +209,34 @@ class AsyncLeaseBucket:
                     raise _WrongLast(_wrong_last_actual(error)) from None
                 if error.code != 503:  # 503: JetStream not ready (no leader yet): try again
                     raise
-            except _TRANSIENT:
+            except (*_TRANSIENT, *_TRANSIENT_CONN):
                 pass
-            except _TRANSIENT_CONN:
+            await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, give_up - time.monotonic())))
+
+    async def _last(self, subject: str, deadline_s: float = WRITE_DEADLINE_S) -> RawStreamMsg | None:
+        """The key's last message from the bucket's leader (None: no message), retried while unanswered."""
+        give_up = time.monotonic() + deadline_s
+        while True:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise LeaseUnavailable(
+                    f"no answer from the lease bucket {self.bucket} for {subject} in {deadline_s} s"
+                )
+            try:
+                return await self._js.get_msg(self.stream, subject=subject, direct=False)
+            except nats.js.errors.NotFoundError:
+                return None
+            except nats.js.errors.APIError as error:
+                if error.code != 503:
+                    raise
+            except (*_TRANSIENT, *_TRANSIENT_CONN):
                 pass
             await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, give_up - time.monotonic())))
 
     async def observe(self, sid: str) -> Observed:
         """What the bucket holds for `sid`'s key now (read from the bucket's leader)."""
-        subject = self._subject(sid)
-        try:
-            msg = await self._js.get_msg(self.stream, subject=subject, direct=False)
-        except nats.js.errors.NotFoundError:
+        msg = await self._last(self._subject(sid))
+        if msg is None:
             return Vacant()
         headers = msg.headers or {}
         if "KV-Operation" in headers or "Nats-Marker-Reason" in headers or not msg.data:
@@ -297,10 +325,8 @@ class AsyncLeaseBucket:
 
     async def owner(self, sid: str) -> Owner | None:
         """The current holder of `sid`, or None when it is free."""
-        subject = self._subject(sid)
-        try:
-            msg = await self._js.get_msg(self.stream, subject=subject, direct=False)
-        except nats.js.errors.NotFoundError:
+        msg = await self._last(self._subject(sid))
+        if msg is None:
             return None
         return self._owner_of(sid, msg.headers or {}, msg.data or b"", int(msg.seq or 0))
 
@@ -354,12 +380,19 @@ class LeaseBucket:
 
     @classmethod
     def connect(
-        cls, url: str, bucket: str = DEFAULT_BUCKET, replicas: int = 3, name: str = "cairn-leases"
+        cls,
+        url: str,
+        bucket: str = DEFAULT_BUCKET,
+        replicas: int = 3,
+        name: str = "cairn-leases",
+        marker_ttl_s: int | None = None,
     ) -> LeaseBucket:
         loop = LoopThread(name)
         try:
             nc = loop.call(_connect(url), timeout_s=30)
-            core = loop.call(AsyncLeaseBucket.open(nc, bucket, replicas), timeout_s=30)
+            core = loop.call(
+                AsyncLeaseBucket.open(nc, bucket, replicas, marker_ttl_s=marker_ttl_s), timeout_s=30
+            )
         except BaseException:
             loop.close()
             raise
@@ -382,6 +415,9 @@ class LeaseBucket:
 
     def held_by(self, host_id: str) -> list[Owner]:
         return self._call(self.core.held_by(host_id))
+
+    def observe(self, sid: str) -> Observed:
+        return self._call(self.core.observe(sid))
 
     def close(self) -> None:
         """Close the connection and loop this facade made (a shared one is its owner's to close)."""

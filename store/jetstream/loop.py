@@ -54,6 +54,8 @@ class LoopThread:
         try:
             return future.result(timeout_s)
         except concurrent.futures.TimeoutError:
+            if future.done():  # the coroutine's own TimeoutError (the same class since 3.11)
+                raise
             future.cancel()
             raise TimeoutError(f"no answer in {timeout_s} s") from None
 

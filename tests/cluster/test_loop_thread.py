@@ -35,6 +35,19 @@ def test_an_exception_reaches_the_caller() -> None:
         runner.close()
 
 
+def test_a_coroutines_own_timeout_error_reaches_the_caller_as_itself_not_as_the_deadline() -> None:
+    runner = LoopThread()
+    try:
+
+        async def times_out() -> None:
+            raise TimeoutError("the server did not answer")
+
+        with pytest.raises(TimeoutError, match="the server did not answer"):
+            runner.call(times_out(), timeout_s=30)
+    finally:
+        runner.close()
+
+
 def test_a_deadline_cancels_the_coroutine_on_the_loop() -> None:
     runner = LoopThread()
     cancelled = threading.Event()
