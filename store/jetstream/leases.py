@@ -361,6 +361,11 @@ class AsyncLeaseBucket:
             await watcher.stop()  # type: ignore[no-untyped-call]
         return found
 
+    async def leader(self) -> str | None:
+        """The name of the server that leads the bucket's stream now (None while it has none)."""
+        info = await self._js.stream_info(self.stream)
+        return info.cluster.leader if info.cluster else None
+
     async def held_by(self, host_id: str) -> list[Owner]:
         """The leases the bucket says `host_id` holds (e.g. for a host restarting under the same id)."""
         return [owner for owner in await self.owners() if owner.holder == host_id]
@@ -418,6 +423,9 @@ class LeaseBucket:
 
     def observe(self, sid: str) -> Observed:
         return self._call(self.core.observe(sid))
+
+    def leader(self) -> str | None:
+        return self._call(self.core.leader())
 
     def close(self) -> None:
         """Close the connection and loop this facade made (a shared one is its owner's to close)."""
