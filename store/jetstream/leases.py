@@ -255,7 +255,10 @@ class AsyncLeaseBucket:
     ) -> Lease:
         """Take `sid` for `host_id` for `ttl_s` s: unowned, released or expired, or already this host's.
 
-        Raises `LeaseHeld` (naming the holder) when another host holds it,
+        `host_id` must be unique per host PROCESS (e.g. name-pid-random): a
+        take by the id that holds the lease renews it (a restarted host with
+        a reused id would share the old one's lease). Raises `LeaseHeld`
+        (naming the holder) when another host holds it,
         `InvalidSessionId` for a bad id, `InvalidLeaseTiming` for a bad TTL,
         `LeaseUnavailable` when the bucket does not answer in time.
         """

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cairn.events.errors import InvalidSessionId
+from cairn.events.errors import InputError, InvalidSessionId
 from cairn.store.jetstream.lease_keeper import LeaseKeeper, LeaseLostNotice
-from cairn.store.jetstream.lease_policy import Lease, Vacated
+from cairn.store.jetstream.lease_policy import InvalidLeaseTiming, Lease, Vacant, Vacated
 from cairn.store.jetstream.leases import LeaseBucket, LeaseHeld, LeaseLost, Owner
 from cairn.store.jetstream.local_cluster import LocalCluster
 
@@ -222,6 +222,19 @@ def test_bad_session_ids_are_refused_before_anything_is_written(host_a: LeaseBuc
         host_a.owner(bad)
     assert before is host_a.core
     assert all(owner.sid != bad for owner in host_a.held_by("host-a"))
+
+
+def test_a_ttl_below_1_s_or_not_whole_and_an_empty_host_id_are_refused_before_anything_is_written(
+    host_a: LeaseBucket,
+) -> None:
+    sid = _sid("badinput")
+    for ttl in (0, 2.5):
+        with pytest.raises(InvalidLeaseTiming):
+            host_a.acquire(sid, "host-a", ttl_s=ttl)  # type: ignore[arg-type]
+    with pytest.raises(InputError):
+        host_a.acquire(sid, "", ttl_s=3)
+    assert host_a.owner(sid) is None
+    assert isinstance(host_a.observe(sid), Vacant)
 
 
 def test_ids_with_dots_and_colons_are_encoded_and_read_back_exactly(host_a: LeaseBucket) -> None:
