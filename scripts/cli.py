@@ -127,7 +127,7 @@ def describe(event: EventBase) -> str:
         case SessionStarted():
             return f"workspace={event.workspace} model={event.model} window={event.context_window}"
         case UserMessage():
-            return _clip(text_of_parts(event))
+            return _clip(text_of(event.content))
         case TurnStarted() | TurnCompleted():
             return f"turn={event.turn_id}"
         case TurnFailed():
@@ -156,12 +156,6 @@ def describe(event: EventBase) -> str:
                     f"tokens {event.source_tokens}->{event.replacement_tokens}")
         case _:
             return ""
-
-
-def text_of_parts(event: UserMessage) -> str:
-    from cairn.events.model import Message
-
-    return text_of(Message(role="user", content=event.content))
 
 
 def _clip(text: str, width: int = 70) -> str:

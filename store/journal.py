@@ -53,12 +53,12 @@ from typing import Any
 import lmdb
 import msgspec
 
+from cairn.events.body_check import checked_body
 from cairn.events.codec import (
     GENESIS,
     SCHEMA_VERSION,
     Record,
     chain_digest,
-    checked_body,
     decode_line,
     decode_run,
     frame_line,
@@ -66,7 +66,7 @@ from cairn.events.codec import (
     validate_session_id,
 )
 from cairn.events.errors import DecodeError, InputError, InvalidEvent
-from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage
+from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase, ToolResult, UserMessage
 from cairn.events.model import BlobPart, ImagePart, TextPart
 from cairn.events.state import Replayer, SessionState
 from cairn.store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, BlobStore, externalize
@@ -102,8 +102,6 @@ log = logging.getLogger("cairn.store")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _READ_PAGE = 256
 _MAX_SEQ = (1 << 63) - 1
-_TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
-_TAG_JSON: dict[type, bytes] = {cls: json_string(tag) for tag, cls in KINDS.items()}
 
 
 def _wall_clock_ms() -> int:
@@ -411,7 +409,7 @@ class Journal:
         blobs = False
         for index, event in enumerate(prepared):
             kind = type(event)
-            if kind not in _TAG_OF:  # the event classes themselves: a subclass would encode another tag
+            if kind not in TAG_OF:  # the event classes themselves: a subclass would encode another tag
                 raise InvalidEvent(f"event {index} of the call: not an event: {kind.__name__}")
             if kind in BLOB_CARRIERS and not blobs:
                 blobs = _may_hold_a_blob_part(event, threshold)
@@ -559,8 +557,8 @@ class Journal:
         rejected: list[tuple[_Pending, BaseException]] = []
         meta = builder.meta
         last = (meta.last_segment, meta.last_offset, meta.last_length)
-        tag_of = _TAG_OF
-        tag_json = _TAG_JSON
+        tag_of = TAG_OF
+        tag_json = TAG_JSON
         check = self._check_call
         frame = frame_line
         version = SCHEMA_VERSION
