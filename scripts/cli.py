@@ -43,7 +43,7 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
-    from cairn.store.index import SessionSummary
+    from cairn.store.index_records import SessionSummary
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

@@ -10,7 +10,7 @@ from cairn.store.errors import (
     StoreLocked,
     UnexpectedEntry,
 )
-from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.journal import Journal
 from cairn.store.recovery import Recovery
 from cairn.store.verify import VerifyReport, index_dump, reindex, verify_store

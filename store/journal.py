@@ -74,6 +74,7 @@ from cairn.store.errors import (
     AppendTimeout,
     BlobError,
     CorruptionError,
+    IndexUnusable,
     ReadOnlyStore,
     SeqConflict,
     StorageError,
@@ -82,16 +83,9 @@ from cairn.store.errors import (
     StoreLocked,
 )
 from cairn.store.files import DIR_MODE, check_dir, check_file, open_file, private_dir
-from cairn.store.index import (
-    DEFAULT_MAP_SIZE,
-    CheckpointRef,
-    Index,
-    IndexBuilder,
-    IndexMeta,
-    IndexUnusable,
-    Loc,
-    SessionSummary,
-)
+from cairn.store.index import DEFAULT_MAP_SIZE, Index
+from cairn.store.index_builder import IndexBuilder
+from cairn.store.index_records import CheckpointRef, IndexMeta, Loc, SessionSummary
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
 from cairn.store.reader import Progress
 from cairn.store.recovery import Recovery, open_for_reading, recover

@@ -50,7 +50,8 @@ import msgspec
 
 from cairn.store.errors import AcknowledgedDataMissing, UnexpectedEntry
 from cairn.store.files import open_file, read_file
-from cairn.store.index import Index, IndexMeta
+from cairn.store.index import Index
+from cairn.store.index_records import IndexMeta
 from cairn.store.segments import FsyncFn, fsync_dir, segment_end, segment_name, write_all
 
 ACK_MARK = "ACKED"

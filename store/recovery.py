@@ -65,9 +65,11 @@ from pathlib import Path
 
 from cairn.events.codec import decode_envelope
 from cairn.events.errors import DecodeError
-from cairn.store.errors import CatchUpFailed, UnexpectedEntry
+from cairn.store.errors import CatchUpFailed, IndexUnusable, UnexpectedEntry
 from cairn.store.files import open_file
-from cairn.store.index import CorruptEntry, Index, IndexBuilder, IndexMeta, IndexUnusable
+from cairn.store.index import Index
+from cairn.store.index_builder import IndexBuilder
+from cairn.store.index_records import CorruptEntry, IndexMeta
 from cairn.store.loss import Evidence, Loss, find_losses, gather_evidence, missing_error
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.segments import FsyncFn, list_segments, parse_segment_name, read_log_dir, segment_name

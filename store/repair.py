@@ -38,9 +38,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cairn.store.errors import NothingToRepair, StorageError, UnexpectedEntry
+from cairn.store.errors import IndexUnusable, NothingToRepair, StorageError, UnexpectedEntry
 from cairn.store.files import check_dir, open_file, private_dir
-from cairn.store.index import Index, IndexUnusable
+from cairn.store.index import Index
 from cairn.store.loss import (
     QUARANTINE,
     AcceptedLoss,

@@ -45,9 +45,10 @@ import msgspec
 
 from cairn.events.codec import GENESIS
 from cairn.store.blobs import BlobStore, blob_refs
-from cairn.store.errors import UnexpectedEntry
+from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
-from cairn.store.index import Index, IndexMeta, IndexUnusable, decode_meta, explain_entry
+from cairn.store.index import Index
+from cairn.store.index_records import IndexMeta, decode_meta, explain_entry
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.recovery import Recovery, _doubt, rebuild_through, recover

@@ -6,7 +6,9 @@ import threading
 from pathlib import Path
 
 from cairn.store import Journal, index_dump, reindex
-from cairn.store.index import SessionSummary, _encoder, _Head
+from cairn.store.index_builder import _Head
+from cairn.store.index_records import SessionSummary
+from cairn.store.index_records import encoder as _encoder
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 
