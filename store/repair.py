@@ -41,6 +41,7 @@ from pathlib import Path
 from cairn.store.errors import IndexUnusable, NothingToRepair, StorageError, UnexpectedEntry
 from cairn.store.files import check_dir, open_file, private_dir
 from cairn.store.index import Index
+from cairn.store.lock import take_lock
 from cairn.store.loss import (
     QUARANTINE,
     AcceptedLoss,
@@ -81,12 +82,10 @@ def accept_loss(
     cairn did not make (move them first), `NothingToRepair` when no
     unaccepted loss is found (nothing is changed then).
     """
-    from cairn.store.journal import _take_lock
-
     path = Path(root)
     if not check_dir(path / "log"):
         raise StorageError(f"no cairn store at {path} (no log directory)")
-    lock_fd = _take_lock(path)
+    lock_fd = take_lock(path)
     try:
         listing = read_log_dir(path / "log")
         if listing.unexpected:

@@ -49,6 +49,7 @@ from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
 from cairn.store.index import Index
 from cairn.store.index_records import IndexMeta, decode_meta, explain_entry
+from cairn.store.lock import take_lock
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.recovery import Recovery, _doubt, rebuild_through, recover
@@ -544,12 +545,10 @@ def reindex(root: str | os.PathLike[str], progress: Progress | None = None) -> R
     operator accepted their loss (the old index names their sessions), and
     with `UnexpectedEntry` for entries cairn did not make.
     """
-    from cairn.store.journal import _take_lock
-
     path = Path(root)
     if not check_dir(path / "log"):
         raise IndexUnusable(f"no cairn store at {path}")
-    lock_fd = _take_lock(path)
+    lock_fd = take_lock(path)
     try:
         return reindex_locked(path, progress)
     finally:
