@@ -57,7 +57,8 @@ from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.lock import take_lock
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
 from cairn.store.reader import Progress
-from cairn.store.recovery import Recovery, open_for_reading, recover
+from cairn.store.readonly import open_for_reading
+from cairn.store.recovery import Recovery, recover
 from cairn.store.segments import FsyncFn, SegmentReader
 from cairn.store.session_reader import MAX_SEQ, SessionReader
 
@@ -88,7 +89,7 @@ class Journal:
     `readonly=True` takes no lock and changes nothing on disk; it reads the
     index as the writer last committed it when that covers the whole log, and
     otherwise (a crash left it behind, no usable index) a private index in a
-    temporary directory caught up from the log (`store.recovery.open_for_reading`).
+    temporary directory caught up from the log (`store.readonly.open_for_reading`).
     """
 
     def __init__(

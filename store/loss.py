@@ -238,6 +238,10 @@ class Evidence:
     def accepted_ranges(self) -> list[tuple[int, int]]:
         return sorted((r.first_pos, r.last_pos) for record in self.accepted for r in record.ranges)
 
+    def reaches(self, place: tuple[int, int] | None) -> bool:
+        """Whether bytes starting at `place` (segment, offset) lie where acknowledged bytes were."""
+        return place is not None and place < self.end
+
     def with_segments(self, segments: Sequence[int]) -> Evidence:
         """This evidence and the last segment's name (a segment named N: positions below N were written)."""
         if not segments or segments[-1] <= self.next_pos:

@@ -53,7 +53,7 @@ from cairn.store.loss import (
     gather_evidence,
 )
 from cairn.store.reader import Progress
-from cairn.store.recovery import _cut, log_end
+from cairn.store.recovery import cut_tail, log_end
 from cairn.store.segments import (
     FsyncFn,
     fsync_dir,
@@ -135,7 +135,7 @@ def accept_loss(
         log.warning("cairn: %s: an operator accepted the loss of acknowledged lines: %s%s", path,
                     "; ".join(loss.describe() for loss in unaccepted), f" ({reason})" if reason else "")
         for place, _ in cuts:
-            _cut(path / "log", place, fsync)
+            cut_tail(path / "log", place, fsync)
         reindex_locked(path, progress)
         return record
     finally:

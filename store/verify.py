@@ -48,11 +48,12 @@ from cairn.store.blobs import BlobStore, blob_refs
 from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
 from cairn.store.index import Index
+from cairn.store.index_pass import rebuild_through
 from cairn.store.index_records import IndexMeta, decode_meta, explain_entry
 from cairn.store.lock import take_lock
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
-from cairn.store.recovery import Recovery, _doubt, rebuild_through, recover
+from cairn.store.recovery import Recovery, point_doubt, recover
 from cairn.store.segments import fsync_dir, read_log_dir, segment_name
 
 _SHOWN_SESSIONS = 20
@@ -440,7 +441,7 @@ def _check_index(
             "the index covers acknowledged lines the log lost (acknowledged-missing); it is compared with "
             "the log once the loss is accepted")))
         return
-    reason = _doubt(root / "log", segments, meta)
+    reason = point_doubt(root / "log", segments, meta)
     last_line = (segment_name(meta.last_segment), meta.last_offset)
     if reason and any(p.code == "corrupt-line" and (p.segment, p.offset) == last_line
                       for p in report.problems):
