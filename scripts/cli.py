@@ -450,7 +450,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from cairn.store.verify import reindex
+    from cairn.store.reindex import reindex
 
     root = _store_root(args)
     with _progress("reindexing", not args.json) as progress:

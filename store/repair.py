@@ -54,6 +54,7 @@ from cairn.store.loss import (
 )
 from cairn.store.reader import Progress
 from cairn.store.recovery import cut_tail, log_end
+from cairn.store.reindex import reindex_locked
 from cairn.store.segments import (
     FsyncFn,
     fsync_dir,
@@ -63,7 +64,6 @@ from cairn.store.segments import (
     segment_name,
     write_all,
 )
-from cairn.store.verify import reindex_locked
 
 log = logging.getLogger("cairn.store")
 
