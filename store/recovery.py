@@ -64,6 +64,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from cairn.events.codec import decode_envelope
 from cairn.events.errors import DecodeError
 from cairn.store.errors import UnexpectedEntry
@@ -121,8 +123,7 @@ class LogEnd:
     tail_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class RecoveryPoint:
+class RecoveryPoint(msgspec.Struct, frozen=True):
     """Pass 3's answer: where the scan starts, and why the index's own point was not trusted."""
 
     #: the point the scan starts from: the index's own, or the start of the log for an emptied index
@@ -133,8 +134,7 @@ class RecoveryPoint:
     early_losses: tuple[Loss, ...] | None
 
 
-@dataclass(frozen=True)
-class Scanned:
+class Scanned(msgspec.Struct, frozen=True):
     """Pass 4's answer: what the scan indexed past the point (not committed yet) and where the log ends."""
 
     lines_indexed: int
@@ -148,8 +148,7 @@ class Scanned:
     tail_bytes: int
 
 
-@dataclass(frozen=True)
-class LossCheck:
+class LossCheck(msgspec.Struct, frozen=True):
     """Pass 5's answer: the acknowledged positions no line holds, and where appends continue."""
 
     losses: tuple[Loss, ...]

@@ -36,8 +36,9 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from cairn.store.errors import IndexUnusable, NothingToRepair, StorageError, UnexpectedEntry
 from cairn.store.files import check_dir, open_file, private_dir
@@ -111,8 +112,7 @@ def accept_loss(
         os.close(lock_fd)
 
 
-@dataclass(frozen=True)
-class _Found:
+class _Found(msgspec.Struct, frozen=True):
     """The losses of a store as `accept_loss` finds them, and the end of its log."""
 
     segments: list[int]

@@ -39,7 +39,6 @@ import datetime as dt
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -112,8 +111,7 @@ def _check_log_dir(root: Path, report: VerifyReport) -> list[int]:
     return listing.segments
 
 
-@dataclass(frozen=True)
-class LogScan:
+class LogScan(msgspec.Struct, frozen=True):
     """What the pass over the log saw, for the checks that follow it."""
 
     #: the position after the last line (whole corrupt lines at the end hold one each)

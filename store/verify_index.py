@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -29,8 +28,7 @@ _SHOWN_SESSIONS = 20
 _SHOWN_PER_SESSION = 3
 
 
-@dataclass(frozen=True)
-class IndexLag:
+class IndexLag(msgspec.Struct, frozen=True):
     """The sound lines of the log at or past the index's recovery point, as the log check counted them."""
 
     lines: int = 0
