@@ -94,7 +94,7 @@ class GroupCommit:
 
     Built by the journal once recovery ran and the acknowledgement mark is
     open, and it starts the writer thread. Thread-safety: `append` and
-    `append_async` may be called from any thread (not the writer's own: a
+    `submit` may be called from any thread (not the writer's own: a
     synchronous `append` there is refused, it would wait on itself); done
     callbacks of their futures run on the writer thread. `close` is called
     once, by the journal.
@@ -158,23 +158,14 @@ class GroupCommit:
         """`Journal.append`: queue the call and wait for the writer's answer."""
         if threading.get_ident() == self._writer_ident:
             raise InputError("append from the journal's writer thread would deadlock; use append_async")
-        pending = self._submit(sid, events, expected_seq, ts_ms, None)
+        pending = self.submit(sid, events, expected_seq, ts_ms, None)
         if not pending.lock.acquire(timeout=-1 if timeout is None else timeout):
             raise AppendTimeout(f"session {sid}: no acknowledgement within {timeout} s")
         if pending.error is not None:
             raise pending.error
         return pending.result
 
-    def append_async(
-        self, sid: str, events: Sequence[EventBase], expected_seq: int, ts_ms: int | None
-    ) -> concurrent.futures.Future[list[Record]]:
-        """`Journal.append_async`: queue the call; the writer resolves the future."""
-        future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
-        future.set_running_or_notify_cancel()  # the writer owns it now: it cannot be cancelled
-        self._submit(sid, events, expected_seq, ts_ms, future)
-        return future
-
-    def _submit(
+    def submit(
         self,
         sid: str,
         events: Sequence[EventBase],
@@ -182,6 +173,11 @@ class GroupCommit:
         ts_ms: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
     ) -> _Pending:
+        """Check and queue a call (`Admission.prepare`); the writer resolves `future`, or the call's lock.
+
+        `Journal.append_async` calls it directly with its future (one call
+        less on the append path, which the store bench measures).
+        """
         if self._failed is not None:
             raise _own_copy(self._failed)
         if self._closing:

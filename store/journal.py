@@ -290,7 +290,13 @@ class Journal:
         order are applied in order, so a caller may pipeline appends of one
         session with increasing `expected_seq`.
         """
-        return self._writing().append_async(sid, events, expected_seq, ts_ms)
+        writer = self._writer  # not `_writing()`: the append path saves every call it can
+        if writer is None:
+            raise ReadOnlyStore(f"the store at {self.root} is open read-only")
+        future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()  # the writer owns it now: it cannot be cancelled
+        writer.submit(sid, events, expected_seq, ts_ms, future)
+        return future
 
     def _writing(self) -> GroupCommit:
         """The writer; `ReadOnlyStore` for a journal opened read-only."""
