@@ -192,7 +192,7 @@ class _Fold:
         )
         turn = self.open_turn
         if turn is not None:
-            task = (*turn.task, _plain_text(event.content))
+            task = (*turn.task, text_of(event.content))
             self.open_turn = OpenTurn(turn.turn_id, turn.started_seq, task)
 
     def _assistant_message(self, event: AssistantMessage, record: Record) -> None:
@@ -241,7 +241,7 @@ class _Fold:
         task: tuple[str, ...] = ()
         for message in reversed(self.context):
             if message.role == "user" and message.id == event.message_id:
-                task = (_plain_text(message.content),)
+                task = (text_of(message.content),)
                 break
         self.open_turn = OpenTurn(event.turn_id, record.seq, task)
 
@@ -343,10 +343,6 @@ def remove_tool_turns(
             continue
         kept.append(message)
     return kept, first_removed
-
-
-def _plain_text(content: tuple[object, ...] | str) -> str:
-    return text_of(Message(role="user", content=content))  # type: ignore[arg-type]
 
 
 def _remember_files(

@@ -37,7 +37,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     """Rebuild the LMDB index from the log."""
-    from cairn.store.verify import reindex
+    from cairn.store.reindex import reindex
 
     root = store_root(args)
     with progress_bar("reindexing", not args.json) as progress:

@@ -40,7 +40,7 @@ from cairn.events.state import replay
 
 if TYPE_CHECKING:
     from cairn.store import CorruptionError
-    from cairn.store.index import SessionSummary
+    from cairn.store.index_records import SessionSummary
 
 #: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
 Emit = Callable[[int, int, str, str, dict[str, Any]], None]
@@ -52,7 +52,7 @@ def describe(event: EventBase) -> str:
         case SessionStarted():
             return f"workspace={event.workspace} model={event.model} window={event.context_window}"
         case UserMessage():
-            return clip(text_of_parts(event))
+            return clip(text_of(event.content))
         case TurnStarted() | TurnCompleted():
             return f"turn={event.turn_id}"
         case TurnFailed():
@@ -87,12 +87,6 @@ def describe(event: EventBase) -> str:
             )
         case _:
             return ""
-
-
-def text_of_parts(event: UserMessage) -> str:
-    from cairn.events.model import Message
-
-    return text_of(Message(role="user", content=event.content))
 
 
 def record_json(record: Record) -> dict[str, Any]:

@@ -50,7 +50,8 @@ import msgspec
 
 from cairn.store.errors import AcknowledgedDataMissing, UnexpectedEntry
 from cairn.store.files import open_file, read_file
-from cairn.store.index import Index, IndexMeta
+from cairn.store.index import Index
+from cairn.store.index_records import IndexMeta
 from cairn.store.segments import FsyncFn, fsync_dir, segment_end, segment_name, write_all
 
 ACK_MARK = "ACKED"
@@ -236,6 +237,10 @@ class Evidence:
     @property
     def accepted_ranges(self) -> list[tuple[int, int]]:
         return sorted((r.first_pos, r.last_pos) for record in self.accepted for r in record.ranges)
+
+    def reaches(self, place: tuple[int, int] | None) -> bool:
+        """Whether bytes starting at `place` (segment, offset) lie where acknowledged bytes were."""
+        return place is not None and place < self.end
 
     def with_segments(self, segments: Sequence[int]) -> Evidence:
         """This evidence and the last segment's name (a segment named N: positions below N were written)."""

@@ -13,7 +13,8 @@ import crc32c
 import msgspec
 import pytest
 
-from cairn.events.codec import GENESIS, checked_body, decode_line, encode_line, validate_session_id
+from cairn.events.body_check import checked_body
+from cairn.events.codec import GENESIS, decode_line, encode_line, validate_session_id
 from cairn.events.errors import InvalidEvent, InvalidSessionId, MalformedEvent
 from cairn.events.kinds import Handoff, TurnStarted, Usage, UserMessage
 from cairn.events.model import Message, TextPart, ToolCall, shape_problem

@@ -6,7 +6,9 @@ import threading
 from pathlib import Path
 
 from cairn.store import Journal, index_dump, reindex
-from cairn.store.index import SessionSummary, _encoder, _Head
+from cairn.store.index_builder import _Head
+from cairn.store.index_records import SessionSummary
+from cairn.store.index_records import encoder as _encoder
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 
@@ -71,11 +73,11 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
 
     root = tmp_path / "store"
     with Journal.open(root) as journal:
-        journal._builder._max_cached = 3  # tiny cap so eviction happens in this test
+        journal._writer._builder._max_cached = 3  # tiny cap so eviction happens in this test
         sids = [f"s{n}" for n in range(10)]
         for sid in sids:
             journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
-        assert len(journal._builder._heads) <= 4  # the cap plus the batch in hand
+        assert len(journal._writer._builder._heads) <= 4  # the cap plus the batch in hand
         for round_ in range(2):
             for sid in sids:
                 journal.append(sid, [Usage(request_id=f"r{round_}", total_tokens=round_)],
