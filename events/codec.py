@@ -124,9 +124,7 @@ def validate_session_id(sid: str) -> str:
 json_string: Callable[[str], bytes] = _body_encoder.encode
 
 
-def encode_line(
-    *, pos: int, sid: str, seq: int, ts: int, prev: str, event: EventBase
-) -> tuple[bytes, str]:
+def encode_line(*, pos: int, sid: str, seq: int, ts: int, prev: str, event: EventBase) -> tuple[bytes, str]:
     """Encode one line (with its newline) and return it with its chain digest.
 
     The event is checked as the journal checks it (`checked_body`); the session

@@ -298,9 +298,7 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
         except (TypeError, ValueError) as exc:  # a lone surrogate, a value with no JSON form
             raise InvalidEvent(f"replacement messages cannot be encoded: {exc}") from None
         if size > MAX_REPLACEMENT_BYTES:
-            raise InvalidEvent(
-                f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}"
-            )
+            raise InvalidEvent(f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}")
 
 
 Event = (
@@ -338,9 +336,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
 )
 
 #: The kind-tag table, the one of the codebase: each kind by its tag (the on-disk name) ...
-KINDS: dict[str, type[EventBase]] = {
-    str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES
-}
+KINDS: dict[str, type[EventBase]] = {str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES}
 #: ... each kind's tag by its class (exactly these classes: a subclass would encode another tag) ...
 TAG_OF: dict[type[EventBase], str] = {cls: tag for tag, cls in KINDS.items()}
 #: ... and each kind's tag as a JSON string token, quotes included, as a line's envelope spells it

@@ -345,9 +345,7 @@ def remove_tool_turns(
     return kept, first_removed
 
 
-def _remember_files(
-    recent: tuple[FileAccess, ...], event: ToolResult, ts: int
-) -> tuple[FileAccess, ...]:
+def _remember_files(recent: tuple[FileAccess, ...], event: ToolResult, ts: int) -> tuple[FileAccess, ...]:
     """Newest first, one entry per path, at most RECENT_FILES_KEPT."""
     fresh = [msgspec.structs.replace(access, ts=ts) for access in reversed(event.files)]
     seen = {access.path for access in fresh}

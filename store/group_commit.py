@@ -340,8 +340,19 @@ class GroupCommit:
                 chunk_size = 0
             for line, digest, record in zip(lines, digests, records, strict=True):
                 length = len(line)
-                add(head, record.seq, record.pos, ts, record.prev, digest, record.line_kind, record.event,
-                    seg_first, chunk_size, length)
+                add(
+                    head,
+                    record.seq,
+                    record.pos,
+                    ts,
+                    record.prev,
+                    digest,
+                    record.line_kind,
+                    record.event,
+                    seg_first,
+                    chunk_size,
+                    length,
+                )
                 last = (seg_first, chunk_size, length)
                 chunk_size += length
             chunk_lines += lines

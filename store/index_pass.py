@@ -65,8 +65,14 @@ class IndexPass:
         """Index every piece from `start` (segment, offset) to the end of `segments` (or to `stop`)."""
         builder, pending = self.builder, self.pending
         current = start[0]
-        for line in scan_log(log_dir, start_segment=start[0], start_offset=start[1], progress=progress,
-                             segments=segments, stop=stop):
+        for line in scan_log(
+            log_dir,
+            start_segment=start[0],
+            start_offset=start[1],
+            progress=progress,
+            segments=segments,
+            stop=stop,
+        ):
             if line.segment != current:
                 self.flush_corrupt()  # invalid bytes at the end of a rolled segment are never a tail
                 current = line.segment
@@ -83,13 +89,26 @@ class IndexPass:
             head = builder.head(env.sid)
             event = line.record.event if line.record is not None else None
             builder.add(
-                head, env.seq, env.pos, env.ts, env.prev, line.digest, env.kind, event,
-                line.segment, line.offset, line.length,
+                head,
+                env.seq,
+                env.pos,
+                env.ts,
+                env.prev,
+                line.digest,
+                env.kind,
+                event,
+                line.segment,
+                line.offset,
+                line.length,
             )
             if line.record is None:
                 entry = CorruptEntry(
-                    segment=line.segment, offset=line.offset, length=line.length,
-                    sid=env.sid, seq=env.seq, reason=line.error,
+                    segment=line.segment,
+                    offset=line.offset,
+                    length=line.length,
+                    sid=env.sid,
+                    seq=env.seq,
+                    reason=line.error,
                 )
                 builder.add_corrupt(entry)
                 self.corruptions.append(entry)
@@ -103,8 +122,12 @@ class IndexPass:
         """Commit the entries built so far, with `point` (segment, byte offset) as the recovery point."""
         last_segment, last_offset, last_length = self.last
         self.builder.meta = IndexMeta(
-            segment=point[0], offset=point[1], next_pos=self.next_pos,
-            last_segment=last_segment, last_offset=last_offset, last_length=last_length,
+            segment=point[0],
+            offset=point[1],
+            next_pos=self.next_pos,
+            last_segment=last_segment,
+            last_offset=last_offset,
+            last_length=last_length,
         )
         self.index.commit(self.builder.take())
 

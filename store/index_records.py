@@ -160,20 +160,32 @@ def explain_entry(db: str, key: bytes, value: bytes | None) -> tuple[str, int, s
                 return sid, 0, "no summary"
             summary = summary_decoder.decode(value)
             broken = summary.broken_seq or "-"
-            return sid, summary.last_seq, (f"summary: last seq {summary.last_seq} at pos {summary.last_pos}, "
-                                           f"{summary.events} events, broken from seq {broken}")
+            return (
+                sid,
+                summary.last_seq,
+                (
+                    f"summary: last seq {summary.last_seq} at pos {summary.last_pos}, "
+                    f"{summary.events} events, broken from seq {broken}"
+                ),
+            )
         if db == "corrupt":
             segment, offset = CORRUPT_KEY.unpack(key)
             entry = corrupt_decoder.decode(value) if value is not None else None
             who = entry.sid if entry is not None else ""
             said = f"a corrupt line at {segment_name(segment)}@{offset}"
-            return who, entry.seq if entry is not None else 0, said + (" recorded" if value is not None else
-                                                                       ": not recorded")
+            return (
+                who,
+                entry.seq if entry is not None else 0,
+                said + (" recorded" if value is not None else ": not recorded"),
+            )
         if db == "meta":
             if key == b"through" and value is not None:
                 meta = _meta_decoder.decode(value)
-                return "", 0, (f"recovery point {segment_name(meta.segment)}@{meta.offset}, "
-                               f"next pos {meta.next_pos}")
+                return (
+                    "",
+                    0,
+                    (f"recovery point {segment_name(meta.segment)}@{meta.offset}, next pos {meta.next_pos}"),
+                )
             return "", 0, f"meta {key.decode(errors='replace')}" + ("" if value is not None else ": absent")
     except (struct.error, msgspec.DecodeError, UnicodeDecodeError):
         pass

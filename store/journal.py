@@ -123,8 +123,15 @@ class Journal:
         if not readonly:
             assert ack_mark is not None, "a writer keeps the acknowledgement mark"
             self._writer = GroupCommit(
-                root, index=index, recovery=recovery, blobs=self._blobs, segment_bytes=segment_bytes,
-                fsync=fsync, clock_ms=clock_ms, blob_threshold=blob_threshold, ack_mark=ack_mark,
+                root,
+                index=index,
+                recovery=recovery,
+                blobs=self._blobs,
+                segment_bytes=segment_bytes,
+                fsync=fsync,
+                clock_ms=clock_ms,
+                blob_threshold=blob_threshold,
+                ack_mark=ack_mark,
             )
 
     # -- opening ------------------------------------------------------------------
@@ -155,8 +162,9 @@ class Journal:
             raise StorageFailed(f"cannot make the store at {path}: {exc}") from exc
         lock_fd = take_lock(path)
         try:
-            return cls._open_locked(path, lock_fd, segment_bytes, fsync, clock, map_size, blob_threshold,
-                                    progress)
+            return cls._open_locked(
+                path, lock_fd, segment_bytes, fsync, clock, map_size, blob_threshold, progress
+            )
         except (OSError, lmdb.Error) as exc:  # a full disk reaches us from LMDB as lmdb.DiskError
             os.close(lock_fd)
             raise StorageFailed(f"cannot open the store at {path}: {type(exc).__name__}: {exc}") from exc

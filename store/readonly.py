@@ -98,8 +98,12 @@ def index_lag(root: Path, index: Index) -> Lag:
         return Lag(listed, meta, point, bytes_past=past, unindexed=True, evidence=evidence)
     torn = tail[0]
     return Lag(
-        listed, meta, point, bytes_past=past,
-        tail_bytes=sum(piece.length for piece in tail), tail_at=(segment_name(torn.segment), torn.offset),
+        listed,
+        meta,
+        point,
+        bytes_past=past,
+        tail_bytes=sum(piece.length for piece in tail),
+        tail_at=(segment_name(torn.segment), torn.offset),
         evidence=evidence,
     )
 
@@ -145,8 +149,12 @@ def open_for_reading(
     if recovery.unaccepted_losses:
         listed = "; ".join(loss.describe() for loss in recovery.unaccepted_losses)
         note = f"acknowledged lines are missing from the log: {listed}; showing what is left"
-        log.warning("cairn: read-only open of %s: %s (a writer will not open the store until an operator "
-                    "accepts the loss: cairn repair --accept-loss)", root, note)
+        log.warning(
+            "cairn: read-only open of %s: %s (a writer will not open the store until an operator "
+            "accepts the loss: cairn repair --accept-loss)",
+            root,
+            note,
+        )
         recovery = replace(recovery, notes=(*recovery.notes, note))
     return index, recovery, private
 
@@ -184,8 +192,12 @@ def _open_for_reading(
                     raise
             try:
                 if lag.doubt:
-                    log.warning("cairn: the index of %s cannot be trusted (%s); reading through a private "
-                                "index rebuilt from the log", root, lag.doubt)
+                    log.warning(
+                        "cairn: the index of %s cannot be trusted (%s); reading through a private "
+                        "index rebuilt from the log",
+                        root,
+                        lag.doubt,
+                    )
                     return _private_index(root, None, map_size, progress, lag.doubt, store_index)
                 return _private_index(root, store_index, map_size, progress, "", store_index)
             finally:
@@ -203,11 +215,18 @@ def _current(root: Path, lag: Lag, index: Index) -> Recovery:
     if lag.tail_at is not None:
         first = parse_segment_name(lag.tail_at[0])
         tail_place = (first, lag.tail_at[1]) if first is not None else None
-    losses = find_losses(root / "log", segments, log_next, evidence, index,
-                         tail_in_acked=evidence.reaches(tail_place))
+    losses = find_losses(
+        root / "log", segments, log_next, evidence, index, tail_in_acked=evidence.reaches(tail_place)
+    )
     if lag.tail_at is not None:
-        log.info("cairn: %d invalid bytes at %s@%d end the log of %s past its index (a torn tail, or a "
-                 "write in progress); left as they are", lag.tail_bytes, lag.tail_at[0], lag.tail_at[1], root)
+        log.info(
+            "cairn: %d invalid bytes at %s@%d end the log of %s past its index (a torn tail, or a "
+            "write in progress); left as they are",
+            lag.tail_bytes,
+            lag.tail_at[0],
+            lag.tail_at[1],
+            root,
+        )
     return Recovery(
         segments=len(lag.segments),
         scanned_from=(segment_name(lag.point[0]), lag.point[1]) if lag.bytes_past else ("", 0),
@@ -222,7 +241,11 @@ def _current(root: Path, lag: Lag, index: Index) -> Recovery:
 
 
 def _private_index(
-    root: Path, source: Index | None, map_size: int, progress: Progress | None, rebuilt: str,
+    root: Path,
+    source: Index | None,
+    map_size: int,
+    progress: Progress | None,
+    rebuilt: str,
     witness: Index | None,
 ) -> tuple[Index, Recovery, Path]:
     """A private index in a new temporary directory, brought up to the end of the log.
@@ -257,8 +280,10 @@ def _private_index(
         recovery = replace(recovery, index_rebuilt=rebuilt)
     if source is not None and recovery.lines_indexed:
         start, offset = recovery.scanned_from
-        note = (f"the index lagged the log: {recovery.lines_indexed} lines from {start}@{offset} "
-                "caught up in a private index")
+        note = (
+            f"the index lagged the log: {recovery.lines_indexed} lines from {start}@{offset} "
+            "caught up in a private index"
+        )
         torn = recovery.tail_at
         tail = f"; a torn tail of {recovery.tail_bytes} bytes at {torn[0]}@{torn[1]} kept" if torn else ""
         bad = f"; {len(recovery.corruptions)} corrupt lines" if recovery.corruptions else ""
@@ -273,8 +298,9 @@ def _private_copy(root: Path, source: Index, private: Path, map_size: int) -> In
         source.copy_to(private)
         return Index(private, map_size=map_size)
     except (IndexUnusable, OSError) as exc:
-        log.warning("cairn: cannot copy the index of %s (%s); building a private one from the whole log",
-                    root, exc)
+        log.warning(
+            "cairn: cannot copy the index of %s (%s); building a private one from the whole log", root, exc
+        )
         for leftover in private.iterdir():
             leftover.unlink()
         return None

@@ -184,8 +184,9 @@ def recover(
     evidence = _gather_evidence(root, witness)
     listing = _list_log(root, readonly)
     evidence = evidence.with_segments(listing.segments)
-    point = _recovery_point(root, index, listing.segments, evidence, rebuild=rebuild,
-                            names_losses=witness is index)
+    point = _recovery_point(
+        root, index, listing.segments, evidence, rebuild=rebuild, names_losses=witness is index
+    )
     if refuse and point.early_losses is not None:
         _refuse_unaccepted(root, point.early_losses)
     if point.reason:
@@ -221,7 +222,8 @@ def _list_log(root: Path, readonly: bool) -> LogDir:
     if unexpected and not readonly:
         raise UnexpectedEntry(
             f"the log of {root} holds entries that are not segments: {'; '.join(unexpected)}. cairn never "
-            "opens them; move them out of log/ to open the store for writing", tuple(unexpected),
+            "opens them; move them out of log/ to open the store for writing",
+            tuple(unexpected),
         )
     return listing
 
@@ -245,8 +247,11 @@ def _recovery_point(
     early: tuple[Loss, ...] | None = None
     if found is not None and names_losses:
         end = log_end(log_dir, segments)
-        early = tuple(find_losses(log_dir, segments, end.next_pos, evidence, index,
-                                  tail_in_acked=evidence.reaches(end.tail_at)))
+        early = tuple(
+            find_losses(
+                log_dir, segments, end.next_pos, evidence, index, tail_in_acked=evidence.reaches(end.tail_at)
+            )
+        )
     first = segments[0] if segments else 0
     return RecoveryPoint(IndexMeta(segment=first, next_pos=first), reason, early)
 
@@ -282,15 +287,27 @@ def _scan(
 
 
 def _check_losses(
-    root: Path, segments: list[int], scanned: Scanned, evidence: Evidence, witness: Index,
+    root: Path,
+    segments: list[int],
+    scanned: Scanned,
+    evidence: Evidence,
+    witness: Index,
     early: tuple[Loss, ...] | None,
 ) -> LossCheck:
     """Pass 5: the acknowledged positions no line holds (`find_losses`, or those pass 3 named); reads only."""
     log_next = max(scanned.next_pos, segments[-1] if segments else 0)
     losses = early
     if losses is None:
-        losses = tuple(find_losses(root / "log", segments, log_next, evidence, witness,
-                                   tail_in_acked=evidence.reaches(scanned.tail_place)))
+        losses = tuple(
+            find_losses(
+                root / "log",
+                segments,
+                log_next,
+                evidence,
+                witness,
+                tail_in_acked=evidence.reaches(scanned.tail_place),
+            )
+        )
     return LossCheck(losses, log_next, max(log_next, evidence.next_pos))
 
 
@@ -303,8 +320,12 @@ def _refuse_unaccepted(root: Path, losses: tuple[Loss, ...]) -> None:
 def _note_accepted(root: Path, losses: tuple[Loss, ...]) -> None:
     for loss in losses:
         if loss.accepted:
-            log.info("cairn: %s: positions %d-%d are a loss an operator accepted", root, loss.first_pos,
-                     loss.last_pos)
+            log.info(
+                "cairn: %s: positions %d-%d are a loss an operator accepted",
+                root,
+                loss.first_pos,
+                loss.last_pos,
+            )
 
 
 def _cut_torn_tail(log_dir: Path, scanned: Scanned, evidence: Evidence, fsync: FsyncFn) -> None:
@@ -313,8 +334,13 @@ def _cut_torn_tail(log_dir: Path, scanned: Scanned, evidence: Evidence, fsync: F
     assert place is not None
     cut_tail(log_dir, place, fsync)
     why = "within an accepted loss" if evidence.reaches(place) else "never acknowledged"
-    log.warning("cairn: cut a torn tail of %d bytes at %s@%d (%s)", scanned.tail_bytes,
-                segment_name(place[0]), place[1], why)
+    log.warning(
+        "cairn: cut a torn tail of %d bytes at %s@%d (%s)",
+        scanned.tail_bytes,
+        segment_name(place[0]),
+        place[1],
+        why,
+    )
 
 
 def _recovery(

@@ -53,8 +53,11 @@ def reindex_locked(path: Path, progress: Progress | None = None) -> Recovery:
     """`reindex`, for a caller that holds the writer lock."""
     listing = read_log_dir(path / "log")
     if listing.unexpected:
-        raise UnexpectedEntry(f"the log of {path} holds entries that are not segments: "
-                              f"{'; '.join(listing.describe_unexpected())}", listing.describe_unexpected())
+        raise UnexpectedEntry(
+            f"the log of {path} holds entries that are not segments: "
+            f"{'; '.join(listing.describe_unexpected())}",
+            listing.describe_unexpected(),
+        )
     check_dir(path / "index")
     witness: Index | None = None
     if (path / "index" / "data.mdb").exists():
@@ -67,8 +70,9 @@ def reindex_locked(path: Path, progress: Progress | None = None) -> Recovery:
         shutil.rmtree(fresh_dir, ignore_errors=True)
         index = Index(fresh_dir)
         try:
-            result = recover(path, index, readonly=True, progress=progress, rebuild=True, witness=witness,
-                             refuse_loss=True)
+            result = recover(
+                path, index, readonly=True, progress=progress, rebuild=True, witness=witness, refuse_loss=True
+            )
         except BaseException:
             index.close()
             shutil.rmtree(fresh_dir, ignore_errors=True)

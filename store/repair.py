@@ -94,7 +94,8 @@ def accept_loss(
         if not unaccepted:
             raise NothingToRepair(
                 f"no acknowledged line is missing from the log of {path}"
-                + (" beyond the losses already accepted" if found.losses else "") + "; nothing was changed"
+                + (" beyond the losses already accepted" if found.losses else "")
+                + "; nothing was changed"
             )
         cuts = _remains(path, found.segments, unaccepted)
         if found.tail_in_acked and found.end.tail_at is not None:
@@ -102,8 +103,12 @@ def accept_loss(
         quarantined = [_quarantine(path, place, length, fsync) for place, length in cuts]
         record = _operator_record(unaccepted, quarantined, reason, clock_ms)
         append_operator_record(path, record, fsync=fsync)
-        log.warning("cairn: %s: an operator accepted the loss of acknowledged lines: %s%s", path,
-                    "; ".join(loss.describe() for loss in unaccepted), f" ({reason})" if reason else "")
+        log.warning(
+            "cairn: %s: an operator accepted the loss of acknowledged lines: %s%s",
+            path,
+            "; ".join(loss.describe() for loss in unaccepted),
+            f" ({reason})" if reason else "",
+        )
         for place, _ in cuts:
             cut_tail(path / "log", place, fsync)
         reindex_locked(path, progress)
@@ -130,8 +135,11 @@ def _find_losses(path: Path) -> _Found:
     listing = read_log_dir(path / "log")
     if listing.unexpected:
         entries = listing.describe_unexpected()
-        raise UnexpectedEntry(f"the log of {path} holds entries that are not segments: "
-                              f"{'; '.join(entries)}; move them out of log/ first", entries)
+        raise UnexpectedEntry(
+            f"the log of {path} holds entries that are not segments: "
+            f"{'; '.join(entries)}; move them out of log/ first",
+            entries,
+        )
     segments = listing.segments
     names: Index | None = None
     if (path / "index" / "data.mdb").exists():
@@ -144,8 +152,14 @@ def _find_losses(path: Path) -> _Found:
         evidence = gather_evidence(path, meta).with_segments(segments)
         end = log_end(path / "log", segments)
         tail_in_acked = evidence.reaches(end.tail_at)
-        losses = find_losses(path / "log", segments, max(end.next_pos, segments[-1] if segments else 0),
-                             evidence, names, tail_in_acked=tail_in_acked)
+        losses = find_losses(
+            path / "log",
+            segments,
+            max(end.next_pos, segments[-1] if segments else 0),
+            evidence,
+            names,
+            tail_in_acked=tail_in_acked,
+        )
     finally:
         if names is not None:
             names.close()
@@ -158,8 +172,10 @@ def _operator_record(
     """The operator log's record of accepting `unaccepted`: what, who, where, when and why."""
     return AcceptedLoss(
         ts=clock_ms() if clock_ms is not None else time.time_ns() // 1_000_000,
-        ranges=tuple(PositionRange(first_pos=loss.first_pos, last_pos=loss.last_pos, where=loss.where)
-                     for loss in unaccepted),
+        ranges=tuple(
+            PositionRange(first_pos=loss.first_pos, last_pos=loss.last_pos, where=loss.where)
+            for loss in unaccepted
+        ),
         sessions=tuple(session for loss in unaccepted for session in loss.sessions),
         sessions_known=all(loss.sessions_known for loss in unaccepted),
         quarantined=tuple(quarantined),
@@ -205,8 +221,13 @@ def _quarantine(root: Path, place: tuple[int, int], length: int, fsync: FsyncFn)
     fsync_dir(root / QUARANTINE, fsync)
     if made:
         fsync_dir(root, fsync)
-    return Quarantined(file=name, segment=segment_name(segment), offset=offset, length=len(data),
-                       sha256=hashlib.sha256(data).hexdigest())
+    return Quarantined(
+        file=name,
+        segment=segment_name(segment),
+        offset=offset,
+        length=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def _user() -> str:

@@ -64,7 +64,10 @@ class SessionReader:
                 if chain and prev_digest is not None and record.prev != prev_digest:
                     raise CorruptionError(
                         "hash chain broken: prev does not name the previous line",
-                        segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+                        segment=segment_name(loc.segment),
+                        offset=loc.offset,
+                        sid=sid,
+                        seq=seq,
                     )
                 prev_digest = digest
                 cursor = seq + 1
@@ -144,8 +147,10 @@ class SessionReader:
                 else:
                     return records
         # the slow path names the first bad line exactly (and raises for it)
-        return [self._read_line(sid, seq, Loc(seg, off, length, pos), False)[0]
-                for seq, seg, off, length, pos in run]
+        return [
+            self._read_line(sid, seq, Loc(seg, off, length, pos), False)[0]
+            for seq, seg, off, length, pos in run
+        ]
 
     def _read_page(self, page: list[tuple[int, Loc]]) -> list[bytes | None]:
         """The raw lines of a page of locations, one pread per run of adjacent lines.
@@ -188,13 +193,19 @@ class SessionReader:
         except (DecodeError, OSError) as exc:
             raise CorruptionError(
                 f"unreadable line: {exc}",
-                segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+                segment=segment_name(loc.segment),
+                offset=loc.offset,
+                sid=sid,
+                seq=seq,
             ) from exc
         if record.sid != sid or record.seq != seq or record.pos != loc.pos:
             raise CorruptionError(
                 f"the line holds {record.sid} seq {record.seq} pos {record.pos}, "
                 f"the index expects seq {seq} pos {loc.pos}",
-                segment=segment_name(loc.segment), offset=loc.offset, sid=sid, seq=seq,
+                segment=segment_name(loc.segment),
+                offset=loc.offset,
+                sid=sid,
+                seq=seq,
             )
         return record, digest
 
@@ -239,11 +250,16 @@ def broken_session(index: Index, sid: str, seq: int) -> CorruptionError:
         if entry.sid == sid:
             return CorruptionError(
                 f"the session is unreadable from seq {seq}: {entry.reason}",
-                segment=segment_name(entry.segment), offset=entry.offset, sid=sid, seq=entry.seq or seq,
+                segment=segment_name(entry.segment),
+                offset=entry.offset,
+                sid=sid,
+                seq=entry.seq or seq,
             )
     loc = index.location(sid, seq) or index.location(sid, seq - 1)
     return CorruptionError(
         f"the session's seq or hash chain breaks at seq {seq}",
-        segment=segment_name(loc.segment) if loc else "?", offset=loc.offset if loc else -1,
-        sid=sid, seq=seq,
+        segment=segment_name(loc.segment) if loc else "?",
+        offset=loc.offset if loc else -1,
+        sid=sid,
+        seq=seq,
     )

@@ -96,8 +96,13 @@ def _check_layout(root: Path, report: VerifyReport) -> None:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(mode):
-            report.problems.append(Problem(code="unexpected-entry", segment=name,
-                                           message="not a regular file where cairn keeps one of its own"))
+            report.problems.append(
+                Problem(
+                    code="unexpected-entry",
+                    segment=name,
+                    message="not a regular file where cairn keeps one of its own",
+                )
+            )
 
 
 def _check_log_dir(root: Path, report: VerifyReport) -> list[int]:
@@ -105,9 +110,14 @@ def _check_log_dir(root: Path, report: VerifyReport) -> list[int]:
     listing = read_log_dir(root / "log")
     report.segments = len(listing.segments)
     for name, what in listing.unexpected:
-        report.problems.append(Problem(code="unexpected-entry", segment=f"log/{name}",
-                                       message=f"{what}: not a segment; cairn never opens it, and a writer "
-                                       "will not open the store while it is there"))
+        report.problems.append(
+            Problem(
+                code="unexpected-entry",
+                segment=f"log/{name}",
+                message=f"{what}: not a segment; cairn never opens it, and a writer "
+                "will not open the store while it is there",
+            )
+        )
     return listing.segments
 
 
@@ -193,9 +203,16 @@ class _LogCheck:
                 if self.owners is None:
                     self.owners = index_owners(self.root)
                 sid, seq = self.owners.get((bad.segment, bad.offset), ("", 0))
-            self.report.problems.append(Problem(code="corrupt-line", message=bad.error,
-                                                segment=segment_name(bad.segment), offset=bad.offset,
-                                                sid=sid, seq=seq))
+            self.report.problems.append(
+                Problem(
+                    code="corrupt-line",
+                    message=bad.error,
+                    segment=segment_name(bad.segment),
+                    offset=bad.offset,
+                    sid=sid,
+                    seq=seq,
+                )
+            )
 
     def line(self, line: LogLine, env: Envelope) -> None:
         """One sound line: its position, its session's seq and chain, its blobs; past the point, lag."""
@@ -209,8 +226,9 @@ class _LogCheck:
             self.lag_bytes += line.length
             self.lag_positions = (self.lag_positions[0], env.pos)
         if line.offset == 0 and env.pos != line.segment:
-            report.problems.append(_at(line, env, "segment-name",
-                                       f"segment named {line.segment} starts at pos {env.pos}"))
+            report.problems.append(
+                _at(line, env, "segment-name", f"segment named {line.segment} starts at pos {env.pos}")
+            )
         expected = self.expected_pos
         if expected is not None and env.pos != expected:
             gap = _at(line, env, "pos-gap", f"pos {env.pos} where {expected} was expected")
@@ -272,8 +290,14 @@ class _LogCheck:
 
 def _at(line: LogLine, env: Envelope, code: str, message: str) -> Problem:
     """A problem of one sound line, placed at its segment, offset, session and seq."""
-    return Problem(code=code, message=message, segment=segment_name(line.segment), offset=line.offset,
-                   sid=env.sid, seq=env.seq)
+    return Problem(
+        code=code,
+        message=message,
+        segment=segment_name(line.segment),
+        offset=line.offset,
+        sid=env.sid,
+        seq=env.seq,
+    )
 
 
 def _report_torn_tail(scan: LogScan, tail_in_acked: bool, report: VerifyReport) -> None:
@@ -281,15 +305,23 @@ def _report_torn_tail(scan: LogScan, tail_in_acked: bool, report: VerifyReport) 
     if tail_in_acked:
         return
     for bad in scan.torn:
-        report.warnings.append(Problem(
-            code="torn-tail", segment=segment_name(bad.segment), offset=bad.offset,
-            message=f"{bad.length} bytes past what was acknowledged (a write a crash interrupted, cut "
-            f"at the next open, or one in progress): {bad.error}",
-        ))
+        report.warnings.append(
+            Problem(
+                code="torn-tail",
+                segment=segment_name(bad.segment),
+                offset=bad.offset,
+                message=f"{bad.length} bytes past what was acknowledged (a write a crash interrupted, cut "
+                f"at the next open, or one in progress): {bad.error}",
+            )
+        )
 
 
 def _report_losses(
-    root: Path, segments: list[int], tail_in_acked: bool, evidence: Evidence, report: VerifyReport,
+    root: Path,
+    segments: list[int],
+    tail_in_acked: bool,
+    evidence: Evidence,
+    report: VerifyReport,
     scan: LogScan,
 ) -> None:
     """Acknowledged positions the log does not hold (problems), those accepted (warnings), and the gaps
@@ -308,19 +340,29 @@ def _report_losses(
     report.losses = losses
     for loss in losses:
         if loss.accepted:
-            report.warnings.append(Problem(code="accepted-loss",
-                                           message=f"{loss.describe()}; {_who(loss, evidence)}"))
+            report.warnings.append(
+                Problem(code="accepted-loss", message=f"{loss.describe()}; {_who(loss, evidence)}")
+            )
             continue
-        report.problems.append(Problem(code="acknowledged-missing", message=(
-            f"{loss.describe()}. Acknowledged lines are gone: a writer will not open the store until an "
-            "operator accepts the loss (cairn repair --accept-loss)"
-        )))
+        report.problems.append(
+            Problem(
+                code="acknowledged-missing",
+                message=(
+                    f"{loss.describe()}. Acknowledged lines are gone: a writer will not open the store "
+                    "until an operator accepts the loss (cairn repair --accept-loss)"
+                ),
+            )
+        )
         for session in loss.sessions[:_SHOWN_SESSIONS]:
-            report.problems.append(Problem(
-                code="acknowledged-missing", sid=session.sid, seq=session.first_seq,
-                message=f"{session} (within positions {loss.first_pos}-{loss.last_pos}) acknowledged, not in "
-                "the log",
-            ))
+            report.problems.append(
+                Problem(
+                    code="acknowledged-missing",
+                    sid=session.sid,
+                    seq=session.first_seq,
+                    message=f"{session} (within positions {loss.first_pos}-{loss.last_pos}) "
+                    "acknowledged, not in the log",
+                )
+            )
     spans = [(loss.first_pos, loss.last_pos) for loss in losses]
     for gap, first, last in scan.pos_gaps:
         if not any(low <= first and last <= high for low, high in _merged(spans)):
@@ -328,9 +370,13 @@ def _report_losses(
     accepted = [(loss.first_pos, loss.last_pos) for loss in losses if loss.accepted]
     for gap, before, after in scan.seq_gaps:
         if any(low < after and high > before for low, high in accepted):  # lines between were lost
-            report.warnings.append(msgspec.structs.replace(
-                gap, message=gap.message + " (the seqs between were lost in a loss an operator accepted; "
-                "the session stays unreadable past the gap)"))
+            report.warnings.append(
+                msgspec.structs.replace(
+                    gap,
+                    message=gap.message + " (the seqs between were lost in a loss an operator accepted; "
+                    "the session stays unreadable past the gap)",
+                )
+            )
         else:
             report.problems.append(gap)
 
@@ -357,14 +403,22 @@ def _who(loss: Loss, evidence: Evidence) -> str:
 
 def _check_modes(root: Path, segments: list[int], report: VerifyReport) -> None:
     """Store directories and files others than the owner can reach (cairn makes them 0700 / 0600)."""
-    names = (*_OWN_DIRS, *_OWN_FILES, "index/data.mdb", "index/lock.mdb",
-             *(f"log/{segment_name(first)}" for first in segments))
+    names = (
+        *_OWN_DIRS,
+        *_OWN_FILES,
+        "index/data.mdb",
+        "index/lock.mdb",
+        *(f"log/{segment_name(first)}" for first in segments),
+    )
     loose = loose_modes(root, names)
     if loose:
         shown = ", ".join(loose[:6]) + (f" and {len(loose) - 6} more" if len(loose) > 6 else "")
-        report.warnings.append(Problem(code="permissions", message=(
-            f"store entries others can reach: {shown}; they carry conversation data (cairn makes its "
-            "directories 0700 and files 0600; chmod go-rwx to close them)"
-        )))
-
-
+        report.warnings.append(
+            Problem(
+                code="permissions",
+                message=(
+                    f"store entries others can reach: {shown}; they carry conversation data (cairn makes its "
+                    "directories 0700 and files 0600; chmod go-rwx to close them)"
+                ),
+            )
+        )

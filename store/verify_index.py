@@ -49,8 +49,9 @@ def snapshot_index(root: Path, report: VerifyReport) -> IndexSnapshot | None:
     if (root / "index").is_symlink():
         return None  # named by the layout check; never read through
     if not (root / "index" / "data.mdb").exists():
-        report.warnings.append(Problem(code="index-missing",
-                                       message="no index; it is rebuilt at the next open"))
+        report.warnings.append(
+            Problem(code="index-missing", message="no index; it is rebuilt at the next open")
+        )
         return None
     try:
         index = Index(root / "index", readonly=True)
@@ -76,26 +77,46 @@ def check_index(
         return
     meta = snapshot.meta
     if meta is None:
-        report.warnings.append(Problem(code="index-empty",
-                                       message="the index covers nothing yet; it is built at the next open"))
+        report.warnings.append(
+            Problem(code="index-empty", message="the index covers nothing yet; it is built at the next open")
+        )
         return
     if any(not loss.accepted and loss.first_pos < meta.next_pos for loss in report.losses):
-        report.info.append(Problem(code="index-not-compared", message=(
-            "the index covers acknowledged lines the log lost (acknowledged-missing); it is compared with "
-            "the log once the loss is accepted")))
+        report.info.append(
+            Problem(
+                code="index-not-compared",
+                message=(
+                    "the index covers acknowledged lines the log lost (acknowledged-missing); "
+                    "it is compared with the log once the loss is accepted"
+                ),
+            )
+        )
         return
     reason = point_doubt(root / "log", segments, meta)
     last_line = (segment_name(meta.last_segment), meta.last_offset)
-    if reason and any(p.code == "corrupt-line" and (p.segment, p.offset) == last_line
-                      for p in report.problems):
-        report.info.append(Problem(code="index-not-compared", message=(
-            "the last line the index covers is corrupt (corrupt-line); a writer's next open rebuilds the "
-            "index")))
+    if reason and any(
+        p.code == "corrupt-line" and (p.segment, p.offset) == last_line for p in report.problems
+    ):
+        report.info.append(
+            Problem(
+                code="index-not-compared",
+                message=(
+                    "the last line the index covers is corrupt (corrupt-line); "
+                    "a writer's next open rebuilds the index"
+                ),
+            )
+        )
         return
     if reason:
-        report.problems.append(Problem(code="index-point", message=(
-            f"the index claims lines the log does not back ({reason}); a writer's next open rebuilds it "
-            "once any loss is accepted")))
+        report.problems.append(
+            Problem(
+                code="index-point",
+                message=(
+                    f"the index claims lines the log does not back ({reason}); "
+                    "a writer's next open rebuilds it once any loss is accepted"
+                ),
+            )
+        )
         return
     point = (meta.segment, meta.offset)
     fresh = _fresh_dump(root, segments, point)
@@ -108,16 +129,23 @@ def check_index(
         report.index_lag_lines = lag.lines
         report.index_lag_bytes = lag.bytes
         first, last = lag.positions
-        report.info.append(Problem(code="index-lag", message=(
-            f"the index covers the log through pos {meta.next_pos - 1} "
-            f"({segment_name(point[0])}@{point[1]}); {lag.lines} lines past it "
-            f"(positions {first}-{last}, {lag.bytes} bytes) are not indexed yet: a writer indexes them "
-            "as it commits, or at its next open"
-        )))
+        report.info.append(
+            Problem(
+                code="index-lag",
+                message=(
+                    f"the index covers the log through pos {meta.next_pos - 1} "
+                    f"({segment_name(point[0])}@{point[1]}); {lag.lines} lines past it "
+                    f"(positions {first}-{last}, {lag.bytes} bytes) are not indexed yet: "
+                    "a writer indexes them as it commits, or at its next open"
+                ),
+            )
+        )
 
 
 def _report_differences(
-    current: list[tuple[str, bytes, bytes]], fresh: list[tuple[str, bytes, bytes]], point: tuple[int, int],
+    current: list[tuple[str, bytes, bytes]],
+    fresh: list[tuple[str, bytes, bytes]],
+    point: tuple[int, int],
     report: VerifyReport,
 ) -> None:
     """Where the index and a rebuild through the same point disagree, per session, in the log's terms."""
@@ -135,14 +163,24 @@ def _report_differences(
     for sid, found in list(by_session.items())[:_SHOWN_SESSIONS]:
         shown = "; ".join(text for _, text in found[:_SHOWN_PER_SESSION])
         more = f"; and {len(found) - _SHOWN_PER_SESSION} more" if len(found) > _SHOWN_PER_SESSION else ""
-        report.problems.append(Problem(
-            code="index-differs", sid=sid, seq=min((seq for seq, _ in found if seq), default=0),
-            message=f"the index disagrees with the log it covers (through {where}): {shown}{more}",
-        ))
+        report.problems.append(
+            Problem(
+                code="index-differs",
+                sid=sid,
+                seq=min((seq for seq, _ in found if seq), default=0),
+                message=f"the index disagrees with the log it covers (through {where}): {shown}{more}",
+            )
+        )
     if len(by_session) > _SHOWN_SESSIONS:
-        report.problems.append(Problem(code="index-differs", message=(
-            f"and {len(by_session) - _SHOWN_SESSIONS} more sessions whose index entries disagree with the log"
-        )))
+        report.problems.append(
+            Problem(
+                code="index-differs",
+                message=(
+                    f"and {len(by_session) - _SHOWN_SESSIONS} more sessions"
+                    " whose index entries disagree with the log"
+                ),
+            )
+        )
 
 
 def _fresh_dump(root: Path, segments: list[int], point: tuple[int, int]) -> list[tuple[str, bytes, bytes]]:

@@ -60,7 +60,10 @@ def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
         assert summary is not None
         assert (summary.created_ts, summary.updated_ts, summary.last_usage_total_tokens) == (10, 42, 108)
         assert summary.counts == {
-            "checkpoint-committed": 1, "session-started": 1, "usage": 1, "user-message": 1,
+            "checkpoint-committed": 1,
+            "session-started": 1,
+            "usage": 1,
+            "user-message": 1,
         }
         assert (summary.checkpoint_seq, summary.checkpoint_epoch, summary.checkpoint_pos) == (4, 1, 3)
         assert [(c.epoch, c.seq, c.pos) for c in journal.checkpoints("s")] == [(1, 4, 3)]
@@ -80,8 +83,9 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
         assert len(journal._writer._builder._heads) <= 4  # the cap plus the batch in hand
         for round_ in range(2):
             for sid in sids:
-                journal.append(sid, [Usage(request_id=f"r{round_}", total_tokens=round_)],
-                               expected_seq=1 + round_)
+                journal.append(
+                    sid, [Usage(request_id=f"r{round_}", total_tokens=round_)], expected_seq=1 + round_
+                )
         assert [journal.last_seq(sid) for sid in sids] == [3] * 10
         assert all(journal.load(sid) == journal.replay_full(sid) for sid in sids)
         live = journal.index_dump()
@@ -91,9 +95,22 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
 
 def test_a_running_head_encodes_to_the_bytes_of_its_summary() -> None:
     summary = SessionSummary(
-        sid="s-1", last_seq=9, head="ab" * 16, last_pos=40, workspace="/w", model="m", created_ts=1,
-        updated_ts=2, events=9, counts={"usage": 2, "request": 3}, info_seq=1, checkpoint_seq=7,
-        checkpoint_pos=38, checkpoint_epoch=2, last_usage_total_tokens=None, broken_seq=0,
+        sid="s-1",
+        last_seq=9,
+        head="ab" * 16,
+        last_pos=40,
+        workspace="/w",
+        model="m",
+        created_ts=1,
+        updated_ts=2,
+        events=9,
+        counts={"usage": 2, "request": 3},
+        info_seq=1,
+        checkpoint_seq=7,
+        checkpoint_pos=38,
+        checkpoint_epoch=2,
+        last_usage_total_tokens=None,
+        broken_seq=0,
     )
     head = _Head.of(summary)
     head.counts["usage"] += 1  # the head's counts are its own

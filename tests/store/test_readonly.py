@@ -288,6 +288,7 @@ def test_a_writer_rolling_a_segment_while_a_reader_opens_is_no_reason_to_distrus
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import cairn.store.readonly as recovery_module
+
     root = tmp_path / "store"
     writer = Journal.open(root, segment_bytes=1_500)
     try:
