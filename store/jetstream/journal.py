@@ -54,7 +54,7 @@ from cairn.store.jetstream.layout import (
     ensure_layout,
 )
 from cairn.store.jetstream.loop import LoopThread
-from cairn.store.jetstream.names import events_subject, session_token
+from cairn.store.jetstream.names import session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
 from cairn.store.jetstream.reading import SessionReads
 from cairn.store.jetstream.reads import DirectReader
@@ -98,7 +98,7 @@ class JetStreamJournal(SessionReads):
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._closed = False
         reader = DirectReader(nc, layout.stream, timeout_s=request_timeout_s)
-        super().__init__(reader, handles.pointers, nc.jetstream(timeout=request_timeout_s), layout.stream)
+        super().__init__(reader, handles.pointers, nc.jetstream(timeout=request_timeout_s), layout)
 
     @classmethod
     def open(
@@ -275,7 +275,7 @@ class JetStreamJournal(SessionReads):
     async def _append_locked(
         self, sid: str, events: list[tuple[EventBase, bytes, str]], expected: int, ts: int, timeout_s: float
     ) -> list[Record]:
-        subject = events_subject(sid)
+        subject = self.layout.subject(sid)
         token = session_token(sid)
         head = self._heads.get(sid)
         if head is None or head.last_seq != expected:

@@ -31,7 +31,7 @@ from nats.js.object_store import ObjectStore
 
 from cairn.events.errors import InputError
 from cairn.store.errors import SeqConflict, StorageError
-from cairn.store.jetstream.names import EVENTS_SUBJECT_PREFIX
+from cairn.store.jetstream.names import EVENTS_SUBJECT_PREFIX, session_token
 
 #: messages one atomic batch may hold (the server's default `batch.max_msgs`)
 MAX_BATCH_MSGS = 1_000
@@ -65,10 +65,26 @@ class Layout:
     blobs: str = "CAIRN_BLOBS"
     pointers: str = "CAIRN_CHECKPOINTS"
     replicas: int = 3
+    #: the subjects' prefix: `cairn.events` (`names.events_subject`); tests isolate themselves with another
+    prefix: str = EVENTS_SUBJECT_PREFIX
+
+    @classmethod
+    def named(cls, name: str) -> Layout:
+        """A layout of its own beside the default one (tests, benches): every name suffixed by `name`."""
+        return cls(
+            stream=f"CAIRN_EVENTS_{name}",
+            blobs=f"CAIRN_BLOBS_{name}",
+            pointers=f"CAIRN_CHECKPOINTS_{name}",
+            prefix=f"cairn-{name}.events",
+        )
 
     @property
     def subjects(self) -> str:
-        return f"{EVENTS_SUBJECT_PREFIX}.>"
+        return f"{self.prefix}.>"
+
+    def subject(self, sid: str) -> str:
+        """The subject of session `sid`'s events (InvalidSessionId for a bad id)."""
+        return f"{self.prefix}.{session_token(sid)}"
 
     def stream_config(self) -> StreamConfig:
         return StreamConfig(

@@ -22,8 +22,9 @@ from cairn.events.errors import DecodeError
 from cairn.events.kinds import CheckpointCommitted, SessionStarted
 from cairn.events.state import Replayer, SessionState
 from cairn.store.index import CheckpointRef, IndexBuilder, IndexMeta, SessionSummary
+from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.lines import corrupt, decode_page
-from cairn.store.jetstream.names import EVENTS_SUBJECT_PREFIX, events_subject, session_of_token, session_token
+from cairn.store.jetstream.names import session_of_token, session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, put_pointer
 from cairn.store.jetstream.reads import PAGE_MSGS, DirectReader, Stored
 from cairn.store.jetstream.writer import Head, head_of, log
@@ -36,11 +37,14 @@ _summary_decoder = msgspec.json.Decoder(SessionSummary)
 class SessionReads:
     """Reads of a JetStream store; the journal supplies `_call` (run a coroutine on its loop)."""
 
-    def __init__(self, reader: DirectReader, pointers: KeyValue, js: JetStreamContext, stream: str) -> None:
+    def __init__(
+        self, reader: DirectReader, pointers: KeyValue, js: JetStreamContext, layout: Layout
+    ) -> None:
         self._reader = reader
         self._pointers = pointers
         self._js = js
-        self._stream = stream
+        self._layout = layout
+        self._stream = layout.stream
 
     def _call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         raise NotImplementedError
@@ -51,7 +55,7 @@ class SessionReads:
         return self._reader.messages
 
     def _head(self, sid: str) -> Head:
-        return head_of(self._call(self._reader.last(events_subject(sid))))
+        return head_of(self._call(self._reader.last(self._layout.subject(sid))))
 
     def last_seq(self, sid: str) -> int:
         """The session's highest seq (0 when unknown): one read of its last message."""
@@ -68,7 +72,7 @@ class SessionReads:
         start_stream: int | None = None,
     ) -> Iterator[tuple[list[Record], list[Stored]]]:
         """The session's records from_seq..to_seq in checked pages, with the messages that hold them."""
-        subject = events_subject(sid)
+        subject = self._layout.subject(sid)
         head = head if head is not None else self._head(sid)
         to_seq = min(to_seq, head.last_seq)
         from_seq = max(1, from_seq)
@@ -162,7 +166,7 @@ class SessionReads:
     def _line_at(self, sid: str, stream_seq: int, seq: int) -> Record | None:
         """The record at `stream_seq` if it is `sid`'s line of seq `seq`, else None."""
         found = self._call(self._reader.at(stream_seq))
-        if found is None or found.subject != events_subject(sid):
+        if found is None or found.subject != self._layout.subject(sid):
             return None
         try:
             record = decode_line(found.data)
@@ -207,9 +211,9 @@ class SessionReads:
 
     def session_ids(self) -> list[str]:
         """Every session with events, in id order (one stream-info request)."""
-        info = self._call(self._js.stream_info(self._stream, subjects_filter=f"{EVENTS_SUBJECT_PREFIX}.>"))
+        info = self._call(self._js.stream_info(self._stream, subjects_filter=self._layout.subjects))
         subjects = info.state.subjects or {}
-        cut = len(EVENTS_SUBJECT_PREFIX) + 1
+        cut = len(self._layout.prefix) + 1
         return sorted(session_of_token(subject[cut:]) for subject in subjects)
 
     def sessions(self) -> Iterator[SessionSummary]:
