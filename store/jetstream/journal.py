@@ -66,6 +66,11 @@ _MAX_TS = (1 << 63) - 1
 _CACHED_HEADS = 4_096
 
 
+async def _connection_trouble(error: Exception) -> None:
+    """nats-py's report of a connection error: a node went away, the client reconnects to another."""
+    log.info("cairn: NATS connection: %s: %s", type(error).__name__, error)
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -128,6 +133,7 @@ class JetStreamJournal(SessionReads):
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=0.25,
                     allow_reconnect=True,
+                    error_cb=_connection_trouble,
                 ),
                 connect_timeout_s * 2,
             )
