@@ -14,7 +14,5 @@ def fresh_layout() -> Layout:
     return Layout.named(uuid.uuid4().hex[:10])
 
 
-def open_journal(cluster: LocalCluster, layout: Layout | None = None, **kwargs: object) -> JetStreamJournal:
-    return JetStreamJournal.open(
-        cluster.url, layout=layout if layout is not None else fresh_layout(), **kwargs
-    )  # type: ignore[arg-type]
+def open_journal(cluster: LocalCluster, layout: Layout | None = None) -> JetStreamJournal:
+    return JetStreamJournal.open(cluster.url, layout=layout if layout is not None else fresh_layout())
