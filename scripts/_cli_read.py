@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cairn._cli_base import EXIT_OK, UsageError, open_store
+from cairn._cli_base import EXIT_OK, UsageError, cluster_url, open_store, where
 from cairn._cli_output import clip, iso, print_json, print_table, warn
 from cairn.events.codec import Record, decode_line
 from cairn.events.errors import CairnError, UnknownKind
@@ -40,6 +40,7 @@ from cairn.events.state import replay
 
 if TYPE_CHECKING:
     from cairn.store import CorruptionError
+    from cairn.store.backend import JournalBackend
     from cairn.store.index import SessionSummary
 
 #: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
@@ -139,7 +140,7 @@ def _tokens_cell(value: int | None, complete: bool) -> str:
 def cmd_sessions(args: argparse.Namespace) -> int:
     """Every session with its size, model, checkpoint and provider-reported usage."""
     with open_store(args) as journal:
-        summaries = list(journal.sessions())
+        summaries = full_summaries(journal)
     if args.json:
         fields = ("prompt_reports", "completion_reports")
         print_json(
@@ -184,6 +185,19 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def full_summaries(journal: JournalBackend) -> list[SessionSummary]:
+    """Every session's full summary (model, counts, usage, checkpoint), in the backend's order.
+
+    The local index holds them; a cluster's cheap `sessions()` holds only
+    the head of each, so there each session is folded by `session(sid)`: a
+    read of every event of the store (what `cairn sessions --nats` costs).
+    """
+    ids = getattr(journal, "session_ids", None)
+    if ids is None:
+        return list(journal.sessions())
+    return [summary for sid in ids() if (summary := journal.session(sid)) is not None]
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     """A session's events; a kind this cairn does not know is listed by its envelope.
 
@@ -210,7 +224,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         with open_store(args) as journal:
             summary = journal.session(args.session)
             if summary is None or summary.last_seq == 0:
-                raise UsageError(f"no session {args.session!r} in {args.store}")
+                raise UsageError(f"no session {args.session!r} in {where(args)}")
             _check_kinds(kinds, summary)
             next_seq = args.from_seq
             try:
@@ -218,7 +232,7 @@ def cmd_log(args: argparse.Namespace) -> int:
                     emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
                     next_seq = record.seq + 1
             except CorruptionError as exc:
-                unknown = _unknown_kind_at(Path(args.store), exc)
+                unknown = None if cluster_url(args) else _unknown_kind_at(Path(args.store), exc)
                 if unknown is None:
                     raise
                 _list_rest_raw(args, next_seq, unknown, emit, exc)
@@ -316,7 +330,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     out = []
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         for ref in journal.checkpoints(args.session):
             record = next(journal.read(args.session, ref.seq, ref.seq))
             cp = record.event
@@ -363,7 +377,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--until {args.until}: seqs start at 1 (--until 1 replays the first event)")
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         state = replay(journal.read(args.session, 1, args.until))
     summary = {
         "sid": state.sid,
@@ -402,7 +416,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         state = journal.load(args.session)
     counter = TokenCounter()
     request = assemble(state, HistoryView(counter))
