@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from cairn.store import CorruptionError
     from cairn.store.backend import JournalBackend
     from cairn.store.index import SessionSummary
+    from cairn.store.reader import AuditRecord
 
 #: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
 Emit = Callable[[int, int, str, str, dict[str, Any]], None]
@@ -222,20 +223,20 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     try:
         with open_store(args) as journal:
-            summary = journal.session(args.session)
-            if summary is None or summary.last_seq == 0:
+            if journal.last_seq(args.session) == 0:
                 raise UsageError(f"no session {args.session!r} in {where(args)}")
-            _check_kinds(kinds, summary)
+            _check_kinds(kinds, journal, args.session)
             next_seq = args.from_seq
             try:
                 for record in journal.read(args.session, args.from_seq, args.to_seq):
                     emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
                     next_seq = record.seq + 1
             except CorruptionError as exc:
-                unknown = None if cluster_url(args) else _unknown_kind_at(Path(args.store), exc)
-                if unknown is None:
+                found = _raw_rest(journal, args, exc, next_seq)
+                if found is None:
                     raise
-                _list_rest_raw(args, next_seq, unknown, emit, exc)
+                unknown, lines = found
+                _list_rest_raw(args, next_seq, unknown, emit, exc, lines)
     except CorruptionError:
         if rows and not args.json:  # what was read before the bad line
             print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
@@ -245,19 +246,44 @@ def cmd_log(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _raw_rest(
+    journal: JournalBackend, args: argparse.Namespace, error: CorruptionError, next_seq: int
+) -> tuple[str, Iterator[AuditRecord]] | None:
+    """When the line `error` names is of a kind this cairn does not know: that kind, and the session's
+    raw lines from `next_seq` on (local segments or the cluster's messages); else None."""
+    if cluster_url(args) is None:
+        from cairn.store.reader import iter_records
+
+        unknown = _unknown_kind_at(Path(args.store), error)
+        lines = iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq)
+        return None if unknown is None else (unknown, lines)
+    from cairn.store.jetstream.journal import JetStreamJournal
+    from cairn.store.jetstream.raw import raw_session_lines, unknown_kind_at
+
+    assert isinstance(journal, JetStreamJournal)
+    unknown = unknown_kind_at(journal, args.session, error)
+    if unknown is None:
+        return None
+    return unknown, raw_session_lines(journal, args.session, next_seq, args.to_seq)
+
+
 def _list_rest_raw(
-    args: argparse.Namespace, next_seq: int, unknown: str, emit: Emit, cause: CorruptionError
+    args: argparse.Namespace,
+    next_seq: int,
+    unknown: str,
+    emit: Emit,
+    cause: CorruptionError,
+    lines: Iterator[AuditRecord],
 ) -> None:
-    """The listing of `cmd_log` from `next_seq` on, from the raw segments: the line there is of a kind
+    """The listing of `cmd_log` from `next_seq` on, from the raw lines: the line there is of a kind
     this cairn does not know (`unknown`), which the listing shows by its envelope only."""
     from cairn.store import CorruptionError
-    from cairn.store.reader import iter_records
 
     warn(
         f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
-        f"({unknown}); listing the rest from the raw log"
+        f"({unknown}); listing the rest from the raw lines"
     )
-    for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
+    for line in lines:
         env = line.envelope
         if env.seq != next_seq:  # a line the raw reader could not read at all
             raise CorruptionError(
@@ -296,13 +322,30 @@ def _check_range(from_seq: int, to_seq: int | None) -> None:
         raise UsageError(f"--to {to_seq} is before --from {from_seq}: nothing to list")
 
 
-def _check_kinds(kinds: set[str], summary: SessionSummary) -> None:
+def _check_kinds(kinds: set[str], journal: JournalBackend, sid: str) -> None:
     """A usage error for a `--kind` that no cairn event has and the session's log does not hold.
 
     A kind this cairn does not know is accepted when the session holds it
     (a log written by a newer cairn); a typo is not silently an empty listing.
+    The session's summary is read only for such a kind (on a cluster it is a
+    read of the whole session, and it stops at a kind this cairn does not know).
     """
-    wrong = sorted(kind for kind in kinds if kind not in KINDS and kind not in summary.counts)
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if not unknown:
+        return
+    from cairn.store import CorruptionError
+
+    try:
+        summary = journal.session(sid)
+        held = set(summary.counts) if summary is not None else set()
+    except CorruptionError:  # a cluster's summary stops at a newer kind: the envelopes tell the kinds
+        from cairn.store.jetstream.journal import JetStreamJournal
+        from cairn.store.jetstream.raw import raw_session_lines
+
+        if not isinstance(journal, JetStreamJournal):
+            raise
+        held = {line.envelope.kind for line in raw_session_lines(journal, sid, 1)}
+    wrong = sorted(kind for kind in unknown if kind not in held)
     if wrong:
         raise UsageError(f"no event kind {', '.join(map(repr, wrong))}; the kinds are: {', '.join(KINDS)}")
 

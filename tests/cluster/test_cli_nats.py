@@ -24,14 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from cairn import cli
+from cairn.events.codec import chain_digest
 from cairn.events.kinds import CheckpointCommitted
 from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.local_cluster import LocalCluster
 from tests.actors.helpers import WAIT, Seed, open_host, scripted
 from tests.cluster.js_helpers import open_journal
+from tests.store.helpers import msg, started
 
 SESSIONS = ("a", "b.c", "big")
 #: the probe's bound (`PROBE_TIMEOUT_S`, 5 s) plus room for a loaded machine
@@ -257,3 +260,47 @@ def test_the_installed_cairn_script_reads_the_cluster_and_its_log_pipes_through_
         [str(cairn), "verify", *written.nats], capture_output=True, timeout=120, check=False
     )
     assert verified.returncode == 0 and verified.stdout.decode().startswith("ok ")
+
+
+def test_log_on_the_cluster_lists_a_newer_kind_by_its_envelope_and_warns(cluster: LocalCluster) -> None:
+    name = uuid.uuid4().hex[:10]
+    journal = open_journal(cluster, Layout.named(name))
+    try:
+        journal.append("s", [started(), msg(1)], expected_seq=0)
+        subject = journal.layout.subject("s")
+        last = journal._call(journal._reader.last(subject))
+        assert last is not None
+        envelope = {
+            "v": 1,
+            "pos": 2,
+            "sid": "s",
+            "seq": 3,
+            "ts": 1_800_000_000_000,
+            "prev": chain_digest(last.data),
+            "kind": "from-a-newer-cairn",
+            "event": {"kind": "from-a-newer-cairn", "detail": 1},
+        }
+        prefix = json.dumps(envelope, separators=(",", ":")).encode()[:-1]
+        line = prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix)
+        journal._call(journal._nc.jetstream().publish(subject, line))  # as a newer cairn would write it
+    finally:
+        journal.close()
+    argv = ["log", "s", "--json", "--nats", cluster.url, "--nats-layout", name]
+    code, out, err = run(argv)
+    assert code == 0
+    listed = json_lines(out)
+    assert [x["seq"] for x in listed] == [1, 2, 3]  # type: ignore[index]
+    assert listed[-1] == {  # the envelope only
+        "pos": 2,
+        "sid": "s",
+        "seq": 3,
+        "ts": 1_800_000_000_000,
+        "kind": "from-a-newer-cairn",
+        "unknown_kind": True,
+    }
+    assert len(err.splitlines()) == 1 and "does not know (from-a-newer-cairn)" in err
+    code, out, _ = run(argv[:2] + argv[3:])
+    assert code == 0 and "from-a-newer-cairn" in out and "(unknown kind: body not decoded)" in out
+    code, out, _ = run([*argv, "--kind", "from-a-newer-cairn"])
+    assert code == 0 and [x["seq"] for x in json_lines(out)] == [3]  # type: ignore[index]
+    assert run([*argv, "--kind", "no-such-kind"])[0] == 2
