@@ -65,6 +65,8 @@ async def probe(servers: Sequence[str], layout: Layout, timeout_s: float = PROBE
     if connecting not in done:
         connecting.cancel()
         why = f": {type(refused[-1]).__name__}: {refused[-1]}" if refused else ""
+        if all_refused.is_set():
+            raise ClusterUnreachable(f"every server at {','.join(servers)} refused the connection{why}")
         raise ClusterUnreachable(
             f"no NATS server at {','.join(servers)} answered within {timeout_s:g} s{why}"
         )
