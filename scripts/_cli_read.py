@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cairn._cli_base import EXIT_OK, UsageError, cluster_url, open_store, where
-from cairn._cli_output import clip, iso, print_json, print_table, warn
-from cairn.events.codec import Record, decode_line
-from cairn.events.errors import CairnError, UnknownKind
+from cairn._cli_base import EXIT_OK, UsageError, open_store, where
+from cairn._cli_output import clip, iso, print_json, print_table
+from cairn.events.codec import Record
 from cairn.events.kinds import (
     KINDS,
     AssistantMessage,
@@ -39,10 +37,8 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
-    from cairn.store import CorruptionError
     from cairn.store.backend import JournalBackend
     from cairn.store.index import SessionSummary
-    from cairn.store.reader import AuditRecord
 
 #: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
 Emit = Callable[[int, int, str, str, dict[str, Any]], None]
@@ -232,11 +228,13 @@ def cmd_log(args: argparse.Namespace) -> int:
                     emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
                     next_seq = record.seq + 1
             except CorruptionError as exc:
-                found = _raw_rest(journal, args, exc, next_seq)
+                from cairn._cli_rawlog import list_rest_raw, raw_rest
+
+                found = raw_rest(journal, args, exc, next_seq)
                 if found is None:
                     raise
                 unknown, lines = found
-                _list_rest_raw(args, next_seq, unknown, emit, exc, lines)
+                list_rest_raw(args, next_seq, unknown, emit, exc, lines)
     except CorruptionError:
         if rows and not args.json:  # what was read before the bad line
             print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
@@ -244,74 +242,6 @@ def cmd_log(args: argparse.Namespace) -> int:
     if not args.json:
         print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
     return EXIT_OK
-
-
-def _raw_rest(
-    journal: JournalBackend, args: argparse.Namespace, error: CorruptionError, next_seq: int
-) -> tuple[str, Iterator[AuditRecord]] | None:
-    """When the line `error` names is of a kind this cairn does not know: that kind, and the session's
-    raw lines from `next_seq` on (local segments or the cluster's messages); else None."""
-    if cluster_url(args) is None:
-        from cairn.store.reader import iter_records
-
-        unknown = _unknown_kind_at(Path(args.store), error)
-        lines = iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq)
-        return None if unknown is None else (unknown, lines)
-    from cairn.store.jetstream.journal import JetStreamJournal
-    from cairn.store.jetstream.raw import raw_session_lines, unknown_kind_at
-
-    assert isinstance(journal, JetStreamJournal)
-    unknown = unknown_kind_at(journal, args.session, error)
-    if unknown is None:
-        return None
-    return unknown, raw_session_lines(journal, args.session, next_seq, args.to_seq)
-
-
-def _list_rest_raw(
-    args: argparse.Namespace,
-    next_seq: int,
-    unknown: str,
-    emit: Emit,
-    cause: CorruptionError,
-    lines: Iterator[AuditRecord],
-) -> None:
-    """The listing of `cmd_log` from `next_seq` on, from the raw lines: the line there is of a kind
-    this cairn does not know (`unknown`), which the listing shows by its envelope only."""
-    from cairn.store import CorruptionError
-
-    warn(
-        f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
-        f"({unknown}); listing the rest from the raw lines"
-    )
-    for line in lines:
-        env = line.envelope
-        if env.seq != next_seq:  # a line the raw reader could not read at all
-            raise CorruptionError(
-                f"no readable line for seq {next_seq}",
-                segment=line.segment,
-                offset=line.offset,
-                sid=args.session,
-                seq=next_seq,
-            ) from cause
-        next_seq += 1
-        if line.record is not None:
-            record = line.record
-            emit(env.seq, env.ts, env.kind, describe(record.event), record_json(record))
-        else:
-            emit(
-                env.seq,
-                env.ts,
-                env.kind,
-                "(unknown kind: body not decoded)",
-                {
-                    "pos": env.pos,
-                    "sid": env.sid,
-                    "seq": env.seq,
-                    "ts": env.ts,
-                    "kind": env.kind,
-                    "unknown_kind": True,
-                },
-            )
 
 
 def _check_range(from_seq: int, to_seq: int | None) -> None:
@@ -348,24 +278,6 @@ def _check_kinds(kinds: set[str], journal: JournalBackend, sid: str) -> None:
     wrong = sorted(kind for kind in unknown if kind not in held)
     if wrong:
         raise UsageError(f"no event kind {', '.join(map(repr, wrong))}; the kinds are: {', '.join(KINDS)}")
-
-
-def _unknown_kind_at(root: Path, error: Exception) -> str | None:
-    """The kind of the line a CorruptionError points at, when that kind is merely unknown here."""
-    segment, offset = getattr(error, "segment", ""), getattr(error, "offset", -1)
-    path = root / "log" / str(segment)
-    if not segment or offset < 0 or not path.is_file():
-        return None
-    with path.open("rb") as f:
-        f.seek(offset)
-        line = f.readline()
-    try:
-        decode_line(line)
-    except UnknownKind as exc:
-        return exc.kind
-    except CairnError:
-        return None
-    return None
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
