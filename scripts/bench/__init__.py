@@ -32,6 +32,7 @@ SUITES = {
     "context": "cairn.bench.context",
     "compaction": "cairn.bench.compaction",
     "turns": "cairn.bench.turns",
+    "cluster": "cairn.bench.cluster",
 }
 
 

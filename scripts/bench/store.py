@@ -32,6 +32,7 @@ from cairn.events.kinds import (
     SessionStarted,
 )
 from cairn.store import Journal
+from cairn.store.backend import JournalBackend
 
 # --- durable append throughput -------------------------------------------------------
 
@@ -51,36 +52,52 @@ def _naive_fsync_rate(root: Path, lines: Sequence[bytes]) -> float:
     return len(lines) / elapsed
 
 
+def append_rate(
+    journal: JournalBackend,
+    sessions: int,
+    per_session: int,
+    events: Sequence[EventBase],
+    prefix: str = "bench",
+) -> float:
+    """`sessions` threads, each appending its own events one call at a time and waiting for each ack.
+
+    The sessions are `<prefix>-<n>`, new to `journal`; the clock runs from
+    the moment every session has its first event until the last ack.
+    """
+    barrier = threading.Barrier(sessions + 1)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        sid = f"{prefix}-{n}"
+        try:
+            journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
+            barrier.wait()
+            for i in range(per_session):
+                event = events[(n * per_session + i) % len(events)]
+                journal.append(sid, [event], expected_seq=i + 1)
+        except BaseException as exc:  # reported below, never swallowed
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
+    for thread in threads:
+        thread.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a session failed: raised below
+        barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return sessions * per_session / elapsed
+
+
 def _journal_rate(root: Path, sessions: int, per_session: int, events: Sequence[EventBase]) -> float:
-    """`sessions` threads, each appending its own events and waiting for each ack."""
+    """`append_rate` on a local journal opened at `root`."""
     journal = Journal.open(root)
     try:
-        barrier = threading.Barrier(sessions + 1)
-        errors: list[BaseException] = []
-
-        def work(n: int) -> None:
-            sid = f"bench-{n}"
-            try:
-                journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
-                barrier.wait()
-                for i in range(per_session):
-                    event = events[(n * per_session + i) % len(events)]
-                    journal.append(sid, [event], expected_seq=i + 1)
-            except BaseException as exc:  # reported below, never swallowed
-                errors.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
-        for thread in threads:
-            thread.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - start
-        if errors:
-            raise errors[0]
-        return sessions * per_session / elapsed
+        return append_rate(journal, sessions, per_session, events)
     finally:
         journal.close()
 

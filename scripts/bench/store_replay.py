@@ -28,6 +28,7 @@ from cairn.events.kinds import (
 from cairn.events.model import Message, TextPart
 from cairn.events.state import Replayer, carried_for_checkpoint
 from cairn.store import Journal
+from cairn.store.backend import JournalBackend
 from cairn.store.segments import segment_name
 
 # --- restore of one long session ------------------------------------------------------
@@ -36,58 +37,59 @@ from cairn.store.segments import segment_name
 def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int) -> None:
     journal = Journal.open(root)
     try:
-        seq = 0
-        journal.append(
-            sid, [SessionStarted(workspace="/w", model="m", context_window=200_000)], expected_seq=0
-        )
-        seq = 1
-        rng = random.Random(11)
-        summary = tuple(Message(role="user", content=f"summary line {k}", id=f"s{k}") for k in range(8))
-        while seq < total:
-            batch: list[EventBase] = []
-            for i in range(min(checkpoint_every - 1, total - seq - 1)):
-                n = seq + i
-                if n % 4 == 0:
-                    batch.append(
-                        Request(
-                            request_id=f"r{n}",
-                            turn_id="t",
-                            attempt=1,
-                            fingerprint="f",
-                            history_revision=0,
-                            projected_tokens=n,
-                            phase="below_handoff",
-                            message_count=10,
-                        )
-                    )
-                elif n % 4 == 1:
-                    batch.append(
-                        Usage(
-                            request_id=f"r{n - 1}", prompt_tokens=100, completion_tokens=5, total_tokens=105
-                        )
-                    )
-                else:
-                    batch.append(mixed_event(rng, n, (60, 240)))
-            if seq + len(batch) + 1 <= total:
-                batch.append(
-                    CheckpointCommitted(
-                        version=1,
-                        epoch=(seq // checkpoint_every) + 1,
-                        through_seq=seq + len(batch),
-                        trigger="threshold",
-                        strategy="fallback",
-                        source_tokens=1000,
-                        replacement_tokens=80,
-                        replacement_messages=summary,
-                    )
-                )
-            journal.append(sid, batch, expected_seq=seq)
-            seq += len(batch)
-        # a typical tail: half a checkpoint interval of events after the last checkpoint
-        tail = [mixed_event(rng, seq + i, (60, 240)) for i in range(checkpoint_every // 2)]
-        journal.append(sid, tail, expected_seq=seq)
+        write_long_session(journal, sid, total, checkpoint_every)
     finally:
         journal.close()
+
+
+def write_long_session(journal: JournalBackend, sid: str, total: int, checkpoint_every: int) -> None:
+    """A session of `total` events (plus a tail of half a checkpoint interval), a checkpoint every
+    `checkpoint_every`: requests, usages and the mixed events, in calls of one checkpoint interval."""
+    journal.append(sid, [SessionStarted(workspace="/w", model="m", context_window=200_000)], expected_seq=0)
+    seq = 1
+    rng = random.Random(11)
+    summary = tuple(Message(role="user", content=f"summary line {k}", id=f"s{k}") for k in range(8))
+    while seq < total:
+        batch: list[EventBase] = []
+        for i in range(min(checkpoint_every - 1, total - seq - 1)):
+            n = seq + i
+            if n % 4 == 0:
+                batch.append(
+                    Request(
+                        request_id=f"r{n}",
+                        turn_id="t",
+                        attempt=1,
+                        fingerprint="f",
+                        history_revision=0,
+                        projected_tokens=n,
+                        phase="below_handoff",
+                        message_count=10,
+                    )
+                )
+            elif n % 4 == 1:
+                batch.append(
+                    Usage(request_id=f"r{n - 1}", prompt_tokens=100, completion_tokens=5, total_tokens=105)
+                )
+            else:
+                batch.append(mixed_event(rng, n, (60, 240)))
+        if seq + len(batch) + 1 <= total:
+            batch.append(
+                CheckpointCommitted(
+                    version=1,
+                    epoch=(seq // checkpoint_every) + 1,
+                    through_seq=seq + len(batch),
+                    trigger="threshold",
+                    strategy="fallback",
+                    source_tokens=1000,
+                    replacement_tokens=80,
+                    replacement_messages=summary,
+                )
+            )
+        journal.append(sid, batch, expected_seq=seq)
+        seq += len(batch)
+    # a typical tail: half a checkpoint interval of events after the last checkpoint
+    tail = [mixed_event(rng, seq + i, (60, 240)) for i in range(checkpoint_every // 2)]
+    journal.append(sid, tail, expected_seq=seq)
 
 
 def bench_restore(workdir: Path, quick: bool) -> list[Figure]:

@@ -31,7 +31,7 @@ def test_the_context_bench_runs() -> None:
     assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= names
 
 
-@pytest.mark.parametrize("suite", ["context", "compaction", "turns"])
+@pytest.mark.parametrize("suite", ["context", "compaction", "turns", "cluster"])
 def test_each_suite_run_alone_answers_help_without_running(suite: str) -> None:
     """`python -m cairn.bench.<suite>` (the README) takes `cairn bench`'s flags; `--help` runs nothing."""
     done = subprocess.run(
@@ -44,3 +44,15 @@ def test_each_suite_run_alone_answers_help_without_running(suite: str) -> None:
     )
     assert refused.returncode == 2
     assert "unrecognized arguments: --bogus" in refused.stderr
+
+
+def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -> None:
+    """The `cluster` suite on its own 3-node cluster: every figure there, loading reads O(tail) lines."""
+    bench_cluster = pytest.importorskip("cairn.bench.cluster")
+    figures = {figure["name"]: figure for figure in bench_cluster.run(quick=True, sizes=bench_cluster.SMOKE)}
+    assert "cluster.unavailable" not in figures, figures.get("cluster.unavailable")
+    for sessions in (1, 16, 256):
+        assert figures[f"cluster.append.sessions_{sessions}"]["value"] > 0
+        assert figures[f"cluster.append.sessions_{sessions}.ratio"]["value"] > 0
+    assert figures["cluster.append.sessions_256.ratio"]["target"] == ">= 0.5 x local"
+    assert figures["cluster.load_messages_read"]["met"] is True

@@ -1,0 +1,235 @@
+"""The `cluster` suite of `cairn bench` (issue 12): the JetStream backend against the local log.
+
+It starts its own 3-node cluster on 127.0.0.1 (`LocalCluster`, replicas 3)
+in a scratch directory and measures, each time against the local journal
+in the same run (these machines are shared and noisy, so the judged
+figures are ratios):
+
+- durable appends per second with 1, 16 and 256 sessions, each session a
+  thread appending one event per call and waiting for its ack (the store
+  suite's `append_rate`, the same event mix), local and cluster in
+  alternating pairs; target: the cluster at least 0.5x the local log at 256
+  sessions;
+- the cost of loading a long session from its checkpoint: time and
+  messages (lines) read, cluster against local;
+- the failover time from a host's SIGKILL to the first acknowledged event
+  of one of its sessions on another host (`cluster_failover`, when the
+  cluster hosts are installed).
+
+Needs the `cluster` extra (nats-py and the nats-server binary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cairn.bench import Figure, figure
+from cairn.bench._measure import timed
+from cairn.bench.store import PLACEMENTS, append_rate
+from cairn.bench.store_replay import write_long_session
+from cairn.store import Journal
+from cairn.store.jetstream.journal import JetStreamJournal
+from cairn.store.jetstream.layout import Layout
+from cairn.store.jetstream.local_cluster import ClusterStartFailed, LocalCluster
+
+#: the judged ratio: the cluster's durable appends at 256 sessions against the local log's
+TARGET_RATIO = 0.5
+#: where appends are measured: the store suite's placements judged there, and the OS's
+APPEND_PLACEMENTS = ("one_cpu", "os_placement")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measure does: rounds of append pairs, appends per session, the long session."""
+
+    rounds: int
+    per_session: dict[int, int]
+    load_events: int
+    placements: tuple[str, ...] = APPEND_PLACEMENTS
+
+
+FULL = Sizes(3, {1: 600, 16: 150, 256: 24}, 100_000)
+QUICK = Sizes(2, {1: 200, 16: 40, 256: 4}, 20_000)
+#: the test suite's smoke run: every figure, nothing measured to any precision
+SMOKE = Sizes(1, {1: 20, 16: 4, 256: 1}, 2_000, ("one_cpu",))
+
+
+def _events() -> list[Any]:
+    import random
+
+    from cairn.bench._workload import mixed_event
+
+    rng = random.Random(7)
+    return [mixed_event(rng, i, (200, 2000)) for i in range(600)]
+
+
+def _pair(
+    local_root: Path,
+    cluster_url: str,
+    layout: Layout,
+    sessions: int,
+    per_session: int,
+    tag: str,
+    local_first: bool,
+) -> tuple[float, float]:
+    """One local and one cluster run of `append_rate`, in the order given: (local, cluster) events/s."""
+    events = _events()
+
+    def local() -> float:
+        root = local_root / f"append-{tag}"
+        journal = Journal.open(root)
+        try:
+            return append_rate(journal, sessions, per_session, events)
+        finally:
+            journal.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+    def cluster() -> float:
+        journal = JetStreamJournal.open(cluster_url, layout=layout)
+        try:
+            return append_rate(journal, sessions, per_session, events, prefix=f"a{tag}")
+        finally:
+            journal.close()
+
+    if local_first:
+        return local(), cluster()
+    rate = cluster()
+    return local(), rate
+
+
+def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> list[Figure]:
+    """Durable appends, 1/16/256 sessions, cluster against local in alternating pairs (module doc)."""
+    rounds, plan = sizes.rounds, sizes.per_session
+    rates: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for round_no in range(rounds):
+        for placement in sizes.placements:
+            with PLACEMENTS[placement][1]():
+                for sessions, per_session in plan.items():
+                    tag = f"{round_no}-{placement}-{sessions}"
+                    pair = _pair(workdir, cluster_url, layout, sessions, per_session, tag, round_no % 2 == 0)
+                    rates.setdefault((placement, sessions), []).append(pair)
+    figures: list[Figure] = []
+    for placement in sizes.placements:
+        label = PLACEMENTS[placement][0]
+        suffix = "" if placement == "one_cpu" else f".{placement}"
+        for sessions in plan:
+            pairs = rates[placement, sessions]
+            local = statistics.median(p[0] for p in pairs)
+            remote = statistics.median(p[1] for p in pairs)
+            ratio = statistics.median(p[1] / p[0] for p in pairs)
+            checked = sessions == 256 and placement == "one_cpu"
+            name = f"cluster.append.sessions_{sessions}{suffix}"
+            figures.append(
+                figure(
+                    name,
+                    round(remote),
+                    "events/s",
+                    detail=f"R3 cluster, {label}; local log {local:,.0f}/s (medians of {rounds} rounds)",
+                )
+            )
+            figures.append(
+                figure(
+                    f"{name}.ratio",
+                    round(ratio, 2),
+                    "x",
+                    f">= {TARGET_RATIO} x local" if checked else None,
+                    ratio >= TARGET_RATIO if checked else None,
+                    "cluster / local, the median of each round's pair",
+                )
+            )
+    return figures
+
+
+def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> list[Figure]:
+    """Loading a long session from its checkpoint: cluster against local, time and lines read."""
+    total = sizes.load_events
+    every = 200
+    local = Journal.open(workdir / "load")
+    remote = JetStreamJournal.open(cluster_url, layout=layout)
+    try:
+        write_long_session(local, "long", total, every)
+        write_long_session(remote, "long", total, every)
+        remote.load("long")  # the pointer is written with the appends; this checks it is there
+        before = remote.messages_read
+        remote_state = remote.load("long")
+        remote_read = remote.messages_read - before
+        assert remote_state == remote.replay_full("long"), "the cluster's load differs from its full replay"
+        remote_s = timed(lambda: remote.load("long"), 5 if total < 100_000 else 9)
+        local_s = timed(lambda: local.load("long"), 5 if total < 100_000 else 9)
+        checkpoint = local.checkpoints("long")[-1].seq
+        tail = local.last_seq("long") - checkpoint + 1
+        events = local.last_seq("long")
+    finally:
+        local.close()
+        remote.close()
+    ratio = remote_s / local_s
+    return [
+        figure(
+            "cluster.load_ms",
+            round(remote_s * 1000, 2),
+            "ms",
+            detail=f"a session of {events:,} events, a checkpoint every {every}, {tail - 1} after the last; "
+            f"local log {local_s * 1000:.2f} ms",
+        ),
+        figure("cluster.load_vs_local", round(ratio, 1), "x", detail="cluster load time / local load time"),
+        figure(
+            "cluster.load_messages_read",
+            remote_read,
+            "messages",
+            f"<= {tail + 3} (O(tail))",
+            remote_read <= tail + 3,
+            f"the session's last message, its checkpoint and session-started checked, then the {tail} lines "
+            f"from the checkpoint on; the local log reads {tail + 1} lines; the session holds {events:,}",
+        ),
+    ]
+
+
+def _failover(workdir: Path, cluster: LocalCluster, quick: bool) -> list[Figure]:
+    try:
+        from cairn.bench.cluster_failover import bench_failover
+    except ImportError as exc:
+        return [figure("cluster.failover", 0, "", detail=f"not measured: no cluster hosts here ({exc})")]
+    figures: list[Figure] = bench_failover(workdir, cluster, quick)
+    return figures
+
+
+def run(quick: bool, sizes: Sizes | None = None) -> list[Figure]:
+    """The `cluster` suite, on its own cluster in a scratch directory removed at the end."""
+    sizes = sizes if sizes is not None else QUICK if quick else FULL
+    workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-cluster-"))
+    steps: list[Callable[[], list[Figure]]] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                cluster = stack.enter_context(LocalCluster(workdir / "nats"))
+            except ClusterStartFailed as exc:
+                return [figure("cluster.unavailable", 0, "", detail=str(exc))]
+            steps = [
+                lambda: bench_appends(workdir, cluster.url, Layout.named("bench_append"), sizes),
+                lambda: bench_load(workdir, cluster.url, Layout.named("bench_load"), sizes),
+                lambda: _failover(workdir, cluster, quick),
+            ]
+            figures: list[Figure] = []
+            for step in steps:
+                figures += step()
+            return figures
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cairn import bench
+
+    return bench.main(argv, suite="cluster")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
