@@ -13,9 +13,10 @@ moved to the object store first), framed on the session's head and
 published as ONE atomic batch guarded by the head's stream sequence. A call
 holds at most `MAX_BATCH_MSGS` (1,000) events: a larger one is refused whole
 with `CallTooLarge`, nothing written (a session of any length is written in
-calls). One event loop thread (`LoopThread`) owns the connection; calls of
-one session are applied in the order they were made (a per-session lock,
-fair), calls of different sessions run concurrently.
+calls). One event loop thread (`LoopThread`) owns the connection; the
+calls reach it through one queue (`submit.Submissions`: a wake-up per
+burst, not per call); calls of one session are applied in the order they
+were made, calls of different sessions are in flight at once.
 
 The head of each session this journal appended to is cached; a stale cache
 (another host appended) costs one read of the subject's last message and
@@ -25,7 +26,6 @@ seq is stale, exactly as the server's guard would.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import time
@@ -59,6 +59,7 @@ from cairn.store.jetstream.names import session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
 from cairn.store.jetstream.reading import SessionReads
 from cairn.store.jetstream.reads import DirectReader
+from cairn.store.jetstream.submit import Pending, Submissions
 from cairn.store.jetstream.writer import Head, frame_call, head_of, log, publish_call
 
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class JetStreamJournal(SessionReads):
         self._blob_threshold = blob_threshold
         self._max_line = max(1024, nc.max_payload - HEADER_ROOM)
         self._heads: collections.OrderedDict[str, Head] = collections.OrderedDict()
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._submissions = Submissions(loop.loop, self._append)
         self._closed = False
         reader = DirectReader(nc, layout.stream, timeout_s=request_timeout_s)
         super().__init__(reader, handles.pointers, nc.jetstream(timeout=request_timeout_s), layout)
@@ -182,11 +183,16 @@ class JetStreamJournal(SessionReads):
         `AppendTimeout` when the outcome is still unknown after `timeout`.
         """
         budget = 30.0 if timeout is None else timeout
-        future = self.append_async(sid, events, expected_seq=expected_seq, ts_ms=ts_ms, timeout=budget)
-        try:
-            return future.result(budget + self._request_timeout_s + 5.0)
-        except concurrent.futures.TimeoutError:
-            raise AppendTimeout(f"session {sid}: no acknowledgement within {budget} s") from None
+        ts = self._admit(sid, events, expected_seq, ts_ms)
+        pending = Pending.blocking(sid, self._checked(list(events)), expected_seq, ts, budget)
+        self._submissions.submit(pending)
+        assert pending.lock is not None
+        if not pending.lock.acquire(timeout=budget + self._request_timeout_s + 5.0):
+            raise AppendTimeout(f"session {sid}: no acknowledgement within {budget} s")
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
 
     def append_async(
         self,
@@ -203,6 +209,18 @@ class JetStreamJournal(SessionReads):
         an event, raises here; an event that would not read back equal fails
         the future. Calls of one session are applied in the order made.
         """
+        ts = self._admit(sid, events, expected_seq, ts_ms)
+        future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
+        try:
+            checked = self._checked(list(events))
+        except InputError as exc:
+            future.set_exception(exc)
+            return future
+        self._submissions.submit(Pending(sid, checked, expected_seq, ts, timeout, future=future))
+        return future
+
+    def _admit(self, sid: str, events: Sequence[EventBase], expected_seq: int, ts_ms: int | None) -> int:
+        """The call's arguments checked (StoreClosed, InvalidSessionId, InputError, InvalidEvent); its ts."""
         if self._closed:
             raise StoreClosed("the JetStream journal is closed")
         validate_session_id(sid)
@@ -215,16 +233,7 @@ class JetStreamJournal(SessionReads):
         for index, event in enumerate(events):
             if type(event) not in _TAGS:
                 raise InvalidEvent(f"event {index} of the call: not an event: {type(event).__name__}")
-        try:
-            checked = self._checked(list(events))
-        except InputError as exc:
-            failed: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
-            failed.set_exception(exc)
-            return failed
-        ts = ts_ms if ts_ms is not None else self._clock_ms()
-        return asyncio.run_coroutine_threadsafe(
-            self._append(sid, checked, expected_seq, ts, timeout), self._loop.loop
-        )
+        return ts_ms if ts_ms is not None else self._clock_ms()
 
     def _checked(self, events: list[EventBase]) -> list[tuple[EventBase, bytes, str]]:
         """Each event as the log reads it back, its body and tag; large parts moved to the object store."""
@@ -264,24 +273,9 @@ class JetStreamJournal(SessionReads):
                         path=f"$.content[{position}]",
                     )
 
-    async def _append(
-        self, sid: str, events: list[tuple[EventBase, bytes, str]], expected: int, ts: int, timeout_s: float
-    ) -> list[Record]:
-        lock, users = self._locks.get(sid, (asyncio.Lock(), 0))
-        self._locks[sid] = (lock, users + 1)
-        try:
-            async with lock:
-                return await self._append_locked(sid, events, expected, ts, timeout_s)
-        finally:
-            lock, users = self._locks[sid]
-            if users <= 1:
-                del self._locks[sid]
-            else:
-                self._locks[sid] = (lock, users - 1)
-
-    async def _append_locked(
-        self, sid: str, events: list[tuple[EventBase, bytes, str]], expected: int, ts: int, timeout_s: float
-    ) -> list[Record]:
+    async def _append(self, call: Pending) -> list[Record]:
+        """Write one call (on the loop; `Submissions` runs a session's calls one after another)."""
+        sid, events, expected, ts = call.sid, call.events, call.expected, call.ts
         subject = self.layout.subject(sid)
         token = session_token(sid)
         head = self._heads.get(sid)
@@ -299,7 +293,7 @@ class JetStreamJournal(SessionReads):
                 subject,
                 head,
                 framed,
-                timeout_s=timeout_s,
+                timeout_s=call.timeout_s,
                 request_timeout_s=self._request_timeout_s,
             )
         except SeqConflict:
@@ -357,16 +351,29 @@ class JetStreamJournal(SessionReads):
         return None
 
     def close(self) -> None:
-        """Drain the connection and stop its loop. Idempotent; appends in flight finish first."""
+        """Drain the connection and stop its loop. Idempotent.
+
+        Appends acknowledged while the connection drains return as usual; a
+        call still queued then fails with `StoreClosed` (nothing written),
+        one still in flight with `AppendTimeout` (it may be stored).
+        """
         if self._closed:
             return
         self._closed = True
         try:
-            self._loop.call(self._nc.drain(), 30.0)
-        except Exception as exc:
-            log.warning("cairn: closing the NATS connection: %s", exc)
+            try:
+                self._loop.call(self._nc.drain(), 30.0)
+            except Exception as exc:
+                log.warning("cairn: closing the NATS connection: %s", exc)
+            self._loop.call(self._submissions.cancel(), 10.0)  # calls still in flight: StoreClosed below
         finally:
             self._loop.close()
+            self._submissions.abandon(
+                StoreClosed("the JetStream journal is closed"),
+                AppendTimeout(
+                    "the JetStream journal closed before the append was acknowledged: it may be stored"
+                ),
+            )
 
     def __enter__(self) -> JetStreamJournal:
         return self
