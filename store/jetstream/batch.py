@@ -104,7 +104,8 @@ def classify(data: bytes) -> Outcome:
     return Outcome("refused", description=f"an ack without a sequence: {data[:200]!r}")
 
 
-_LOST = (
+#: what a publish or request raises when its reply is lost: the outcome is unknown
+LOST = (
     NatsTimeout,
     asyncio.TimeoutError,
     ConnectionClosedError,
@@ -143,6 +144,6 @@ async def publish_batch(
                 await nc.publish(subject, payload, headers=headers)
     except NoRespondersError:
         return Outcome("transient", code=503, description="no responders (no stream leader yet)")
-    except _LOST as exc:
+    except LOST as exc:
         return Outcome("unknown", description=f"{type(exc).__name__}: {exc}")
     raise AssertionError("an empty batch")  # pragma: no cover - callers never send one

@@ -26,7 +26,6 @@ seq is stale, exactly as the server's guard would.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -43,9 +42,10 @@ from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage, kind_n
 from cairn.events.model import BlobPart
 from cairn.events.state import SessionState
 from cairn.store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, externalize
-from cairn.store.errors import AppendTimeout, BlobError, SeqConflict, StorageFailed, StoreClosed
+from cairn.store.errors import AppendTimeout, BlobError, StorageFailed, StoreClosed
 from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.jetstream import blobs as cluster_blobs
+from cairn.store.jetstream.appender import Appender
 from cairn.store.jetstream.layout import (
     HEADER_ROOM,
     MAX_BATCH_MSGS,
@@ -55,17 +55,13 @@ from cairn.store.jetstream.layout import (
     ensure_layout,
 )
 from cairn.store.jetstream.loop import LoopThread
-from cairn.store.jetstream.names import session_token
-from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
 from cairn.store.jetstream.reading import SessionReads
 from cairn.store.jetstream.reads import DirectReader
 from cairn.store.jetstream.submit import Pending, Submissions
-from cairn.store.jetstream.writer import Head, frame_call, head_of, log, publish_call
+from cairn.store.jetstream.writer import log
 
 T = TypeVar("T")
 _MAX_TS = (1 << 63) - 1
-#: sessions whose head and lock this journal keeps (least recently used out)
-_CACHED_HEADS = 4_096
 
 
 async def _connection_trouble(error: Exception) -> None:
@@ -100,11 +96,18 @@ class JetStreamJournal(SessionReads):
         self._clock_ms = clock_ms
         self._request_timeout_s = request_timeout_s
         self._blob_threshold = blob_threshold
-        self._max_line = max(1024, nc.max_payload - HEADER_ROOM)
-        self._heads: collections.OrderedDict[str, Head] = collections.OrderedDict()
-        self._submissions = Submissions(loop.loop, self._append)
         self._closed = False
         reader = DirectReader(nc, layout.stream, timeout_s=request_timeout_s)
+        self._submissions = Submissions(loop.loop, self._begin)
+        self._appender = Appender(
+            nc,
+            reader,
+            layout,
+            handles.pointers,
+            request_timeout_s=request_timeout_s,
+            max_line=max(1024, nc.max_payload - HEADER_ROOM),
+            finished=self._submissions.finished,
+        )
         super().__init__(reader, handles.pointers, nc.jetstream(timeout=request_timeout_s), layout)
 
     @classmethod
@@ -259,6 +262,14 @@ class JetStreamJournal(SessionReads):
             out.append((stored, body, kind_name(stored)))
         return out
 
+    @property
+    def fast_appends(self) -> int:
+        """Calls acknowledged on the fast path (`appender`), for tests and benches."""
+        return self._appender.fast
+
+    async def _begin(self, pending: Pending) -> None:
+        await self._appender.begin(pending)
+
     def _put_blob(self, data: bytes) -> str:
         return self._call(cluster_blobs.put_blob(self._handles.blobs, data), self._request_timeout_s * 6)
 
@@ -272,66 +283,6 @@ class JetStreamJournal(SessionReads):
                         f"no {part.size}-byte blob {part.sha256} in the cluster",
                         path=f"$.content[{position}]",
                     )
-
-    async def _append(self, call: Pending) -> list[Record]:
-        """Write one call (on the loop; `Submissions` runs a session's calls one after another)."""
-        sid, events, expected, ts = call.sid, call.events, call.expected, call.ts
-        subject = self.layout.subject(sid)
-        token = session_token(sid)
-        head = self._heads.get(sid)
-        if head is None or head.last_seq != expected:
-            head = head_of(await self._reader.last(subject))
-            self._remember(sid, head)
-        if head.last_seq != expected:
-            raise SeqConflict(sid, expected, head.last_seq)
-        framed = frame_call(sid, token, head, events, ts, self._max_line)
-        try:
-            last_stream = await publish_call(
-                self._nc,
-                self._reader,
-                sid,
-                subject,
-                head,
-                framed,
-                timeout_s=call.timeout_s,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except SeqConflict:
-            self._heads.pop(sid, None)
-            raise
-        count = len(framed.records)
-        self._remember(sid, Head(framed.records[-1].seq, framed.digest, last_stream, ts))
-        if matters(framed.records):
-            stream_seqs = list(
-                range(last_stream - count + 1, last_stream + 1)
-            )  # a batch is stored contiguously
-            await self._move_pointer(token, framed.records, stream_seqs, fresh=head.last_seq == 0)
-        return framed.records
-
-    def _remember(self, sid: str, head: Head) -> None:
-        self._heads[sid] = head
-        self._heads.move_to_end(sid)
-        while len(self._heads) > _CACHED_HEADS:
-            self._heads.popitem(last=False)
-
-    async def _move_pointer(
-        self, token: str, records: list[Record], stream_seqs: list[int], *, fresh: bool
-    ) -> None:
-        """Advance the session's checkpoint pointer (derived: a failure is logged, load rebuilds it).
-
-        A new session starts its pointer; an existing one without a pointer
-        (lost, or older than it) is left to the next `load`, which replays
-        the session once and writes the pointer whole.
-        """
-        try:
-            pointer = await get_pointer(self._handles.pointers, token)
-            if pointer is None and fresh:
-                pointer = Pointer()
-            if pointer is None:
-                return
-            await put_pointer(self._handles.pointers, token, advanced(pointer, records, stream_seqs))
-        except Exception as exc:
-            log.warning("cairn: the checkpoint pointer of %s was not updated: %s", token, exc)
 
     # -- blobs, state, closing -------------------------------------------------------------
 
@@ -365,7 +316,7 @@ class JetStreamJournal(SessionReads):
                 self._loop.call(self._nc.drain(), 30.0)
             except Exception as exc:
                 log.warning("cairn: closing the NATS connection: %s", exc)
-            self._loop.call(self._submissions.cancel(), 10.0)  # calls still in flight: StoreClosed below
+            self._loop.call(self._cancel(), 10.0)  # calls still in flight: AppendTimeout below
         finally:
             self._loop.close()
             self._submissions.abandon(
@@ -374,6 +325,10 @@ class JetStreamJournal(SessionReads):
                     "the JetStream journal closed before the append was acknowledged: it may be stored"
                 ),
             )
+
+    async def _cancel(self) -> None:
+        await self._submissions.cancel()
+        await self._appender.cancel()
 
     def __enter__(self) -> JetStreamJournal:
         return self

@@ -9,9 +9,10 @@ wake-up is already on its way (`Submissions.submit`); the loop takes every
 queued call at once (`_drain`).
 
 Calls of one session run one after another in the order they were queued
-(each is framed on the head the one before left); calls of different
-sessions are in flight at once, a task per session that has work, so the
-publishes of hundreds of sessions are pipelined on the one connection.
+(each is framed on the head the one before left): the session's next call
+begins when the one before is `finished`. Calls of different sessions are
+in flight at once, so the publishes of hundreds of sessions are pipelined
+on the one connection (`appender` writes them).
 
 A blocking caller waits on a lock of its own (`Pending.lock`, released by
 the loop), not a future: the cheapest wake-up a thread has; `append_async`
@@ -74,17 +75,23 @@ class Pending:
                 self.future.set_result(result if result is not None else [])
 
 
-class Submissions:
-    """The queue from the caller threads to the loop, and the per-session order on the loop."""
+#: starts a call (its session has none other under way); raises what failed before it was sent
+Begin = Callable[[Pending], Awaitable[None]]
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, run: Callable[[Pending], Awaitable[list[Record]]]
-    ) -> None:
+
+class Submissions:
+    """The queue from the caller threads to the loop, and the per-session order on the loop.
+
+    `begin` starts a call and returns once it is under way; whoever ends it
+    calls `finished`, which resolves it and begins the session's next call.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, begin: Begin) -> None:
         self._loop = loop
-        self._run = run
+        self._begin = begin
         self._queue: collections.deque[Pending] = collections.deque()
         self._wake_due = False
-        #: per session with a task on the loop: the call it runs first, then those queued behind it
+        #: per session with a call under way: that call first, then those queued behind it
         self._active: dict[str, collections.deque[Pending]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._abandoned: BaseException | None = None
@@ -112,6 +119,7 @@ class Submissions:
     def _drain(self) -> None:
         self._wake_due = False
         queue, active = self._queue, self._active
+        first: list[Pending] = []
         while queue:
             pending = queue.popleft()
             calls = active.get(pending.sid)
@@ -119,31 +127,46 @@ class Submissions:
                 calls.append(pending)
                 continue
             active[pending.sid] = collections.deque((pending,))
-            task = self._loop.create_task(self._serve(pending.sid))
+            first.append(pending)
+        if first:
+            task = self._loop.create_task(self._begin_all(first))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, sid: str) -> None:
-        """Run the session's calls in order until none is left.
+    async def _begin_all(self, first: list[Pending]) -> None:
+        for pending in first:
+            await self._start(pending.sid)
 
-        A call that raises is resolved with its error and the next one runs;
-        a cancellation (the loop going away) leaves the calls to `abandon`.
-        """
+    async def _start(self, sid: str) -> None:
+        """Begin the first of a session's calls; one that fails at once is resolved, and the next begun."""
         calls = self._active[sid]
         while calls:
             pending = calls[0]
             pending.started = True
             try:
-                records = await self._run(pending)
+                await self._begin(pending)
+                return
             except Exception as exc:
                 pending.resolve(None, exc)
-            else:
-                pending.resolve(records, None)
-            calls.popleft()
+                calls.popleft()
         del self._active[sid]
 
+    async def finished(
+        self, pending: Pending, result: list[Record] | None, error: BaseException | None
+    ) -> None:
+        """Resolve the session's call under way (`pending`) and begin its next one."""
+        pending.resolve(result, error)
+        calls = self._active.get(pending.sid)
+        if not calls or calls[0] is not pending:
+            return  # abandoned meanwhile (closing)
+        calls.popleft()
+        if calls:
+            await self._start(pending.sid)
+        else:
+            del self._active[pending.sid]
+
     async def cancel(self) -> None:
-        """Cancel the sessions' tasks (on the loop, before it stops): their calls are left to `abandon`."""
+        """Cancel the tasks beginning calls (on the loop, before it stops): their calls go to `abandon`."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

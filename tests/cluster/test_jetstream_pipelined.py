@@ -17,6 +17,7 @@ import pytest
 from cairn.events.codec import Record
 from cairn.store.errors import AppendTimeout, SeqConflict, StoreClosed
 from cairn.store.jetstream.journal import JetStreamJournal
+from cairn.store.jetstream.layout import SessionFenced
 from cairn.store.jetstream.local_cluster import LocalCluster
 from cairn.store.jetstream.loop import LoopThread
 from cairn.store.jetstream.submit import Pending, Submissions
@@ -49,6 +50,7 @@ def test_256_sessions_with_5_calls_each_queued_at_once_are_all_acknowledged_in_o
         assert [r.seq for r in read] == [1, 2, 3, 4, 5]
         assert [r.event for r in read[1:]] == [msg(i) for i in range(1, 5)]
     assert journal.last_seq(sessions[-1]) == 5
+    assert journal.fast_appends == 256 * 4  # every one-event call on a known head: no task, no timer
 
 
 def test_64_threads_appending_one_event_at_a_time_each_get_every_ack_in_order(
@@ -89,6 +91,44 @@ def test_a_conflicting_call_fails_alone_and_the_calls_queued_behind_it_still_app
     assert [r.event for r in journal.read("q")][1:] == [msg(2)]
 
 
+def test_a_fast_append_whose_reply_is_lost_is_settled_by_reading_and_stored_once(
+    cluster: LocalCluster,
+) -> None:
+    journal = open_journal(cluster)
+    try:
+        journal.append("lost", [started()], expected_seq=0)  # session-started: the full path
+        journal.append("lost", [msg(1)], expected_seq=1)  # the fast path, which opens the inbox
+        assert journal.fast_appends == 1
+        appender = journal._appender
+        inbox = appender._inbox
+        assert inbox._sub is not None
+        journal._call(inbox._sub.unsubscribe())  # every later reply to the inbox is dropped by the server
+        appender._request_timeout_s = 1.0  # the reply's deadline
+        records = journal.append("lost", [msg(2)], expected_seq=2)
+        assert records[0].seq == 3 and journal.fast_appends == 1  # settled on the full path
+        assert [r.event for r in journal.read("lost")] == [started(), msg(1), msg(2)]  # stored once
+    finally:
+        journal.close()
+
+
+def test_a_fast_append_on_a_head_another_writer_moved_is_fenced_and_stores_nothing(
+    cluster: LocalCluster,
+) -> None:
+    layout = fresh_layout()
+    first, second = open_journal(cluster, layout), open_journal(cluster, layout)
+    try:
+        first.append("f", [started()], expected_seq=0)
+        first.append("f", [msg(1)], expected_seq=1)  # first knows the head: seq 2
+        second.append("f", [msg(2)], expected_seq=2)  # second reads the head and appends seq 3
+        with pytest.raises(SessionFenced):
+            first.append("f", [msg(9)], expected_seq=2)  # first's known head is stale
+        assert [r.event for r in second.read("f")] == [started(), msg(1), msg(2)]
+        assert first.append("f", [msg(3)], expected_seq=3)[0].seq == 4  # the head is read again
+    finally:
+        first.close()
+        second.close()
+
+
 def test_closing_the_journal_resolves_every_call_queued_and_refuses_later_ones(cluster: LocalCluster) -> None:
     layout = fresh_layout()
     journal = open_journal(cluster, layout)
@@ -119,15 +159,19 @@ def test_submissions_keep_one_sessions_order_while_other_sessions_overtake_it() 
     loop = LoopThread(name="test-submit")
     gate = asyncio.Event()
     order: list[tuple[str, int]] = []
+    tasks: set[asyncio.Task[None]] = set()
 
-    async def run(call: Pending) -> list[Record]:
-        if call.sid == "slow" and call.expected == 0:
-            await gate.wait()
-        order.append((call.sid, call.expected))
-        return []
+    async def begin(call: Pending) -> None:  # under way at once; finished when its work is done
+        async def work() -> None:
+            if call.sid == "slow" and call.expected == 0:
+                await gate.wait()
+            order.append((call.sid, call.expected))
+            await submissions.finished(call, [], None)
+
+        tasks.add(asyncio.get_running_loop().create_task(work()))
 
     try:
-        submissions = Submissions(loop.loop, run)
+        submissions = Submissions(loop.loop, begin)
         calls = [
             Pending("slow", [], 0, 0, 1.0, future=concurrent.futures.Future()),
             Pending("slow", [], 1, 0, 1.0, future=concurrent.futures.Future()),
