@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ from cairn.store.jetstream.batch import LOST, Outcome, classify
 SWEEP_S = 0.25
 
 Settle = Callable[[Outcome], Coroutine[Any, Any, None]]
+#: one message to publish: subject, payload, headers
+Message = tuple[str, bytes, dict[str, str]]
 
 
 @dataclass(eq=False)
@@ -55,17 +57,19 @@ class AckInbox:
         self._prefix = self._nc.new_inbox() + "."
         self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
 
-    async def send(
-        self, subject: str, payload: bytes, headers: dict[str, str], timeout_s: float, settle: Settle
-    ) -> None:
-        """Publish `payload` with a reply to this inbox; `settle` gets the outcome exactly once."""
+    async def send(self, messages: Sequence[Message], timeout_s: float, settle: Settle) -> None:
+        """Publish `messages` in order, the last with a reply to this inbox; `settle` gets the outcome of
+        that reply exactly once (one message, or an atomic batch whose last message commits it)."""
         if self._sub is None:
             await self._open()
         token = str(next(self._counter))
         loop = asyncio.get_running_loop()
         self._flights[token] = _Flight(settle, loop.time() + timeout_s)
+        last = len(messages) - 1
         try:
-            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            for index, (subject, payload, headers) in enumerate(messages):
+                reply = self._prefix + token if index == last else ""
+                await self._nc.publish(subject, payload, reply=reply, headers=headers)
         except LOST as exc:
             if self._flights.pop(token, None) is not None:
                 await settle(Outcome("unknown", description=f"{type(exc).__name__}: {exc}"))

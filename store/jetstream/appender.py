@@ -5,25 +5,31 @@
 outcome later. Two paths, one guarantee (`writer`: one guarded publish,
 message ids, every doubtful reply settled by reading):
 
-- the fast path: a call of one event on a head this journal knows (it
-  wrote the session's last line), moving no checkpoint pointer: framed and
-  published at once with its reply routed by the `AckInbox`, no task and no
-  timer of its own; a stored reply finishes it there;
-- the full path (a task): any other call, and a fast one whose reply was
-  not "stored" (lost, duplicate, wrong last sequence, no leader): the head
-  read when unknown, `writer.publish_call` (resent with the same ids until
-  stored, fenced or timed out), then the pointer moved when the call holds
-  a checkpoint or a `session-started`.
+- the fast path: a call on a head this journal knows (it wrote the
+  session's last line), moving no checkpoint pointer: framed at once and
+  queued; once per turn of the loop the queued calls of all sessions go out
+  together, as one guarded publish when alone, else as shared atomic
+  batches (`group`: each call guarded by its own head, the batch stored
+  whole or not at all), with one reply per batch routed by the `AckInbox`;
+  a stored reply finishes every call in the batch;
+- the full path (a task): any other call, and each call of a fast batch
+  whose reply was not "stored" (lost, duplicate, wrong last sequence, no
+  leader, refused): the head read when unknown, `writer.publish_call`
+  (resent with the same ids until stored, fenced, refused or timed out),
+  then the pointer moved when the call holds a checkpoint or a
+  `session-started`.
 
 A fast call that failed over to the full path is published again with the
 same message ids on the same head, so the duplicate window or the read
-that settles it tells whether the first one was stored: never twice.
+that settles it tells whether its batch was stored after all: never twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -34,7 +40,8 @@ from cairn.events.codec import Record
 from cairn.store.errors import AppendTimeout, SeqConflict
 from cairn.store.jetstream.acks import AckInbox
 from cairn.store.jetstream.batch import Outcome
-from cairn.store.jetstream.layout import ClusterError, Layout
+from cairn.store.jetstream.group import GROUP_MAX_MSGS, Part, chunks, group_headers, last_stream_seqs
+from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.names import session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
 from cairn.store.jetstream.reads import DirectReader
@@ -82,6 +89,9 @@ class Appender:
         self._finished = finished
         self._heads: collections.OrderedDict[str, Head] = collections.OrderedDict()
         self._inbox = AckInbox(nc)
+        #: calls begun since the last flush, and whether a flush is due
+        self._group: list[_Call] = []
+        self._flush_due = False
         self._tasks: set[asyncio.Task[None]] = set()
         #: calls finished on the fast path (tests and benches)
         self.fast = 0
@@ -89,46 +99,68 @@ class Appender:
     async def begin(self, pending: Pending) -> None:
         """Start `pending` (its session has no other call under way); `finished` gets its outcome.
 
-        Raises what fails before anything is sent (a stale expected seq on a
-        known head, a line too large), for the caller to resolve the call with.
+        Raises what fails before anything is sent (a line too large), for
+        the caller to resolve the call with.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + pending.timeout_s
         head = self._heads.get(pending.sid)
-        if head is None or head.last_seq != pending.expected or len(pending.events) != 1:
+        if head is None or head.last_seq != pending.expected:
             self._spawn(pending, self._full(pending, deadline))
             return
         call = self._frame(pending, head, deadline)
-        if matters(call.framed.records):
-            self._spawn(call.pending, self._publish(call))
+        if matters(call.framed.records) or len(call.framed.lines) > GROUP_MAX_MSGS:
+            self._spawn(pending, self._publish(call))
             return
-        headers = {
-            "Nats-Msg-Id": call.framed.msg_ids[0],
-            "Nats-Expected-Last-Subject-Sequence": str(head.stream_seq),
-        }
-        timeout_s = min(self._request_timeout_s, pending.timeout_s)
-
-        async def settle(outcome: Outcome) -> None:
-            await self._settle_fast(call, outcome)
-
-        await self._inbox.send(call.subject, call.framed.lines[0], headers, timeout_s, settle)
+        self._group.append(call)
+        if not self._flush_due:
+            self._flush_due = True
+            loop.call_soon(self._flush)
 
     def _frame(self, pending: Pending, head: Head, deadline: float) -> _Call:
         token = session_token(pending.sid)
         framed = frame_call(pending.sid, token, head, pending.events, pending.ts, self._max_line)
         return _Call(pending, f"{self._layout.prefix}.{token}", token, head, framed, deadline)
 
-    async def _settle_fast(self, call: _Call, outcome: Outcome) -> None:
-        if outcome.kind == "stored":
-            self._remember(call, outcome.seq)
-            self.fast += 1
+    def _flush(self) -> None:
+        """Send the calls begun since the last flush (once per turn of the loop), grouped in batches."""
+        self._flush_due = False
+        calls, self._group = self._group, []
+        task = asyncio.get_running_loop().create_task(self._send(calls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, calls: list[_Call]) -> None:
+        now = asyncio.get_running_loop().time()
+        timeout_s = max(0.001, min(self._request_timeout_s, min(c.deadline for c in calls) - now))
+        if len(calls) == 1 and len(calls[0].framed.lines) == 1:  # alone: a plain guarded publish
+            call = calls[0]
+            headers = {
+                "Nats-Msg-Id": call.framed.msg_ids[0],
+                "Nats-Expected-Last-Subject-Sequence": str(call.head.stream_seq),
+            }
+            message = (call.subject, call.framed.lines[0], headers)
+            await self._inbox.send([message], timeout_s, functools.partial(self._settle, calls))
+            return
+        for span in chunks([len(c.framed.lines) for c in calls]):
+            part = calls[span.start : span.stop]
+            parts = [Part(c.framed.lines, c.framed.msg_ids, c.head.stream_seq) for c in part]
+            batch_headers = group_headers(uuid.uuid4().hex, parts)
+            lines = [(c.subject, line) for c in part for line in c.framed.lines]
+            messages = [(subject, line, h) for (subject, line), h in zip(lines, batch_headers, strict=True)]
+            await self._inbox.send(messages, timeout_s, functools.partial(self._settle, part))
+
+    async def _settle(self, calls: list[_Call], outcome: Outcome) -> None:
+        """A batch's reply: stored, every call in it is finished; else each is sent again on its own."""
+        if outcome.kind != "stored":
+            for call in calls:
+                self._spawn(call.pending, self._publish(call))
+            return
+        lasts = last_stream_seqs(outcome.seq, [len(c.framed.lines) for c in calls])
+        self.fast += len(calls)
+        for call, last in zip(calls, lasts, strict=True):
+            self._remember(call, last)
             await self._finished(call.pending, call.framed.records, None)
-        elif outcome.kind == "refused":
-            why = f"{outcome.code} {outcome.description}"
-            error = ClusterError(f"session {call.pending.sid}: the cluster refused the append: {why}")
-            await self._finished(call.pending, None, error)
-        else:
-            self._spawn(call.pending, self._publish(call))
 
     def _spawn(self, pending: Pending, work: Awaitable[list[Record]]) -> None:
         """Run `work` for `pending` in a task of its own; `finished` gets the outcome."""

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import (
     ConnectionClosedError,
@@ -78,8 +79,27 @@ def batch_headers(
     return headers
 
 
+class _Ack(msgspec.Struct):
+    """The usual reply: a plain acknowledgement (decoded without building a dict; anything else
+    goes the general way)."""
+
+    seq: int
+    duplicate: bool = False
+
+
+_ack = msgspec.json.Decoder(_Ack)
+
+
 def classify(data: bytes) -> Outcome:
     """The outcome a commit reply (or a non-empty reply to the first message) says."""
+    if b'"error"' not in data:
+        try:
+            ack = _ack.decode(data)
+        except msgspec.MsgspecError:
+            pass
+        else:
+            if ack.seq > 0:
+                return Outcome("duplicate" if ack.duplicate else "stored", seq=ack.seq)
     try:
         reply = json.loads(data)
     except ValueError:

@@ -108,6 +108,22 @@ class Node:
         return document if isinstance(document, dict) else None
 
 
+def _not_current(metas: dict[str, dict[str, object]], running: set[str]) -> list[str]:
+    """The running nodes the meta leader (as its own `/jsz` says) does not count as current peers."""
+    leaders = {str(meta.get("leader")) for meta in metas.values()}
+    if len(leaders) != 1:
+        return sorted(running)  # the nodes do not agree on a leader yet
+    leader = leaders.pop()
+    own = metas.get(leader)
+    if own is None:
+        return [leader]
+    replicas = own.get("replicas")
+    current = {leader}
+    if isinstance(replicas, list):
+        current |= {str(r.get("name")) for r in replicas if isinstance(r, dict) and r.get("current")}
+    return sorted(running - current)
+
+
 @dataclass
 class LocalCluster:
     """A JetStream cluster of `size` nodes on 127.0.0.1 under `root`; a context manager."""
@@ -203,10 +219,17 @@ class LocalCluster:
         return self
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until every running node answers `/jsz` and names a meta leader."""
+        """Wait until every running node answers `/jsz` and names a meta leader that has them all current.
+
+        A leader alone is not enough: until it counts the other running
+        nodes as current peers, creating an R3 stream fails with "no suitable
+        peers for placement" (10005), seen right after a start under load.
+        """
         deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
+        running = {node.name for node in self.nodes if node.process is not None}
         while True:
             pending = []
+            metas: dict[str, dict[str, object]] = {}
             for node in self.nodes:
                 if node.process is None:
                     continue
@@ -218,10 +241,16 @@ class LocalCluster:
                 meta = document.get("meta_cluster") if document else None
                 if not isinstance(meta, dict) or not meta.get("leader"):
                     pending.append(node.name)
+                else:
+                    metas[node.name] = meta
+            if not pending:
+                pending = _not_current(metas, running)
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise ClusterStartFailed(f"no JetStream meta leader on {', '.join(pending)} in time")
+                raise ClusterStartFailed(
+                    f"no JetStream meta leader with {', '.join(pending)} current in time"
+                )
             time.sleep(0.05)
 
     def kill(self, index: int) -> None:

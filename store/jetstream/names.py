@@ -15,6 +15,7 @@ refuses it with the same typed error (`InvalidSessionId`).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from cairn.events.codec import validate_session_id
@@ -27,6 +28,7 @@ _TOKEN_RE = re.compile(r"(?:[A-Za-z0-9_-]|=[0-9A-F]{2})+")
 EVENTS_SUBJECT_PREFIX = "cairn.events"
 
 
+@functools.lru_cache(maxsize=8_192)  # on every append: the sessions a host writes to are few and hot
 def session_token(sid: str) -> str:
     """The subject token and KV key of session `sid` (refused with InvalidSessionId if `sid` is bad)."""
     validate_session_id(sid)

@@ -129,6 +129,35 @@ def test_a_fast_append_on_a_head_another_writer_moved_is_fenced_and_stores_nothi
         second.close()
 
 
+def test_one_stale_call_in_a_shared_batch_is_fenced_alone_and_the_others_are_stored(
+    cluster: LocalCluster,
+) -> None:
+    """Calls of many sessions begun together share one atomic batch; one stale guard refuses the batch,
+    and then every call is sent on its own: the stale one is fenced, the others stored once."""
+    layout = fresh_layout()
+    first, second = open_journal(cluster, layout), open_journal(cluster, layout)
+    try:
+        sessions = [f"g-{n}" for n in range(40)]
+        for sid in sessions:
+            first.append(sid, [started()], expected_seq=0)
+        second.append("g-7", [msg(99)], expected_seq=1)  # first's known head of g-7 is now stale
+        before = first.fast_appends
+        futures = {sid: first.append_async(sid, [msg(1)], expected_seq=1) for sid in sessions}
+        for sid, future in futures.items():
+            if sid == "g-7":
+                with pytest.raises(SessionFenced):
+                    future.result(30)
+            else:
+                assert future.result(30)[0].seq == 2
+        for sid in sessions:
+            events = [r.event for r in second.read(sid)]
+            assert events == [started(), msg(99) if sid == "g-7" else msg(1)]  # each stored once
+        assert first.fast_appends - before < len(sessions)  # the refused batch's calls went on their own
+    finally:
+        first.close()
+        second.close()
+
+
 def test_closing_the_journal_resolves_every_call_queued_and_refuses_later_ones(cluster: LocalCluster) -> None:
     layout = fresh_layout()
     journal = open_journal(cluster, layout)
