@@ -9,14 +9,14 @@ import msgspec
 from cairn.actors.errors import SessionExists
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted
+from cairn.store.backend import JournalBackend
 from cairn.store.errors import SeqConflict
-from cairn.store.journal import Journal
 
-#: events per append when a fork copies a history
-FORK_BATCH = 1_024
+#: events per append when a fork copies a history: at most one JetStream atomic batch (1,000 messages)
+FORK_BATCH = 1_000
 
 
-def copy_history(journal: Journal, source: str, target: str, last: int) -> int:
+def copy_history(journal: JournalBackend, source: str, target: str, last: int) -> int:
     """Append `source`'s events 1..`last` to the empty session `target`; returns `target`'s last seq.
 
     Hidden events (the hand-off) are left out; `session-started` names its

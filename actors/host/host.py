@@ -68,6 +68,7 @@ from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError
 from cairn.events.model import Part
 from cairn.events.state import SessionState
+from cairn.store.backend import JournalBackend
 from cairn.store.errors import StorageFailed
 from cairn.store.journal import Journal
 from cairn.store.segments import FsyncFn
@@ -82,7 +83,7 @@ class Host:
 
     def __init__(
         self,
-        journal: Journal,
+        journal: JournalBackend,
         runtime: Runtime,
         *,
         settings: SessionSettings,
@@ -111,7 +112,7 @@ class Host:
         provider_factory: Callable[[str], Provider] | None = None,
         tools: ToolExecutor | None = None,
         hook: PreCompactionHook | None = None,
-        journal: Journal | None = None,
+        journal: JournalBackend | None = None,
         clock_ms: Callable[[], int] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         fsync: FsyncFn = os.fsync,

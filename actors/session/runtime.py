@@ -12,7 +12,7 @@ from cairn.actors.provider.base import Provider
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import Encoding
 from cairn.actors.tools import ToolExecutor
-from cairn.store.journal import Journal
+from cairn.store.backend import JournalBackend
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Runtime:
     never encoded. The host builds it once (`Host.open`) from its `HostConfig`.
     """
 
-    journal: Journal
+    journal: JournalBackend
     adapter_for: Callable[[str], Provider]
     tools: ToolExecutor | None
     clock_ms: Callable[[], int]

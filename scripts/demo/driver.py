@@ -31,6 +31,7 @@ from cairn.store.segments import FsyncFn
 
 def _check_sessions(host: Host, sids: list[str], settings: SessionSettings) -> None:
     """A demo continues only sessions of the same model and window (settings come from the log)."""
+    where = getattr(host.journal, "root", "the store")  # a local journal's directory
     for sid in sids:
         if host.journal.last_seq(sid) == 0:
             continue
@@ -38,7 +39,7 @@ def _check_sessions(host: Host, sids: list[str], settings: SessionSettings) -> N
         wanted = (settings.model, settings.context_window)
         if info is not None and (info.model, info.context_window) != wanted:
             raise DemoSetupError(
-                f"{sid} in {host.journal.root} runs model {info.model!r} with a window of "
+                f"{sid} in {where} runs model {info.model!r} with a window of "
                 f"{info.context_window}, not {settings.model!r} with {settings.context_window}: "
                 "use another --store"
             )

@@ -13,7 +13,7 @@ from typing import Any
 
 from cairn.demo.providers import Setup
 from cairn.events.kinds import CheckpointCommitted, TurnFailed, Usage
-from cairn.store import Journal
+from cairn.store.backend import JournalBackend
 
 
 @dataclass
@@ -43,7 +43,7 @@ class SessionReport:
         return self.handoffs > 0 or any(c["trigger"] == "threshold" for c in self.checkpoints)
 
 
-def session_report(journal: Journal, sid: str) -> SessionReport:
+def session_report(journal: JournalBackend, sid: str) -> SessionReport:
     """The figures of `sid` from its whole log; `replayed` and this run's turns are left to the caller."""
     report = SessionReport(session=sid)
     reports = 0

@@ -1,0 +1,147 @@
+"""The JetStream layout of a cairn store: one events stream, a blobs object store, a pointer bucket.
+
+- Stream `CAIRN_EVENTS` holds every session's events, one subject per
+  session (`names.events_subject`: `cairn.events.<token>`), one message per
+  event whose payload is exactly one line of the local log format
+  (`events.codec`: envelope, body, CRC-32C, hash chain). File storage,
+  replicas 3, append-only (`deny_delete`, `deny_purge`, no limits, so no
+  message ever leaves), direct get on (the reads), atomic batch publish on
+  (a call's events all or nothing), a 2-minute duplicate window (a resent
+  publish with the same message ids is stored once).
+- Object store `CAIRN_BLOBS`: a large message part (the local journal's
+  blob threshold, 256 KiB), named by its SHA-256, as `BlobPart`s name it.
+- Key-value bucket `CAIRN_CHECKPOINTS`: per session token, where its latest
+  checkpoint and `session-started` are in the stream (derived and
+  rebuildable: see `pointer`).
+
+`ensure_layout` creates what is missing and checks what exists; a stream
+that exists with another shape (not append-only, no atomic batch) is
+refused, not changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
+
+from cairn.events.errors import InputError
+from cairn.store.errors import SeqConflict, StorageError
+from cairn.store.jetstream.names import EVENTS_SUBJECT_PREFIX, session_token
+
+#: messages one atomic batch may hold (the server's default `batch.max_msgs`)
+MAX_BATCH_MSGS = 1_000
+#: seconds within which a resent message id is recognised as already stored
+DUPLICATE_WINDOW_S = 120.0
+#: room left for the headers in a message next to its line
+HEADER_ROOM = 4_096
+
+
+class ClusterError(StorageError):
+    """The cluster refused or could not take a request (the layout, a limit, an unexpected reply)."""
+
+
+class CallTooLarge(InputError):
+    """A call holds more events than one atomic batch allows: split it (nothing was written)."""
+
+
+class SessionFenced(SeqConflict):
+    """Another writer appended to the session first: this call's expected seq is stale, nothing stored.
+
+    A `SeqConflict` (the local journal's error for the same case) that also
+    says it came from the cluster's expected-last-subject-sequence guard.
+    """
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Names and shape of a cairn store on a JetStream cluster."""
+
+    stream: str = "CAIRN_EVENTS"
+    blobs: str = "CAIRN_BLOBS"
+    pointers: str = "CAIRN_CHECKPOINTS"
+    replicas: int = 3
+    #: the subjects' prefix: `cairn.events` (`names.events_subject`); tests isolate themselves with another
+    prefix: str = EVENTS_SUBJECT_PREFIX
+
+    @classmethod
+    def named(cls, name: str) -> Layout:
+        """A layout of its own beside the default one (tests, benches): every name suffixed by `name`."""
+        return cls(
+            stream=f"CAIRN_EVENTS_{name}",
+            blobs=f"CAIRN_BLOBS_{name}",
+            pointers=f"CAIRN_CHECKPOINTS_{name}",
+            prefix=f"cairn-{name}.events",
+        )
+
+    @property
+    def subjects(self) -> str:
+        return f"{self.prefix}.>"
+
+    def subject(self, sid: str) -> str:
+        """The subject of session `sid`'s events (InvalidSessionId for a bad id)."""
+        return f"{self.prefix}.{session_token(sid)}"
+
+    def stream_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=self.stream,
+            description="cairn: every session's events, one subject per session, one log line per message",
+            subjects=[self.subjects],
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            deny_delete=True,
+            deny_purge=True,
+            allow_direct=True,
+            allow_atomic=True,
+            duplicate_window=DUPLICATE_WINDOW_S,
+        )
+
+
+@dataclass(frozen=True)
+class Handles:
+    """The opened pieces of the layout."""
+
+    blobs: ObjectStore
+    pointers: KeyValue
+
+
+async def ensure_layout(js: JetStreamContext, layout: Layout) -> Handles:
+    """Create the stream, the blob store and the pointer bucket when missing; refuse a misshapen stream."""
+    try:
+        info = await js.stream_info(layout.stream)
+    except NotFoundError:
+        await js.add_stream(layout.stream_config())
+    else:
+        config = info.config
+        wrong = [
+            name
+            for name, ok in (
+                ("deny_delete", config.deny_delete),
+                ("deny_purge", config.deny_purge),
+                ("allow_direct", config.allow_direct),
+                ("allow_atomic", config.allow_atomic),
+                ("subjects", layout.subjects in (config.subjects or [])),
+            )
+            if not ok
+        ]
+        if wrong:
+            raise ClusterError(f"stream {layout.stream} exists without what cairn needs: {', '.join(wrong)}")
+    try:
+        blobs = await js.object_store(layout.blobs)
+    except (BucketNotFoundError, NotFoundError):
+        blobs = await js.create_object_store(
+            layout.blobs, config=ObjectStoreConfig(storage=StorageType.FILE, replicas=layout.replicas)
+        )
+    try:
+        pointers = await js.key_value(layout.pointers)
+    except (BucketNotFoundError, NotFoundError):
+        pointers = await js.create_key_value(
+            KeyValueConfig(
+                bucket=layout.pointers, history=1, storage=StorageType.FILE, replicas=layout.replicas
+            )
+        )
+    return Handles(blobs=blobs, pointers=pointers)
