@@ -298,7 +298,9 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
         except (TypeError, ValueError) as exc:  # a lone surrogate, a value with no JSON form
             raise InvalidEvent(f"replacement messages cannot be encoded: {exc}") from None
         if size > MAX_REPLACEMENT_BYTES:
-            raise InvalidEvent(f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}")
+            raise InvalidEvent(
+                f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}"
+            )
 
 
 class OwnerChanged(EventBase, frozen=True, tag="owner-changed"):
@@ -357,7 +359,9 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     OwnerChanged,
 )
 
-KINDS: dict[str, type[EventBase]] = {str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES}
+KINDS: dict[str, type[EventBase]] = {
+    str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES
+}
 
 
 def kind_of(event: EventBase) -> str:

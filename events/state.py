@@ -355,7 +355,9 @@ def _plain_text(content: tuple[object, ...] | str) -> str:
     return text_of(Message(role="user", content=content))  # type: ignore[arg-type]
 
 
-def _remember_files(recent: tuple[FileAccess, ...], event: ToolResult, ts: int) -> tuple[FileAccess, ...]:
+def _remember_files(
+    recent: tuple[FileAccess, ...], event: ToolResult, ts: int
+) -> tuple[FileAccess, ...]:
     """Newest first, one entry per path, at most RECENT_FILES_KEPT."""
     fresh = [msgspec.structs.replace(access, ts=ts) for access in reversed(event.files)]
     seen = {access.path for access in fresh}
