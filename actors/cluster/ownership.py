@@ -1,0 +1,180 @@
+"""Which sessions one cluster host owns: take a lease, fence the log, keep it, drop it when lost.
+
+Taking a session (`claim`), in this order, under a per-session lock:
+
+1. take its lease in the bucket (`LeaseKeeper.acquire`: guarded, renewed
+   from then on; `LeaseHeld` when another host holds it);
+2. stop this host's own actor of the session if one is still live (from an
+   earlier tenure: its state is stale);
+3. append `owner-changed` (this host, the lease revision, the previous
+   holder when known) with the expected seq read just before: THE FENCE.
+   Any append of a previous owner after it fails the journal's
+   expected-seq guard. A conflict here means a previous owner slipped one
+   in: read the seq again and retry;
+4. admit the session in the `LeasedJournal` gate: the `Host` may now write it.
+
+The next message's `Host.send` then loads the session by replay (from its
+latest checkpoint) and records the turn that was open as interrupted (the
+session actor's load does that, as after a local crash).
+
+Losing it (`LeaseKeeper`'s `on_lost`, on the loop thread, or a
+`SeqConflict` on an append): shut the gate at once (no further append),
+then stop the session's actor on the janitor thread (the turn it ran ends
+interrupted; its own record of that is refused, and the next owner writes
+it). Releasing everything (`close`) frees every lease for the other hosts.
+
+Thread-safety: every method may be called from any thread; `_lost` runs on
+the lease loop and only shuts the gate and queues work.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from cairn.actors.cluster.gate import LeasedJournal
+from cairn.events.kinds import OwnerChanged
+from cairn.store.backend import JournalBackend
+from cairn.store.errors import SeqConflict
+from cairn.store.jetstream.lease_keeper import LeaseKeeper, LeaseLostNotice
+from cairn.store.jetstream.lease_policy import LeaseTiming, lost_at
+from cairn.store.jetstream.leases import LeaseBucket
+
+log = logging.getLogger("cairn.cluster")
+
+#: how often the fence is tried when a previous owner keeps appending between our read and our write
+FENCE_TRIES = 5
+
+
+class Ownership:
+    """The sessions one host holds (see the module doc)."""
+
+    def __init__(
+        self,
+        host_id: str,
+        ttl_s: int,
+        journal: JournalBackend,
+        bucket: LeaseBucket,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        LeaseTiming.for_ttl(ttl_s)  # refuses a bad TTL here
+        self.host_id = host_id
+        self.ttl_s = ttl_s
+        self._journal = journal
+        self._clock = clock
+        self.keeper = LeaseKeeper(bucket, on_lost=self._lost, clock=clock)
+        self.gate = LeasedJournal(journal, self.lease_valid, self._conflict)
+        self._stop_session: Callable[[str], object] = lambda sid: None
+        self._janitor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cairn-cluster-janitor")
+        self._locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+        self.lost: list[LeaseLostNotice] = []
+
+    def bind(self, stop_session: Callable[[str], object]) -> None:
+        """How a lost session's actor is stopped (`Host.stop_session`, once the host is open)."""
+        self._stop_session = stop_session
+
+    # -- what this host holds ---------------------------------------------------------------------
+
+    def lease_valid(self, sid: str) -> bool:
+        """The keeper holds `sid`'s lease and its `lost_at` has not passed on this host's clock."""
+        lease = self.keeper.held().get(sid)
+        if lease is None:
+            return False
+        return self._clock() < lost_at(lease, LeaseTiming.for_ttl(lease.ttl_s))
+
+    def holds(self, sid: str) -> bool:
+        """This host may serve `sid` now: fenced here and its lease still valid."""
+        return self.gate.admits(sid) and self.lease_valid(sid)
+
+    # -- taking ----------------------------------------------------------------------------------------
+
+    def claim(self, sid: str, previous: str | None) -> OwnerChanged | None:
+        """Take `sid` (steps 1-4 of the module doc); its `owner-changed`, None when already held here.
+
+        Raises `LeaseHeld` when another host holds it, `LeaseUnavailable`
+        when the bucket does not answer, a journal error when the fence
+        cannot be written (the lease is released again then).
+        """
+        with self._lock_of(sid):
+            if self.holds(sid):
+                return None
+            self.gate.shut(sid)
+            lease = self.keeper.acquire(sid, self.host_id, self.ttl_s)
+            try:
+                self._stop_session(sid)
+                event = OwnerChanged(
+                    host_id=self.host_id, lease_revision=lease.revision, previous_host=previous
+                )
+                self._fence(sid, event)
+            except BaseException:
+                self.keeper.release(sid)
+                raise
+            self.gate.admit(sid)
+            return event
+
+    def _fence(self, sid: str, event: OwnerChanged) -> None:
+        """Append `event` right after the session's last event (step 3), retrying a lost race."""
+        for attempt in range(FENCE_TRIES):
+            last = self._journal.last_seq(sid)
+            try:
+                self._journal.append(sid, [event], expected_seq=last)
+                return
+            except SeqConflict:
+                if attempt == FENCE_TRIES - 1:
+                    raise
+                log.warning("cairn: session %r was appended to while host %s fenced it", sid, self.host_id)
+
+    def _lock_of(self, sid: str) -> threading.Lock:
+        with self._guard:
+            return self._locks[sid]
+
+    # -- losing and releasing ---------------------------------------------------------------------------
+
+    def _lost(self, notice: LeaseLostNotice) -> None:
+        """The keeper's report (on the loop thread): shut the gate now, stop the actor on the janitor."""
+        sid = notice.lease.sid
+        self.gate.shut(sid)
+        self.lost.append(notice)
+        log.warning("cairn: host %s lost the lease of session %r (%s)", self.host_id, sid, notice.reason)
+        self._janitor.submit(self._stop_quietly, sid)
+
+    def _conflict(self, sid: str) -> None:
+        """Someone else appended to `sid` (the gate saw a `SeqConflict`): stop serving it, free the lease."""
+        log.warning(
+            "cairn: session %r was written by another host; host %s stops serving it", sid, self.host_id
+        )
+        self._janitor.submit(self._stop_and_release, sid)
+
+    def _stop_quietly(self, sid: str) -> None:
+        try:
+            self._stop_session(sid)
+        except Exception as exc:
+            log.warning("cairn: stopping session %r: %s: %s", sid, type(exc).__name__, exc)
+
+    def _stop_and_release(self, sid: str) -> None:
+        self._stop_quietly(sid)
+        with self._lock_of(sid):
+            if self.gate.admits(sid):
+                return  # claimed again meanwhile: fenced anew, ours
+            try:
+                self.keeper.release(sid)
+            except Exception as exc:
+                log.warning("cairn: releasing session %r: %s: %s", sid, type(exc).__name__, exc)
+
+    def release(self, sid: str) -> bool:
+        """Stop serving `sid` and free its lease at once (True when it was held)."""
+        with self._lock_of(sid):
+            self.gate.shut(sid)
+            return self.keeper.release(sid)
+
+    def close(self, release: bool = True) -> None:
+        """Shut every session's gate and release (or, `release=False`, abandon) every lease."""
+        for sid in self.keeper.held():
+            self.gate.shut(sid)
+        self.keeper.close(release=release)
+        self._janitor.shutdown(wait=True)
