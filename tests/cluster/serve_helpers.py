@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cairn.actors.cluster.names import ClusterNames
@@ -32,6 +32,14 @@ from cairn.events.model import text_of
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_MAX_S = 30.0
 _SLOW = re.compile(r"SLOW(\d+(?:\.\d+)?)")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll the cluster for `condition` until `timeout_s` (server-side state: no event to wait on)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
 
 
 def fresh_names() -> ClusterNames:
