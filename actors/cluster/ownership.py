@@ -48,6 +48,8 @@ log = logging.getLogger("cairn.cluster")
 
 #: how often the fence is tried when a previous owner keeps appending between our read and our write
 FENCE_TRIES = 5
+#: locks shared by hash among sessions (claims of two sessions rarely wait for each other)
+_LOCK_STRIPES = 256
 
 
 class Ownership:
@@ -70,9 +72,9 @@ class Ownership:
         self.gate = LeasedJournal(journal, self.lease_valid, self._conflict)
         self._stop_session: Callable[[str], object] = lambda sid: None
         self._janitor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cairn-cluster-janitor")
-        self._locks: collections.defaultdict[str, threading.Lock] = collections.defaultdict(threading.Lock)
-        self._guard = threading.Lock()
-        self.lost: list[LeaseLostNotice] = []
+        self._locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
+        #: the latest losses, newest last (for tests and operators)
+        self.lost: collections.deque[LeaseLostNotice] = collections.deque(maxlen=256)
 
     def bind(self, stop_session: Callable[[str], object]) -> None:
         """How a lost session's actor is stopped (`Host.stop_session`, once the host is open)."""
@@ -130,8 +132,8 @@ class Ownership:
                 log.warning("cairn: session %r was appended to while host %s fenced it", sid, self.host_id)
 
     def _lock_of(self, sid: str) -> threading.Lock:
-        with self._guard:
-            return self._locks[sid]
+        """The lock of `sid`'s claims and releases: one of a fixed set, so memory stays bounded."""
+        return self._locks[hash(sid) % _LOCK_STRIPES]
 
     # -- losing and releasing ---------------------------------------------------------------------------
 
