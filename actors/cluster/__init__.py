@@ -4,9 +4,11 @@
 cluster's journal, serving turns sent over NATS); `client` the library that
 sends them (`ClusterClient`, whose `send` returns a handle shaped like
 `Host.send`'s). Inside: `names` (subjects and host ids), `frames` (the wire
-protocol), `routing` (where a message goes: pure), `ownership` (lease,
-fence, loss), `gate` (the journal that writes only owned sessions),
-`outbox` (a turn's frames to its client), `errors`.
+protocol), `routing` (where a message goes: pure), `forwarding` (to the
+holder, or waiting its lease out), `ownership` (lease, fence, loss),
+`gate` (the journal that writes only owned sessions), `idle` (giving
+back idle sessions' leases), `outbox` (a turn's frames to its client),
+`errors`.
 """
 
 from cairn.actors.cluster.client import ClusterClient, RemoteTurn

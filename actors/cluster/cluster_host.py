@@ -15,10 +15,11 @@ bucket and a keeper (`ownership`), and runs an unchanged `Host` over the
 A client's message is routed by `routing.route` on a worker thread (the
 pool of `workers`): served here when this host holds the session; claimed
 (`Ownership.claim`: lease, fence, then serve) when nobody does; forwarded
-to the holder otherwise, keeping the client's inbox, and when the holder
-does not take it, claimed once its lease is gone (a dead host's TTL runs
-out: that is the failover). Serving is `Host.send` and the turn's frames
-to the client's inbox (`Outbox`).
+to the holder otherwise, keeping the client's inbox (`forwarding`), and
+when the holder does not take it, claimed once its lease is gone (a dead
+host's TTL runs out: that is the failover). Serving is `Host.send` and the
+turn's frames to the client's inbox (`Outbox`). Every `release_idle_s`,
+the leases of sessions with no live actor are given back (`idle`).
 
 Closing (`close`, SIGTERM in `cairn serve`): stop taking clients'
 messages, let in-flight turns finish for up to `grace_s`, close the Host
@@ -48,15 +49,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from cairn.actors.cluster.forwarding import Forwarder
 from cairn.actors.cluster.frames import (
     ForwardAnswer,
     Forwarded,
     TurnRequest,
-    decode_answer,
     decode_forwarded,
     decode_request,
     encode,
 )
+from cairn.actors.cluster.idle import SessionUse, release_idle
 from cairn.actors.cluster.names import ClusterNames, checked_host_id, default_host_id
 from cairn.actors.cluster.outbox import BEAT_S, Outbox
 from cairn.actors.cluster.ownership import Ownership
@@ -66,10 +68,8 @@ from cairn.actors.cluster.routing import (
     Claim,
     Done,
     Forward,
-    ForwardOutcome,
     Serve,
     after_forward,
-    released,
     route,
 )
 from cairn.actors.errors import TurnTimeout, describe_exception
@@ -85,11 +85,6 @@ from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseBucket, LeaseHel
 from cairn.store.jetstream.loop import LoopThread
 
 log = logging.getLogger("cairn.cluster")
-
-#: how long a forwarded message waits for the holder's answer
-FORWARD_TIMEOUT_S = 2.0
-#: how often a host looks at the bucket while it waits for a holder's lease to go
-RELEASE_POLL_S = 0.1
 
 
 class ClusterStats(msgspec.Struct, kw_only=True):
@@ -117,6 +112,7 @@ class ClusterHost:
         workers: int,
         beat_s: float,
         max_wait_s: float,
+        release_idle_s: float | None,
     ) -> None:
         self.host = host
         self.host_id = ownership.host_id
@@ -128,13 +124,26 @@ class ClusterHost:
         self._nc = nc
         self._bucket = bucket
         self._beat_s = beat_s
-        self._max_wait_s = max_wait_s
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cairn-cluster")
         self._lock = threading.Lock()
         self._inflight: set[Turn] = set()
         self._subs: dict[str, Subscription] = {}
+        self._use = SessionUse()
+        self._forwarder = Forwarder(
+            loop, nc, bucket, names, self.host_id, max_wait_s=max_wait_s, stopping=lambda: self._closing
+        )
         self._closing = False
         self._closed = threading.Event()
+        self._stop_sweep = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        if release_idle_s is not None and release_idle_s > 0:
+            self._sweeper = threading.Thread(
+                target=self._sweep,
+                args=(release_idle_s,),
+                name=f"cairn-cluster-idle-{self.host_id}",
+                daemon=True,
+            )
+            self._sweeper.start()
 
     @classmethod
     def open(
@@ -152,6 +161,7 @@ class ClusterHost:
         workers: int = 64,
         beat_s: float = BEAT_S,
         max_wait_s: float = 60.0,
+        release_idle_s: float | None = 30.0,
         start: bool = True,
     ) -> ClusterHost:
         """Connect to the cluster at `url`, open the journal, the leases and a `Host`, and serve.
@@ -159,8 +169,11 @@ class ClusterHost:
         `host_id` must be unique per process (default `<hostname>-<pid>-<random>`);
         `ttl_s` is the lease TTL (15 s: above the 5-7 s stall of a dead
         stream leader; a failover takes about that long); `max_wait_s` how
-        long a message waits for an unresponsive holder's lease to go.
-        `start=False` opens without subscribing (`start()` later).
+        long a message waits for an unresponsive holder's lease to go;
+        `release_idle_s` how often the leases of idle sessions (no live
+        actor: see `HostConfig.idle_timeout_s`) are given back (None:
+        never; `release_idle()` on demand). `start=False` opens without
+        subscribing (`start()` later).
         """
         chosen = names if names is not None else ClusterNames()
         me = checked_host_id(host_id) if host_id is not None else default_host_id()
@@ -203,6 +216,7 @@ class ClusterHost:
             workers=workers,
             beat_s=beat_s,
             max_wait_s=max_wait_s,
+            release_idle_s=release_idle_s,
         )
         if start:
             made.start()
@@ -248,17 +262,28 @@ class ClusterHost:
             forwarded = decode_forwarded(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
-        taken = not self._closing and self.ownership.holds(forwarded.request.sid)
+        sid = forwarded.request.sid
+        taken = not self._closing and self._use.try_enter(sid)
+        if taken and not self.ownership.holds(sid):
+            self._use.leave(sid)
+            taken = False
         if msg.reply:
             await self._nc.publish(msg.reply, encode(ForwardAnswer(taken=taken, host_id=self.host_id)))
-        if taken:
-            self._submit(
-                self._serve, forwarded.request, Outbox(self._loop, self._nc, forwarded.reply_to, self._beat_s)
-            )
+        if taken and not self._submit(self._serve_forwarded, forwarded):
+            self._use.leave(sid)
 
-    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the pool is shut down: closing
+    def _serve_forwarded(self, forwarded: Forwarded) -> None:
+        try:
+            self._serve(forwarded.request, Outbox(self._loop, self._nc, forwarded.reply_to, self._beat_s))
+        finally:
+            self._use.leave(forwarded.request.sid)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> bool:
+        try:
             self._pool.submit(fn, *args)
+        except RuntimeError:  # the pool is shut down: closing
+            return False
+        return True
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -271,7 +296,8 @@ class ClusterHost:
             self._refuse(outbox, "InputError", f"not a cairn turn request: {exc}")
             return
         try:
-            self._route(request, outbox)
+            with self._use.using(request.sid):
+                self._route(request, outbox)
         except Exception as exc:
             log.warning("cairn: routing a message of %r failed: %s", request.sid, describe_exception(exc))
             self._refuse(outbox, type(exc).__name__, str(exc))
@@ -298,39 +324,17 @@ class ClusterHost:
                     self._serve(request, outbox)
                     return
                 case Forward():
-                    match after_forward(self._forward(decision, request, outbox.reply_to), decision):
+                    outcome = self._forwarder.forward(decision, request, outbox.reply_to)
+                    match after_forward(outcome, decision):
                         case Done():
                             self._count("forwarded")
                             return
                         case AwaitRelease() as awaited:
-                            self._await_release(sid, awaited)
+                            self._forwarder.await_release(sid, awaited)
                             previous = awaited.holder
         self._refuse(
             outbox, "RoutingFailed", f"session {sid}: no host could take it after {MAX_ROUTES} tries"
         )
-
-    def _forward(self, forward: Forward, request: TurnRequest, reply_to: str) -> ForwardOutcome:
-        """Ask the holder to serve the message, streaming to the client's inbox itself."""
-        data = encode(Forwarded(request=request, reply_to=reply_to, via=self.host_id))
-        subject = self.names.host_subject(forward.holder)
-        try:
-            answer = self._loop.call(
-                self._nc.request(subject, data, timeout=FORWARD_TIMEOUT_S), FORWARD_TIMEOUT_S + 5
-            )
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError):
-            return "unanswered"
-        try:
-            return "taken" if decode_answer(answer.data).taken else "not-taken"
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return "unanswered"
-
-    def _await_release(self, sid: str, awaited: AwaitRelease) -> None:
-        """Poll the bucket until `awaited`'s lease is gone (or `max_wait_s`, or closing)."""
-        give_up = time.monotonic() + self._max_wait_s
-        while not self._closing and time.monotonic() < give_up:
-            if released(self._bucket.observe(sid), awaited):
-                return
-            time.sleep(RELEASE_POLL_S)  # polling the cluster for a condition, with a deadline
 
     # -- serving ------------------------------------------------------------------------------------
 
@@ -360,6 +364,21 @@ class ClusterHost:
         with self._lock:
             setattr(self.stats, what, getattr(self.stats, what) + 1)
 
+    # -- idle sessions ---------------------------------------------------------------------------
+
+    def release_idle(self) -> int:
+        """Release the leases of sessions held here with no live actor and no message in flight (`idle`)."""
+        if self._closing:
+            return 0
+        return release_idle(self.ownership, self.host.live_sessions, self._use)
+
+    def _sweep(self, every_s: float) -> None:
+        while not self._stop_sweep.wait(every_s):
+            try:
+                self.release_idle()
+            except Exception as exc:  # the sweeper must outlive one bad round
+                log.warning("cairn: releasing idle sessions: %s", describe_exception(exc))
+
     # -- closing ------------------------------------------------------------------------------------
 
     @property
@@ -374,6 +393,9 @@ class ClusterHost:
                 return
             self._closing = True
             running = list(self._inflight)
+        self._stop_sweep.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=30)
         try:
             self.stop_accepting()
             deadline = time.monotonic() + grace_s

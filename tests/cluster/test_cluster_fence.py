@@ -8,6 +8,7 @@ a deadline.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +49,13 @@ def hosts(
     """host-a serves clients' messages; host-b is open but does not (yet) take them."""
     config = HostConfig(sweep=False)
     a = ClusterHost.open(
-        cluster.urls[0], host_id="host-a", names=names, ttl_s=TTL_S, provider=provider, config=config
+        cluster.urls[0],
+        host_id="host-a",
+        names=names,
+        ttl_s=TTL_S,
+        provider=provider,
+        config=config,
+        release_idle_s=None,
     )
     b = ClusterHost.open(
         cluster.urls[0],
@@ -57,6 +64,7 @@ def hosts(
         ttl_s=TTL_S,
         provider=provider,
         config=config,
+        release_idle_s=None,
         start=False,
     )
     yield a, b
@@ -149,3 +157,18 @@ def test_a_host_that_loses_a_lease_stops_the_session_at_once_and_the_next_owner_
         "interrupted",
     )
     assert result.turn_id == held_turn.turn_id
+
+
+def test_an_idle_session_s_lease_is_given_back_and_its_next_message_claims_it_again(
+    hosts: tuple[ClusterHost, ClusterHost], client: ClusterClient, bucket: LeaseBucket, tmp_path: Path
+) -> None:
+    a, _ = hosts
+    assert client.send("idle", "hello", workspace=tmp_path).result(WAIT).ok
+    assert a.release_idle() == 0  # its actor is live
+    assert a.host.passivate_idle(now_ms=time.time_ns() // 1_000_000 + 10**9) == 1
+    assert a.release_idle() == 1
+    assert isinstance(bucket.observe("idle"), Vacated) and not a.ownership.holds("idle")
+    again = client.send("idle", "again")
+    assert again.result(WAIT).ok and again.host_id == "host-a"
+    fences = [r.event for r in a.journal.read("idle") if isinstance(r.event, OwnerChanged)]
+    assert [f.host_id for f in fences] == ["host-a", "host-a"]  # claimed again: fenced again

@@ -61,7 +61,13 @@ def names() -> ClusterNames:
 def hosts(cluster: LocalCluster, names: ClusterNames) -> Iterator[tuple[ClusterHost, ClusterHost]]:
     opened = [
         ClusterHost.open(
-            cluster.urls[0], host_id=name, names=names, provider=plan(), tools=WorkspaceTools(), config=CONFIG
+            cluster.urls[0],
+            host_id=name,
+            names=names,
+            provider=plan(),
+            tools=WorkspaceTools(),
+            config=CONFIG,
+            release_idle_s=None,
         )
         for name in ("host-a", "host-b")
     ]
