@@ -20,30 +20,30 @@ A line is one JSON object, UTF-8, newline-terminated::
 
 Unknown fields are ignored on decode; an unknown `v` or `kind` is an error,
 but `decode_envelope` still reads the envelope of an unknown kind for audit.
+What a line's body may hold is checked before it is framed
+(`events.body_check.checked_body`); kinds are named by `events.kinds`' tag table.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Callable, Sequence
 
 import crc32c
 import msgspec
-import msgspec.inspect
 
+from cairn.events.body_check import checked_body
 from cairn.events.errors import (
     ChecksumMismatch,
     CorruptLine,
-    InvalidEvent,
     InvalidSessionId,
     LineTooLarge,
     MalformedEvent,
     UnknownKind,
     UnsupportedVersion,
 )
-from cairn.events.kinds import CHECKPOINT_VERSION, EVENT_TYPES, KINDS, Event, EventBase, raw_object_problem
+from cairn.events.kinds import CHECKPOINT_VERSION, KINDS, TAG_JSON, TAG_OF, Event, EventBase, kind_name
 
 SCHEMA_VERSION = 1
 #: Largest line accepted on write and on read: a 16 MiB checkpoint plus envelope room.
@@ -65,6 +65,7 @@ _sha256 = hashlib.sha256
 _CRC_SUFFIX_HEAD = b',"crc":"'
 #: used with fullmatch: with `^...$` and `match`, `$` also matches before a final newline
 _SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
+
 
 class Envelope(msgspec.Struct, frozen=True, gc=False):
     """The envelope of a line, readable whatever its kind."""
@@ -96,11 +97,10 @@ class Record(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def kind(self) -> str:
-        return _TAG_OF[type(self.event)]
+        return TAG_OF[type(self.event)]
 
 
 _body_encoder = msgspec.json.Encoder()
-_event_decoder = msgspec.json.Decoder(Event)
 _record_decoder = msgspec.json.Decoder(Record)
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 
@@ -120,147 +120,11 @@ def validate_session_id(sid: str) -> str:
     return sid
 
 
-#: an event's body as JSON bytes, unchecked (the journal writes `checked_body`'s)
-encode_body: Callable[[EventBase], bytes] = _body_encoder.encode
-
 #: a str as a JSON string token, quotes included: how every string enters a line
 json_string: Callable[[str], bytes] = _body_encoder.encode
 
 
-def checked_body(event: EventBase) -> tuple[EventBase, bytes]:
-    """The event as the log will read it back, and its body: refuse what would not read back equal.
-
-    msgspec checks no types at construction, and its encoder turns NaN and
-    infinities into null; so the body is encoded, decoded back with the kind's
-    typed decoder (its types, its `Int64` bounds, its `__post_init__`
-    invariants) and the result must equal the event. Returns the decoded
-    copy, which holds exactly the types a later read gives (plain str and
-    int, tuples), and the body to frame. Raises `InvalidEvent`, naming the
-    field's `$.path`, for anything else: not an event, a field of the wrong
-    type, a non-finite number, a lone surrogate, an int outside 64 bits, a
-    list where the schema has a tuple, a value with no JSON form.
-    """
-    decode = _BODY_DECODERS.get(type(event))
-    if decode is None:  # the event classes themselves: a subclass would encode another tag
-        raise InvalidEvent(f"not an event: {type(event).__name__}")
-    try:
-        body = _body_encoder.encode(event)
-        stored: EventBase = decode(body)
-        same = stored == event
-    except Exception as exc:  # msgspec's errors are ValueErrors; a value's own __eq__ may raise anything
-        raise _refusal(event, exc) from None
-    if not same:
-        raise _refusal(event, None, stored)
-    # msgspec escapes every control character of a string: only a Raw value could put a CR or LF
-    # in the body, where it would split the line
-    if type(event) in _RAW_KINDS and (b"\n" in body or b"\r" in body):
-        raise InvalidEvent(f"{kind_name(event)} event: a raw line break in its JSON")
-    return stored, body
-
-
-def _refusal(event: EventBase, error: BaseException | None, stored: object = None) -> InvalidEvent:
-    """The InvalidEvent for an event that failed `checked_body`: its kind, the field's path and why.
-
-    The slow path: values msgspec would silently change or cannot encode are
-    named first (they explain the decode error they cause), then msgspec's
-    own message with its `$.path`, then the first field that read back
-    different.
-    """
-    kind = kind_name(event)
-    try:
-        found = _bad_value(event, "$")
-        if found is None and isinstance(error, msgspec.ValidationError):
-            text = str(error)
-            match = _MSGSPEC_PATH.search(text)
-            return InvalidEvent(f"{kind} event: {text}", path=match.group(1) if match else "")
-        if found is None and error is None:
-            found = _first_difference(event, stored, "$")
-    except RecursionError:  # a container that holds itself
-        return InvalidEvent(f"{kind} event: nested too deeply (or holds itself)")
-    except Exception as exc:  # a value whose own methods fail: the refusal must not
-        return InvalidEvent(f"{kind} event: cannot be stored ({type(exc).__name__}: {exc})")
-    if found is None:
-        why = "does not read back equal" if error is None else f"{type(error).__name__}: {error}"
-        found = ("", f"cannot be stored ({why})")
-    path, problem = found
-    return InvalidEvent(f"{kind} event: {problem}" + (f" - at `{path}`" if path else ""), path=path)
-
-
-_MSGSPEC_PATH = re.compile(r"at `(\$[^`]*)`$")
-#: what the walkers below look into rather than try to encode
-_CONTAINERS = (msgspec.Struct, list, tuple, dict)
-
-
-def _children(value: object, path: str) -> list[tuple[str, object]]:
-    """The named parts of a Struct, list, tuple or dict, with their paths (none for a leaf)."""
-    if isinstance(value, msgspec.Struct):
-        return [(f"{path}.{name}", getattr(value, name)) for name in value.__struct_fields__]
-    if isinstance(value, list | tuple):
-        return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
-    if isinstance(value, dict):
-        return [(f"{path}[{key!r}]", item) for key, item in value.items()]
-    return []
-
-
-def _bad_value(value: object, path: str) -> tuple[str, str] | None:
-    """The first value in `value` that cannot read back: non-finite float, lone surrogate, no JSON form."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return None
-        return path, f"non-finite number {value!r} (JSON has none: it would be stored as null)"
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError as exc:
-            return path, (
-                f"lone surrogate U+{ord(value[exc.start]):04X} at character {exc.start} "
-                "(not valid Unicode: UTF-8 cannot hold it)"
-            )
-    elif isinstance(value, msgspec.Raw):
-        problem = raw_object_problem(value)
-        return None if problem is None else (path, problem)
-    elif isinstance(value, dict):
-        for key in value:
-            found = _bad_value(key, f"{path} key {key!r}")
-            if found is not None:
-                return found
-    for child_path, child in _children(value, path):
-        found = _bad_value(child, child_path)
-        if found is not None:
-            return found
-    if type(value) not in (str, int, bool, type(None)) and not isinstance(value, _CONTAINERS):
-        try:
-            _body_encoder.encode(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            return path, f"a {type(value).__name__}, which has no JSON form ({exc})"
-    return None
-
-
-def _first_difference(original: object, stored: object, path: str) -> tuple[str, str] | None:
-    """Where `stored` (the decoded copy) first differs from `original`, and how."""
-    if original == stored:
-        return None
-    if type(original) is not type(stored):
-        return path, f"a {type(original).__name__} where the schema reads back a {type(stored).__name__}"
-    theirs = _children(original, path)
-    ours = _children(stored, path)
-    if len(theirs) != len(ours):
-        return path, f"{len(theirs)} items read back as {len(ours)}"
-    for (child_path, left), (_, right) in zip(theirs, ours, strict=True):
-        found = _first_difference(left, right, child_path)
-        if found is not None:
-            return found
-    return path, f"{_shown(original)} reads back as {_shown(stored)}"
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def encode_line(
-    *, pos: int, sid: str, seq: int, ts: int, prev: str, event: EventBase
-) -> tuple[bytes, str]:
+def encode_line(*, pos: int, sid: str, seq: int, ts: int, prev: str, event: EventBase) -> tuple[bytes, str]:
     """Encode one line (with its newline) and return it with its chain digest.
 
     The event is checked as the journal checks it (`checked_body`); the session
@@ -274,7 +138,7 @@ def encode_line(
         sid_json = b""
     if not sid_json:
         raise InvalidSessionId(f"session id {sid!r} is not a str that JSON can hold")
-    return frame_line(pos, sid_json, seq, ts, prev, _TAG_JSON[type(event)], body)
+    return frame_line(pos, sid_json, seq, ts, prev, TAG_JSON[type(event)], body)
 
 
 def frame_line(
@@ -300,41 +164,6 @@ def frame_line(
         digest.update(b"}")
         return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
     return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
-
-
-_TAG_OF: dict[type, str] = {cls: tag for tag, cls in KINDS.items()}
-#: each kind's tag as a JSON string token, for the envelope
-_TAG_JSON: dict[type, bytes] = {cls: json_string(tag) for tag, cls in KINDS.items()}
-def _holds_raw(info: msgspec.inspect.Type, seen: set[type]) -> bool:
-    """Whether a value of this type may hold a msgspec.Raw (written into a line as it is)."""
-    if isinstance(info, msgspec.inspect.RawType):
-        return True
-    if isinstance(info, msgspec.inspect.StructType):
-        if info.cls in seen:
-            return False
-        seen.add(info.cls)
-        return any(_holds_raw(field.type, seen) for field in info.fields)
-    inner: list[msgspec.inspect.Type] = []
-    for name in ("item_type", "key_type", "value_type"):
-        if isinstance(getattr(info, name, None), msgspec.inspect.Type):
-            inner.append(getattr(info, name))
-    for name in ("types", "item_types"):
-        inner.extend(getattr(info, name, ()))
-    return any(_holds_raw(item, seen) for item in inner)
-
-
-#: the kinds with a Raw field somewhere (the hand-off): their bodies are scanned for line breaks
-_RAW_KINDS: frozenset[type] = frozenset(
-    cls for cls in EVENT_TYPES if _holds_raw(msgspec.inspect.type_info(cls), set())
-)
-#: each kind's typed decoder, for the round trip of `checked_body`
-_BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
-    cls: msgspec.json.Decoder(cls).decode for cls in EVENT_TYPES
-}
-
-
-def kind_name(event: EventBase) -> str:
-    return _TAG_OF[type(event)]
 
 
 _HASH_PIECE = 2047
@@ -431,7 +260,7 @@ def decode_run(
     _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
     _suffix: bytes = _CRC_SUFFIX_FORMAT,
     _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
-    _tags: dict[type, str] = _TAG_OF,
+    _tags: dict[type[EventBase], str] = TAG_OF,
 ) -> list[Record]:
     """Decode a run of whole lines, given their lengths: the replay hot path.
 
@@ -505,18 +334,3 @@ def _explain(line: bytes, exc: Exception, where: str) -> Exception:
     if isinstance(exc, msgspec.ValidationError):
         return MalformedEvent(f"{env.kind} event: {text}", where=where)
     return CorruptLine(f"not JSON: {text}", where=where)
-
-
-def encode_event_json(event: EventBase) -> bytes:
-    """The body alone as JSON (for `--json` listings and tests)."""
-    return _body_encoder.encode(event)
-
-
-def decode_event_json(data: bytes | str) -> Event:
-    """Decode a body written by `encode_event_json`."""
-    try:
-        return _event_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise MalformedEvent(str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise CorruptLine(f"not JSON: {exc}") from None

@@ -298,9 +298,7 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
         except (TypeError, ValueError) as exc:  # a lone surrogate, a value with no JSON form
             raise InvalidEvent(f"replacement messages cannot be encoded: {exc}") from None
         if size > MAX_REPLACEMENT_BYTES:
-            raise InvalidEvent(
-                f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}"
-            )
+            raise InvalidEvent(f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}")
 
 
 class OwnerChanged(EventBase, frozen=True, tag="owner-changed"):
@@ -359,10 +357,14 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     OwnerChanged,
 )
 
-KINDS: dict[str, type[EventBase]] = {
-    str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES
-}
+#: The kind-tag table, the one of the codebase: each kind by its tag (the on-disk name) ...
+KINDS: dict[str, type[EventBase]] = {str(cls.__struct_config__.tag): cls for cls in EVENT_TYPES}
+#: ... each kind's tag by its class (exactly these classes: a subclass would encode another tag) ...
+TAG_OF: dict[type[EventBase], str] = {cls: tag for tag, cls in KINDS.items()}
+#: ... and each kind's tag as a JSON string token, quotes included, as a line's envelope spells it
+TAG_JSON: dict[type[EventBase], bytes] = {cls: msgspec.json.encode(tag) for cls, tag in TAG_OF.items()}
 
 
-def kind_of(event: EventBase) -> str:
-    return str(type(event).__struct_config__.tag)
+def kind_name(event: EventBase) -> str:
+    """The tag of an event's kind (`KeyError` for an object of no event class)."""
+    return TAG_OF[type(event)]

@@ -7,7 +7,7 @@ cross actor boundaries without copies (PITFALLS 20) and sit inside events.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import msgspec
@@ -98,9 +98,14 @@ class Message(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults
     meta: MessageMeta = MessageMeta()
 
 
-def text_of(message: Message) -> str:
-    """M4: the compaction text of a message (images as the placeholder, no reasoning)."""
-    content = message.content
+def text_of(content: str | Sequence[Part] | Message) -> str:
+    """M4: the compaction text of a message's content (images as the placeholder, no reasoning).
+
+    `content` is what a `Message` or an event holds (a str, or parts); given a
+    message, its content is used.
+    """
+    if isinstance(content, Message):
+        content = content.content
     if isinstance(content, str):
         return content
     pieces: list[str] = []
@@ -195,9 +200,3 @@ def tool_turns(messages: Sequence[Message]) -> list[ToolTurn]:
                 found.append(j)
         turns.append(ToolTurn(i, tuple(found), ids))
     return turns
-
-
-def iter_tool_results(messages: Sequence[Message]) -> Iterator[tuple[int, Message]]:
-    for i, msg in enumerate(messages):
-        if msg.role == "tool":
-            yield i, msg

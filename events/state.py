@@ -194,7 +194,7 @@ class _Fold:
         )
         turn = self.open_turn
         if turn is not None:
-            task = (*turn.task, _plain_text(event.content))
+            task = (*turn.task, text_of(event.content))
             self.open_turn = OpenTurn(turn.turn_id, turn.started_seq, task)
 
     def _assistant_message(self, event: AssistantMessage, record: Record) -> None:
@@ -243,7 +243,7 @@ class _Fold:
         task: tuple[str, ...] = ()
         for message in reversed(self.context):
             if message.role == "user" and message.id == event.message_id:
-                task = (_plain_text(message.content),)
+                task = (text_of(message.content),)
                 break
         self.open_turn = OpenTurn(event.turn_id, record.seq, task)
 
@@ -351,13 +351,7 @@ def remove_tool_turns(
     return kept, first_removed
 
 
-def _plain_text(content: tuple[object, ...] | str) -> str:
-    return text_of(Message(role="user", content=content))  # type: ignore[arg-type]
-
-
-def _remember_files(
-    recent: tuple[FileAccess, ...], event: ToolResult, ts: int
-) -> tuple[FileAccess, ...]:
+def _remember_files(recent: tuple[FileAccess, ...], event: ToolResult, ts: int) -> tuple[FileAccess, ...]:
     """Newest first, one entry per path, at most RECENT_FILES_KEPT."""
     fresh = [msgspec.structs.replace(access, ts=ts) for access in reversed(event.files)]
     seen = {access.path for access in fresh}

@@ -4,40 +4,60 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 
 import msgspec
 
 from cairn import _console
-from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, store_root
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, cluster_url, store_root
 from cairn._cli_output import print_json, progress_bar
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check the store; exit 1 for problems. Warnings (a torn tail, an accepted loss) and information (an
-    index that lags the log) leave the exit code 0."""
+    index that lags the log) leave the exit code 0. On a cluster (`--nats`): `verify_cluster`, shown alike
+    (a cluster store has no index, torn tail or accepted loss: problems only)."""
     from cairn.store.verify import verify_store
 
+    url = cluster_url(args)
+    if url is not None:
+        from cairn._cli_cluster import verify_on_cluster
+
+        cluster_report = verify_on_cluster(args, url)
+        return show_report(args, cluster_report, cluster_report.ok, [], [], cluster_report.problems)
     root = store_root(args)
     with progress_bar("verifying", not args.json) as progress:
         report = verify_store(root, progress=progress)
+    return show_report(args, report, report.ok, report.info, report.warnings, report.problems)
+
+
+def show_report(
+    args: argparse.Namespace,
+    report: msgspec.Struct,
+    ok: bool,
+    info: Sequence[object],
+    warnings: Sequence[object],
+    problems: Sequence[object],
+) -> int:
+    """A verify report as JSON or as lines (info, warnings, problems, then the counts); its exit code."""
     if args.json:
-        print_json({**msgspec.to_builtins(report), "ok": report.ok})
+        print_json({**msgspec.to_builtins(report), "ok": ok})
     else:
-        for note in report.info:  # findings quote the store (paths, session ids, link targets): escaped
+        for note in info:  # findings quote the store (paths, session ids, link targets): escaped
             print(f"info: {_console.printable(note)}")
-        for warning in report.warnings:
+        for warning in warnings:
             print(f"warning: {_console.printable(warning)}")
-        for problem in report.problems:
+        for problem in problems:
             print(f"PROBLEM: {_console.printable(problem)}")
         data = msgspec.to_builtins(report)
         counts = {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
-        print(("ok" if report.ok else "problems found") + " " + json.dumps(counts))
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+        print(("ok" if ok else "problems found") + " " + json.dumps(counts))
+    return EXIT_OK if ok else EXIT_PROBLEMS
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     """Rebuild the LMDB index from the log."""
-    from cairn.store.verify import reindex
+    from cairn.store.reindex import reindex
 
     root = store_root(args)
     with progress_bar("reindexing", not args.json) as progress:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cairn._cli_base import EXIT_OK, UsageError, open_store
-from cairn._cli_output import clip, iso, print_json, print_table, warn
-from cairn.events.codec import Record, decode_line
-from cairn.events.errors import CairnError, UnknownKind
+from cairn._cli_base import EXIT_OK, UsageError, open_store, where
+from cairn._cli_output import clip, iso, print_json, print_table
+from cairn.events.codec import Record
 from cairn.events.kinds import (
     KINDS,
     AssistantMessage,
@@ -40,8 +38,8 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
-    from cairn.store import CorruptionError
-    from cairn.store.index import SessionSummary
+    from cairn.store.backend import JournalBackend
+    from cairn.store.index_records import SessionSummary
 
 #: how `cmd_log` lists one line: its seq, time, kind, one-line description and JSON object
 Emit = Callable[[int, int, str, str, dict[str, Any]], None]
@@ -53,7 +51,7 @@ def describe(event: EventBase) -> str:
         case SessionStarted():
             return f"workspace={event.workspace} model={event.model} window={event.context_window}"
         case UserMessage():
-            return clip(text_of_parts(event))
+            return clip(text_of(event.content))
         case TurnStarted() | TurnCompleted():
             return f"turn={event.turn_id}"
         case TurnFailed():
@@ -91,12 +89,6 @@ def describe(event: EventBase) -> str:
             return f"host={event.host_id} lease={event.lease_revision}{before}"
         case _:
             return ""
-
-
-def text_of_parts(event: UserMessage) -> str:
-    from cairn.events.model import Message
-
-    return text_of(Message(role="user", content=event.content))
 
 
 def record_json(record: Record) -> dict[str, Any]:
@@ -143,7 +135,7 @@ def _tokens_cell(value: int | None, complete: bool) -> str:
 def cmd_sessions(args: argparse.Namespace) -> int:
     """Every session with its size, model, checkpoint and provider-reported usage."""
     with open_store(args) as journal:
-        summaries = list(journal.sessions())
+        summaries = full_summaries(journal)
     if args.json:
         fields = ("prompt_reports", "completion_reports")
         print_json(
@@ -188,6 +180,19 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def full_summaries(journal: JournalBackend) -> list[SessionSummary]:
+    """Every session's full summary (model, counts, usage, checkpoint), in the backend's order.
+
+    The local index holds them; a cluster's cheap `sessions()` holds only
+    the head of each, so there each session is folded by `session(sid)`: a
+    read of every event of the store (what `cairn sessions --nats` costs).
+    """
+    ids = getattr(journal, "session_ids", None)
+    if ids is None:
+        return list(journal.sessions())
+    return [summary for sid in ids() if (summary := journal.session(sid)) is not None]
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     """A session's events; a kind this cairn does not know is listed by its envelope.
 
@@ -212,20 +217,22 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     try:
         with open_store(args) as journal:
-            summary = journal.session(args.session)
-            if summary is None or summary.last_seq == 0:
-                raise UsageError(f"no session {args.session!r} in {args.store}")
-            _check_kinds(kinds, summary)
+            if journal.last_seq(args.session) == 0:
+                raise UsageError(f"no session {args.session!r} in {where(args)}")
+            _check_kinds(kinds, journal, args.session)
             next_seq = args.from_seq
             try:
                 for record in journal.read(args.session, args.from_seq, args.to_seq):
                     emit(record.seq, record.ts, record.kind, describe(record.event), record_json(record))
                     next_seq = record.seq + 1
             except CorruptionError as exc:
-                unknown = _unknown_kind_at(Path(args.store), exc)
-                if unknown is None:
+                from cairn._cli_rawlog import list_rest_raw, raw_rest
+
+                found = raw_rest(journal, args, exc, next_seq)
+                if found is None:
                     raise
-                _list_rest_raw(args, next_seq, unknown, emit, exc)
+                unknown, lines = found
+                list_rest_raw(args, next_seq, unknown, emit, exc, lines)
     except CorruptionError:
         if rows and not args.json:  # what was read before the bad line
             print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
@@ -233,49 +240,6 @@ def cmd_log(args: argparse.Namespace) -> int:
     if not args.json:
         print_table(f"log of {args.session}", ["seq", "time", "kind", "what"], rows)
     return EXIT_OK
-
-
-def _list_rest_raw(
-    args: argparse.Namespace, next_seq: int, unknown: str, emit: Emit, cause: CorruptionError
-) -> None:
-    """The listing of `cmd_log` from `next_seq` on, from the raw segments: the line there is of a kind
-    this cairn does not know (`unknown`), which the listing shows by its envelope only."""
-    from cairn.store import CorruptionError
-    from cairn.store.reader import iter_records
-
-    warn(
-        f"warning: seq {next_seq} of {args.session} is of a kind this cairn does not know "
-        f"({unknown}); listing the rest from the raw log"
-    )
-    for line in iter_records(args.store, sid=args.session, from_seq=next_seq, to_seq=args.to_seq):
-        env = line.envelope
-        if env.seq != next_seq:  # a line the raw reader could not read at all
-            raise CorruptionError(
-                f"no readable line for seq {next_seq}",
-                segment=line.segment,
-                offset=line.offset,
-                sid=args.session,
-                seq=next_seq,
-            ) from cause
-        next_seq += 1
-        if line.record is not None:
-            record = line.record
-            emit(env.seq, env.ts, env.kind, describe(record.event), record_json(record))
-        else:
-            emit(
-                env.seq,
-                env.ts,
-                env.kind,
-                "(unknown kind: body not decoded)",
-                {
-                    "pos": env.pos,
-                    "sid": env.sid,
-                    "seq": env.seq,
-                    "ts": env.ts,
-                    "kind": env.kind,
-                    "unknown_kind": True,
-                },
-            )
 
 
 def _check_range(from_seq: int, to_seq: int | None) -> None:
@@ -286,33 +250,32 @@ def _check_range(from_seq: int, to_seq: int | None) -> None:
         raise UsageError(f"--to {to_seq} is before --from {from_seq}: nothing to list")
 
 
-def _check_kinds(kinds: set[str], summary: SessionSummary) -> None:
+def _check_kinds(kinds: set[str], journal: JournalBackend, sid: str) -> None:
     """A usage error for a `--kind` that no cairn event has and the session's log does not hold.
 
     A kind this cairn does not know is accepted when the session holds it
     (a log written by a newer cairn); a typo is not silently an empty listing.
+    The session's summary is read only for such a kind (on a cluster it is a
+    read of the whole session, and it stops at a kind this cairn does not know).
     """
-    wrong = sorted(kind for kind in kinds if kind not in KINDS and kind not in summary.counts)
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if not unknown:
+        return
+    from cairn.store import CorruptionError
+
+    try:
+        summary = journal.session(sid)
+        held = set(summary.counts) if summary is not None else set()
+    except CorruptionError:  # a cluster's summary stops at a newer kind: the envelopes tell the kinds
+        from cairn.store.jetstream.journal import JetStreamJournal
+        from cairn.store.jetstream.raw import raw_session_lines
+
+        if not isinstance(journal, JetStreamJournal):
+            raise
+        held = {line.envelope.kind for line in raw_session_lines(journal, sid, 1)}
+    wrong = sorted(kind for kind in unknown if kind not in held)
     if wrong:
         raise UsageError(f"no event kind {', '.join(map(repr, wrong))}; the kinds are: {', '.join(KINDS)}")
-
-
-def _unknown_kind_at(root: Path, error: Exception) -> str | None:
-    """The kind of the line a CorruptionError points at, when that kind is merely unknown here."""
-    segment, offset = getattr(error, "segment", ""), getattr(error, "offset", -1)
-    path = root / "log" / str(segment)
-    if not segment or offset < 0 or not path.is_file():
-        return None
-    with path.open("rb") as f:
-        f.seek(offset)
-        line = f.readline()
-    try:
-        decode_line(line)
-    except UnknownKind as exc:
-        return exc.kind
-    except CairnError:
-        return None
-    return None
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
@@ -320,7 +283,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     out = []
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         for ref in journal.checkpoints(args.session):
             record = next(journal.read(args.session, ref.seq, ref.seq))
             cp = record.event
@@ -367,7 +330,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--until {args.until}: seqs start at 1 (--until 1 replays the first event)")
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         state = replay(journal.read(args.session, 1, args.until))
     summary = {
         "sid": state.sid,
@@ -406,7 +369,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 
     with open_store(args) as journal:
         if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {args.store}")
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
         state = journal.load(args.session)
     counter = TokenCounter()
     request = assemble(state, HistoryView(counter))

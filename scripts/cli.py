@@ -12,13 +12,13 @@ a cluster), with what they share in
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 import lmdb
 
-from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UsageError
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UsageError, default_store
+from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
 from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_sessions
@@ -61,10 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
-        default=os.environ.get("CAIRN_STORE", "./cairn-data"),
+        default=default_store(),
         help="store directory (default: $CAIRN_STORE or ./cairn-data)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    reads = [common, cluster_options()]  # the commands that read a local store or a cluster's
 
     parser = argparse.ArgumentParser(prog="cairn", description="cairn: event-sourced context engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,31 +82,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("sessions", parents=[common], help="list sessions")
+    p = sub.add_parser("sessions", parents=reads, help="list sessions")
     p.set_defaults(func=cmd_sessions)
 
-    p = sub.add_parser("log", parents=[common], help="a session's events (--json: JSON Lines)")
+    p = sub.add_parser("log", parents=reads, help="a session's events (--json: JSON Lines)")
     p.add_argument("session")
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.add_argument("--from", dest="from_seq", type=int, default=1, metavar="SEQ")
     p.add_argument("--to", dest="to_seq", type=int, default=None, metavar="SEQ")
     p.set_defaults(func=cmd_log)
 
-    p = sub.add_parser("checkpoints", parents=[common], help="a session's checkpoints")
+    p = sub.add_parser("checkpoints", parents=reads, help="a session's checkpoints")
     p.add_argument("session")
     p.set_defaults(func=cmd_checkpoints)
 
-    p = sub.add_parser("replay", parents=[common], help="a session's state replayed up to a seq")
+    p = sub.add_parser("replay", parents=reads, help="a session's state replayed up to a seq")
     p.add_argument("session")
     p.add_argument("--until", type=int, default=None, metavar="SEQ")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("context", parents=[common], help="what the next request would send, with tokens")
+    p = sub.add_parser("context", parents=reads, help="what the next request would send, with tokens")
     p.add_argument("session")
     p.set_defaults(func=cmd_context)
 
-    p = sub.add_parser("verify", parents=[common], help="check checksums, seqs, chains, blobs, index")
+    p = sub.add_parser("verify", parents=reads, help="check checksums, seqs, chains, blobs, index")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("export", parents=reads, help="write a cluster's store (--nats) as a local store")
+    p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) directory")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)

@@ -10,10 +10,12 @@ from cairn.store.errors import (
     StoreLocked,
     UnexpectedEntry,
 )
-from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.journal import Journal
 from cairn.store.recovery import Recovery
-from cairn.store.verify import VerifyReport, index_dump, reindex, verify_store
+from cairn.store.reindex import index_dump, reindex
+from cairn.store.verify import verify_store
+from cairn.store.verify_report import VerifyReport
 
 __all__ = [
     "AcknowledgedDataMissing",

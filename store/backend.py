@@ -33,7 +33,7 @@ from cairn.events.codec import Record
 from cairn.events.kinds import EventBase
 from cairn.events.state import SessionState
 from cairn.store.errors import StorageFailed
-from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.index_records import CheckpointRef, SessionSummary
 
 
 @runtime_checkable

@@ -104,6 +104,10 @@ class CorruptionError(StorageError):
         super().__init__(f"{segment}@{offset}{who}{at}: {message}")
 
 
+class IndexUnusable(StorageError):
+    """The index cannot be opened or trusted; the caller rebuilds it (or reads through a private one)."""
+
+
 class BlobError(StorageError):
     """A blob named by an event is missing or does not match its SHA-256."""
 

@@ -86,8 +86,9 @@ def check_dir(path: Path) -> bool:
         return False
     if not stat.S_ISDIR(mode):
         what = _what(path)
-        raise UnexpectedEntry(f"{path} is {what}, where cairn keeps a directory of its own",
-                              [f"{path}: {what}"])
+        raise UnexpectedEntry(
+            f"{path} is {what}, where cairn keeps a directory of its own", [f"{path}: {what}"]
+        )
     return True
 
 
@@ -128,15 +129,18 @@ def open_file(path: Path, flags: int, *, create: bool = False) -> tuple[int, boo
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
             what = _what(path)
-            raise UnexpectedEntry(f"{path} is {what}, where cairn keeps a file of its own; it is not opened",
-                                  [f"{path}: {what}"]) from None
+            raise UnexpectedEntry(
+                f"{path} is {what}, where cairn keeps a file of its own; it is not opened",
+                [f"{path}: {what}"],
+            ) from None
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             what = describe(mode)
-            raise UnexpectedEntry(f"{path} is {what}, where cairn keeps a file of its own; it is not used",
-                                  [f"{path}: {what}"])
+            raise UnexpectedEntry(
+                f"{path} is {what}, where cairn keeps a file of its own; it is not used", [f"{path}: {what}"]
+            )
         if created:
             os.fchmod(fd, FILE_MODE)
     except BaseException:

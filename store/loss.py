@@ -50,7 +50,8 @@ import msgspec
 
 from cairn.store.errors import AcknowledgedDataMissing, UnexpectedEntry
 from cairn.store.files import open_file, read_file
-from cairn.store.index import Index, IndexMeta
+from cairn.store.index import Index
+from cairn.store.index_records import IndexMeta
 from cairn.store.segments import FsyncFn, fsync_dir, segment_end, segment_name, write_all
 
 ACK_MARK = "ACKED"
@@ -143,8 +144,11 @@ class SessionLoss(msgspec.Struct, frozen=True, kw_only=True):
     last_seq: int
 
     def __str__(self) -> str:
-        seqs = f"seq {self.first_seq}" if self.first_seq == self.last_seq else \
-            f"seqs {self.first_seq}-{self.last_seq}"
+        seqs = (
+            f"seq {self.first_seq}"
+            if self.first_seq == self.last_seq
+            else f"seqs {self.first_seq}-{self.last_seq}"
+        )
         return f"{self.sid} {seqs}"
 
 
@@ -196,8 +200,10 @@ def read_operator_log(root: Path) -> tuple[list[AcceptedLoss], list[str]]:
         try:
             record = _accepted_decoder.decode(line)
         except msgspec.DecodeError as exc:
-            troubles.append(f"{OPERATOR_LOG} line {number} is not an accepted loss cairn can read ({exc}); "
-                            "it accepts nothing")
+            troubles.append(
+                f"{OPERATOR_LOG} line {number} is not an accepted loss cairn can read ({exc}); "
+                "it accepts nothing"
+            )
             continue
         if record.action == "accept-loss":
             accepted.append(record)
@@ -236,6 +242,10 @@ class Evidence:
     @property
     def accepted_ranges(self) -> list[tuple[int, int]]:
         return sorted((r.first_pos, r.last_pos) for record in self.accepted for r in record.ranges)
+
+    def reaches(self, place: tuple[int, int] | None) -> bool:
+        """Whether bytes starting at `place` (segment, offset) lie where acknowledged bytes were."""
+        return place is not None and place < self.end
 
     def with_segments(self, segments: Sequence[int]) -> Evidence:
         """This evidence and the last segment's name (a segment named N: positions below N were written)."""
@@ -294,8 +304,11 @@ class Loss(msgspec.Struct, frozen=True, kw_only=True):
     accepted: bool = False
 
     def describe(self) -> str:
-        span = f"pos {self.first_pos}" if self.first_pos == self.last_pos else \
-            f"positions {self.first_pos}-{self.last_pos}"
+        span = (
+            f"pos {self.first_pos}"
+            if self.first_pos == self.last_pos
+            else f"positions {self.first_pos}-{self.last_pos}"
+        )
         shown = ", ".join(str(s) for s in self.sessions[:_SHOWN_SESSIONS])
         if len(self.sessions) > _SHOWN_SESSIONS:
             shown += f" and {len(self.sessions) - _SHOWN_SESSIONS} more sessions"
@@ -343,19 +356,33 @@ def missing_ranges(
         end = segment_end(log_dir / segment_name(first), first)
         if end is not None and end < following:
             shown = "holds no line" if end == first else f"ends at pos {end - 1}"
-            found.append((end, following - 1, f"segment {segment_name(first)} {shown}; the next segment "
-                                               f"starts at pos {following}"))
+            found.append(
+                (
+                    end,
+                    following - 1,
+                    f"segment {segment_name(first)} {shown}; the next segment starts at pos {following}",
+                )
+            )
     target = evidence.next_pos
     if tail_in_acked:
         target = max(target, log_next + 1)
     if log_next < target:
         last = segment_name(segments[-1])
-        shown = f"the log ends at pos {log_next - 1} in {last}" if log_next > segments[-1] else \
-            f"the last segment, {last}, holds no line"
+        shown = (
+            f"the log ends at pos {log_next - 1} in {last}"
+            if log_next > segments[-1]
+            else f"the last segment, {last}, holds no line"
+        )
         if tail_in_acked:
             shown += ", then invalid bytes"
-        found.append((log_next, target - 1, f"{shown}; acknowledged through pos {evidence.next_pos - 1} by "
-                                            + ", ".join(evidence.sources)))
+        found.append(
+            (
+                log_next,
+                target - 1,
+                f"{shown}; acknowledged through pos {evidence.next_pos - 1} by "
+                + ", ".join(evidence.sources),
+            )
+        )
     return found
 
 
@@ -379,17 +406,29 @@ def find_losses(
     for first, last, where in missing_ranges(log_dir, segments, log_next, tail_in_acked, evidence):
         for low, high, was_accepted in _subtract(first, last, accepted):
             if was_accepted:
-                records = [r for r in evidence.accepted
-                           if any(span.first_pos <= high and low <= span.last_pos for span in r.ranges)]
+                records = [
+                    r
+                    for r in evidence.accepted
+                    if any(span.first_pos <= high and low <= span.last_pos for span in r.ranges)
+                ]
                 sessions = tuple(session for record in records for session in record.sessions)
                 known = all(record.sessions_known for record in records)
-                losses.append(Loss(first_pos=low, last_pos=high, where=where, sessions=sessions,
-                                   sessions_known=known, accepted=True))
+                losses.append(
+                    Loss(
+                        first_pos=low,
+                        last_pos=high,
+                        where=where,
+                        sessions=sessions,
+                        sessions_known=known,
+                        accepted=True,
+                    )
+                )
                 continue
             sessions = name_sessions(names, low, high) if names is not None else ()
             known = meta is not None and meta.next_pos > high
-            losses.append(Loss(first_pos=low, last_pos=high, where=where, sessions=sessions,
-                               sessions_known=known))
+            losses.append(
+                Loss(first_pos=low, last_pos=high, where=where, sessions=sessions, sessions_known=known)
+            )
     return losses
 
 

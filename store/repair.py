@@ -38,9 +38,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cairn.store.errors import NothingToRepair, StorageError, UnexpectedEntry
+import msgspec
+
+from cairn.store.errors import IndexUnusable, NothingToRepair, StorageError, UnexpectedEntry
 from cairn.store.files import check_dir, open_file, private_dir
-from cairn.store.index import Index, IndexUnusable
+from cairn.store.index import Index
+from cairn.store.lock import take_lock
 from cairn.store.loss import (
     QUARANTINE,
     AcceptedLoss,
@@ -52,7 +55,8 @@ from cairn.store.loss import (
     gather_evidence,
 )
 from cairn.store.reader import Progress
-from cairn.store.recovery import _cut, log_end
+from cairn.store.recovery import LogEnd, cut_tail, log_end
+from cairn.store.reindex import reindex_locked
 from cairn.store.segments import (
     FsyncFn,
     fsync_dir,
@@ -62,7 +66,6 @@ from cairn.store.segments import (
     segment_name,
     write_all,
 )
-from cairn.store.verify import reindex_locked
 
 log = logging.getLogger("cairn.store")
 
@@ -81,66 +84,106 @@ def accept_loss(
     cairn did not make (move them first), `NothingToRepair` when no
     unaccepted loss is found (nothing is changed then).
     """
-    from cairn.store.journal import _take_lock
-
     path = Path(root)
     if not check_dir(path / "log"):
         raise StorageError(f"no cairn store at {path} (no log directory)")
-    lock_fd = _take_lock(path)
+    lock_fd = take_lock(path)
     try:
-        listing = read_log_dir(path / "log")
-        if listing.unexpected:
-            entries = listing.describe_unexpected()
-            raise UnexpectedEntry(f"the log of {path} holds entries that are not segments: "
-                                  f"{'; '.join(entries)}; move them out of log/ first", entries)
-        segments = listing.segments
-        names: Index | None = None
-        if (path / "index" / "data.mdb").exists():
-            try:
-                names = Index(path / "index", readonly=True)
-            except IndexUnusable as exc:
-                log.warning("cairn: the index of %s cannot name the lost sessions: %s", path, exc)
-        try:
-            meta = names.meta() if names is not None else None
-            evidence = gather_evidence(path, meta).with_segments(segments)
-            end = log_end(path / "log", segments)
-            tail_in_acked = end.tail_at is not None and end.tail_at < evidence.end
-            losses = find_losses(path / "log", segments, max(end.next_pos, segments[-1] if segments else 0),
-                                 evidence, names, tail_in_acked=tail_in_acked)
-        finally:
-            if names is not None:
-                names.close()
-        unaccepted = [loss for loss in losses if not loss.accepted]
+        found = _find_losses(path)
+        unaccepted = [loss for loss in found.losses if not loss.accepted]
         if not unaccepted:
             raise NothingToRepair(
                 f"no acknowledged line is missing from the log of {path}"
-                + (" beyond the losses already accepted" if losses else "") + "; nothing was changed"
+                + (" beyond the losses already accepted" if found.losses else "")
+                + "; nothing was changed"
             )
-        cuts = _remains(path, segments, unaccepted)
-        if tail_in_acked and end.tail_at is not None:
-            cuts.append((end.tail_at, end.tail_bytes))
+        cuts = _remains(path, found.segments, unaccepted)
+        if found.tail_in_acked and found.end.tail_at is not None:
+            cuts.append((found.end.tail_at, found.end.tail_bytes))
         quarantined = [_quarantine(path, place, length, fsync) for place, length in cuts]
-        record = AcceptedLoss(
-            ts=clock_ms() if clock_ms is not None else time.time_ns() // 1_000_000,
-            ranges=tuple(PositionRange(first_pos=loss.first_pos, last_pos=loss.last_pos, where=loss.where)
-                         for loss in unaccepted),
-            sessions=tuple(session for loss in unaccepted for session in loss.sessions),
-            sessions_known=all(loss.sessions_known for loss in unaccepted),
-            quarantined=tuple(quarantined),
-            reason=reason,
-            user=_user(),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-        )
+        record = _operator_record(unaccepted, quarantined, reason, clock_ms)
         append_operator_record(path, record, fsync=fsync)
-        log.warning("cairn: %s: an operator accepted the loss of acknowledged lines: %s%s", path,
-                    "; ".join(loss.describe() for loss in unaccepted), f" ({reason})" if reason else "")
+        log.warning(
+            "cairn: %s: an operator accepted the loss of acknowledged lines: %s%s",
+            path,
+            "; ".join(loss.describe() for loss in unaccepted),
+            f" ({reason})" if reason else "",
+        )
         for place, _ in cuts:
-            _cut(path / "log", place, fsync)
+            cut_tail(path / "log", place, fsync)
         reindex_locked(path, progress)
         return record
     finally:
         os.close(lock_fd)
+
+
+class _Found(msgspec.Struct, frozen=True):
+    """The losses of a store as `accept_loss` finds them, and the end of its log."""
+
+    segments: list[int]
+    losses: list[Loss]
+    end: LogEnd
+    #: the torn tail lies where acknowledged bytes were (it is quarantined with the loss)
+    tail_in_acked: bool
+
+
+def _find_losses(path: Path) -> _Found:
+    """Every acknowledged position the log does not hold, named from the index when it can; changes nothing.
+
+    Raises `UnexpectedEntry` for entries of `log/` that are not segments.
+    """
+    listing = read_log_dir(path / "log")
+    if listing.unexpected:
+        entries = listing.describe_unexpected()
+        raise UnexpectedEntry(
+            f"the log of {path} holds entries that are not segments: "
+            f"{'; '.join(entries)}; move them out of log/ first",
+            entries,
+        )
+    segments = listing.segments
+    names: Index | None = None
+    if (path / "index" / "data.mdb").exists():
+        try:
+            names = Index(path / "index", readonly=True)
+        except IndexUnusable as exc:
+            log.warning("cairn: the index of %s cannot name the lost sessions: %s", path, exc)
+    try:
+        meta = names.meta() if names is not None else None
+        evidence = gather_evidence(path, meta).with_segments(segments)
+        end = log_end(path / "log", segments)
+        tail_in_acked = evidence.reaches(end.tail_at)
+        losses = find_losses(
+            path / "log",
+            segments,
+            max(end.next_pos, segments[-1] if segments else 0),
+            evidence,
+            names,
+            tail_in_acked=tail_in_acked,
+        )
+    finally:
+        if names is not None:
+            names.close()
+    return _Found(segments, losses, end, tail_in_acked)
+
+
+def _operator_record(
+    unaccepted: list[Loss], quarantined: list[Quarantined], reason: str, clock_ms: Callable[[], int] | None
+) -> AcceptedLoss:
+    """The operator log's record of accepting `unaccepted`: what, who, where, when and why."""
+    return AcceptedLoss(
+        ts=clock_ms() if clock_ms is not None else time.time_ns() // 1_000_000,
+        ranges=tuple(
+            PositionRange(first_pos=loss.first_pos, last_pos=loss.last_pos, where=loss.where)
+            for loss in unaccepted
+        ),
+        sessions=tuple(session for loss in unaccepted for session in loss.sessions),
+        sessions_known=all(loss.sessions_known for loss in unaccepted),
+        quarantined=tuple(quarantined),
+        reason=reason,
+        user=_user(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+    )
 
 
 def _remains(root: Path, segments: list[int], losses: list[Loss]) -> list[tuple[tuple[int, int], int]]:
@@ -178,8 +221,13 @@ def _quarantine(root: Path, place: tuple[int, int], length: int, fsync: FsyncFn)
     fsync_dir(root / QUARANTINE, fsync)
     if made:
         fsync_dir(root, fsync)
-    return Quarantined(file=name, segment=segment_name(segment), offset=offset, length=len(data),
-                       sha256=hashlib.sha256(data).hexdigest())
+    return Quarantined(
+        file=name,
+        segment=segment_name(segment),
+        offset=offset,
+        length=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def _user() -> str:

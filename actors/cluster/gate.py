@@ -33,7 +33,7 @@ from cairn.events.kinds import EventBase
 from cairn.events.state import SessionState
 from cairn.store.backend import JournalBackend
 from cairn.store.errors import SeqConflict, StorageFailed
-from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.index_records import CheckpointRef, SessionSummary
 
 
 class LeasedJournal:

@@ -36,14 +36,15 @@ from typing import Any, TypeVar
 import nats
 from nats.aio.client import Client
 
-from cairn.events.codec import Record, checked_body, kind_name, validate_session_id
+from cairn.events.body_check import checked_body
+from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError, InvalidEvent
-from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage
+from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage, kind_name
 from cairn.events.model import BlobPart
 from cairn.events.state import SessionState
 from cairn.store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, externalize
 from cairn.store.errors import AppendTimeout, BlobError, SeqConflict, StorageFailed, StoreClosed
-from cairn.store.index import CheckpointRef, SessionSummary
+from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.jetstream import blobs as cluster_blobs
 from cairn.store.jetstream.layout import (
     HEADER_ROOM,

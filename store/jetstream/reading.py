@@ -21,7 +21,8 @@ from cairn.events.codec import Record, chain_digest, decode_line, validate_sessi
 from cairn.events.errors import DecodeError
 from cairn.events.kinds import CheckpointCommitted, SessionStarted
 from cairn.events.state import Replayer, SessionState
-from cairn.store.index import CheckpointRef, IndexBuilder, IndexMeta, SessionSummary
+from cairn.store.index_builder import IndexBuilder
+from cairn.store.index_records import CheckpointRef, IndexMeta, SessionSummary
 from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.lines import corrupt, decode_page
 from cairn.store.jetstream.names import session_of_token, session_token

@@ -20,7 +20,7 @@ from cairn.events.errors import DecodeError
 from cairn.store.blobs import blob_refs
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.reads import PAGE_MSGS, Stored
-from cairn.store.verify import Problem
+from cairn.store.verify_report import Problem
 
 
 class ClusterVerifyReport(msgspec.Struct, kw_only=True):

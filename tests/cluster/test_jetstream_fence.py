@@ -7,7 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cairn.events.codec import checked_body, decode_line, kind_name
+from cairn.events.body_check import checked_body
+from cairn.events.codec import decode_line
+from cairn.events.kinds import kind_name
 from cairn.store.errors import SeqConflict
 from cairn.store.jetstream.batch import publish_batch
 from cairn.store.jetstream.journal import JetStreamJournal

@@ -53,8 +53,14 @@ def test_line_is_plain_json_with_envelope_and_checksum():
     obj = json.loads(line)
     assert obj["v"] == 1 and obj["sid"] == "s1" and obj["seq"] == 1 and obj["kind"] == "usage"
     assert obj["prev"] == GENESIS and len(obj["crc"]) == 8
-    assert obj["event"] == {"kind": "usage", "request_id": "r1", "prompt_tokens": 10,
-                            "completion_tokens": 2, "total_tokens": 12, "cached_prompt_tokens": None}
+    assert obj["event"] == {
+        "kind": "usage",
+        "request_id": "r1",
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+        "total_tokens": 12,
+        "cached_prompt_tokens": None,
+    }
     assert chain_digest(line) == digest and len(digest) == 32
 
 
@@ -256,12 +262,17 @@ def _deep_line(length: int, *, valid_crc: bool) -> bytes:
 
 
 def test_a_deeply_nested_line_in_a_run_gets_the_typed_error_of_its_line():
-    good = [_line(Usage(request_id=f"r{i}", prompt_tokens=1, completion_tokens=1, total_tokens=2),
-                  seq=i + 1, pos=i)[0] for i in range(3)]
+    good = [
+        _line(
+            Usage(request_id=f"r{i}", prompt_tokens=1, completion_tokens=1, total_tokens=2), seq=i + 1, pos=i
+        )[0]
+        for i in range(3)
+    ]
     damaged = _deep_line(len(good[1]) + 3000, valid_crc=False)
     with pytest.raises(ChecksumMismatch, match="line 2"):
-        decode_run(b"".join([good[0], damaged, good[2]]), [len(good[0]), len(damaged), len(good[2])],
-                   where="seg@0")
+        decode_run(
+            b"".join([good[0], damaged, good[2]]), [len(good[0]), len(damaged), len(good[2])], where="seg@0"
+        )
     forged = _deep_line(len(good[1]) + 3000, valid_crc=True)
     with pytest.raises(CorruptLine, match="nested too deeply"):
         decode_run(b"".join([good[0], forged]), [len(good[0]), len(forged)])
@@ -281,8 +292,12 @@ def test_a_crc_field_must_be_eight_lowercase_hex_digits(spell):
         if crc < 0x1000_0000 and any(c in b"abcdef" for c in b"%07x" % crc):
             break
     digits = b"%07x" % crc
-    field = {"upper": b"0" + digits.upper(), "plus": b"+" + digits, "space": b" " + digits,
-             "underscore": digits[:3] + b"_" + digits[3:]}[spell]
+    field = {
+        "upper": b"0" + digits.upper(),
+        "plus": b"+" + digits,
+        "space": b" " + digits,
+        "underscore": digits[:3] + b"_" + digits[3:],
+    }[spell]
     assert len(field) == 8 and int(field, 16) == crc
     with pytest.raises(CorruptLine, match="8 lowercase hex digits"):
         decode_line(line[:cut] + b',"crc":"' + field + b'"}\n')

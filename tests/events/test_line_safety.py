@@ -13,7 +13,8 @@ import crc32c
 import msgspec
 import pytest
 
-from cairn.events.codec import GENESIS, checked_body, decode_line, encode_line, validate_session_id
+from cairn.events.body_check import checked_body
+from cairn.events.codec import GENESIS, decode_line, encode_line, validate_session_id
 from cairn.events.errors import InvalidEvent, InvalidSessionId, MalformedEvent
 from cairn.events.kinds import Handoff, TurnStarted, Usage, UserMessage
 from cairn.events.model import Message, TextPart, ToolCall, shape_problem
@@ -58,8 +59,9 @@ def test_checked_body_gives_the_decoded_copy_and_its_body() -> None:
 
 def test_encode_line_checks_the_event_as_the_journal_does() -> None:
     with pytest.raises(InvalidEvent, match="non-finite") as info:
-        encode_line(pos=0, sid="s", seq=1, ts=5, prev=GENESIS,
-                    event=Usage(request_id="r", prompt_tokens=float("nan")))  # type: ignore[arg-type]
+        encode_line(
+            pos=0, sid="s", seq=1, ts=5, prev=GENESIS, event=Usage(request_id="r", prompt_tokens=float("nan"))
+        )  # type: ignore[arg-type]
     assert info.value.path == "$.prompt_tokens"
     with pytest.raises(InvalidEvent, match="not an event"):
         encode_line(pos=0, sid="s", seq=1, ts=5, prev=GENESIS, event="usage")  # type: ignore[arg-type]
@@ -67,8 +69,16 @@ def test_encode_line_checks_the_event_as_the_journal_does() -> None:
 
 def _forged(event_json: dict) -> bytes:
     """A line with a valid checksum around an event body nobody could have appended."""
-    content = {"v": 1, "pos": 0, "sid": "s", "seq": 1, "ts": 5, "prev": GENESIS,
-               "kind": event_json["kind"], "event": event_json}
+    content = {
+        "v": 1,
+        "pos": 0,
+        "sid": "s",
+        "seq": 1,
+        "ts": 5,
+        "prev": GENESIS,
+        "kind": event_json["kind"],
+        "event": event_json,
+    }
     prefix = json.dumps(content, separators=(",", ":")).encode()[:-1]
     return prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix)
 
@@ -78,8 +88,13 @@ def _forged(event_json: dict) -> bytes:
     [
         {"kind": "usage", "request_id": "r", "total_tokens": 2**63},
         {"kind": "usage", "request_id": "r", "total_tokens": -(2**63) - 1},
-        {"kind": "compaction-failed", "epoch": -1, "attempt": 1, "reason": "error",
-         "consecutive_failures": 1},
+        {
+            "kind": "compaction-failed",
+            "epoch": -1,
+            "attempt": 1,
+            "reason": "error",
+            "consecutive_failures": 1,
+        },
         {"kind": "handoff", "epoch": 0, "record": [1]},
         {"kind": "handoff", "epoch": 0, "record": "text"},
     ],

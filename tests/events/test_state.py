@@ -62,8 +62,19 @@ def _session() -> Log:
     log.add(SessionStarted(workspace="/w", model="m", context_window=100_000))
     log.add(UserMessage(message_id="u1", content=(TextPart("fix the bug"),)))
     log.add(TurnStarted(turn_id="t1", message_id="u1"))
-    log.add(Request(request_id="r1", turn_id="t1", attempt=1, fingerprint="f", history_revision=0,
-                    projected_tokens=50, phase="below_handoff", message_count=2, history_length=1))
+    log.add(
+        Request(
+            request_id="r1",
+            turn_id="t1",
+            attempt=1,
+            fingerprint="f",
+            history_revision=0,
+            projected_tokens=50,
+            phase="below_handoff",
+            message_count=2,
+            history_length=1,
+        )
+    )
     for n in range(1, 4):
         _tool_turn(log, n)
     log.add(Usage(request_id="r1", prompt_tokens=40, completion_tokens=10, total_tokens=50))
@@ -90,8 +101,15 @@ def test_fold_builds_context_task_and_recent_files():
 
 def test_P5_slimming_removes_whole_turns_inserts_marker_and_bumps_revision():
     log = _session()
-    log.add(ContextSlimmed(mode="snip", removed_call_ids=("c1", "c2"), tokens_saved=20,
-                           marker_id="snip-1", marker_text="[2 earlier tool interactions were snipped]"))
+    log.add(
+        ContextSlimmed(
+            mode="snip",
+            removed_call_ids=("c1", "c2"),
+            tokens_saved=20,
+            marker_id="snip-1",
+            marker_text="[2 earlier tool interactions were snipped]",
+        )
+    )
     state = replay(log.records)
     assert state.revision == 1
     assert [m.id or m.tool_call_id for m in state.context] == ["u1", "snip-1", "a3", "c3", "u2"]
@@ -102,8 +120,13 @@ def test_K3_checkpoint_replay_equals_full_replay():
     log = _session()
     before = replay(log.records)
     checkpoint = CheckpointCommitted(
-        version=1, epoch=1, through_seq=before.last_seq, trigger="threshold", strategy="llm",
-        source_tokens=500, replacement_tokens=50,
+        version=1,
+        epoch=1,
+        through_seq=before.last_seq,
+        trigger="threshold",
+        strategy="llm",
+        source_tokens=500,
+        replacement_tokens=50,
         replacement_messages=(Message(role="user", content="<summary>", id="sum-1"),),
         carried=carried_for_checkpoint(before, reset_breaker=True),
     )
@@ -154,8 +177,18 @@ def test_replay_is_a_fold_of_evolve(choices):
         elif choice == 3:
             log.add(ContextSlimmed(mode="micro", removed_call_ids=(f"c{i - 1}",), tokens_saved=1))
         elif choice == 4:
-            log.add(Request(request_id=f"r{i}", turn_id="t", attempt=1, fingerprint="f",
-                            history_revision=0, projected_tokens=None, phase="unknown", message_count=1))
+            log.add(
+                Request(
+                    request_id=f"r{i}",
+                    turn_id="t",
+                    attempt=1,
+                    fingerprint="f",
+                    history_revision=0,
+                    projected_tokens=None,
+                    phase="unknown",
+                    message_count=1,
+                )
+            )
         else:
             log.add(Usage(request_id=f"r{i - 1}", total_tokens=i))
     assert replay(log.records) == reduce(evolve, log.records, SessionState())

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from cairn.events.codec import decode_line
@@ -33,9 +33,12 @@ EXAMPLES = int(os.environ.get("CAIRN_ANY_UNICODE_EXAMPLES", "40"))
 JQ = shutil.which("jq") or "/usr/bin/jq"
 
 hostile = st.one_of(*HOSTILE_KIND_STRATEGIES.values())
+#: a fixed seed, not `derandomize` (which seeds from the test's source: reformatting this file
+#: would change its examples)
+_seeded = seed(20261203)
 _settings = settings(
     max_examples=EXAMPLES,
-    derandomize=True,
+    database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -82,6 +85,7 @@ def test_any_unicode_in_any_field_reads_back_or_is_refused_untouched(tmp_path: P
     with Journal.open(root, clock_ms=lambda: 1_000) as journal:
         put_known_blobs(root)
 
+        @_seeded
         @_settings
         @given(hostile)
         def one_event(drawn: EventBase | InvalidEvent) -> None:
@@ -97,7 +101,7 @@ def test_any_unicode_in_any_field_reads_back_or_is_refused_untouched(tmp_path: P
                 outcomes["refused by append"] += 1
                 return
             outcomes["accepted"] += 1
-            _check_accepted(journal, sid, [drawn], _log(root)[len(before):])
+            _check_accepted(journal, sid, [drawn], _log(root)[len(before) :])
             report = verify_store(root)
             assert report.ok, [str(problem) for problem in report.problems]
 
@@ -117,6 +121,7 @@ def test_a_call_with_one_refused_event_writes_none_of_them(tmp_path: Path) -> No
     with Journal.open(root, clock_ms=lambda: 1_000) as journal:
         put_known_blobs(root)
 
+        @_seeded
         @_settings
         @given(st.lists(hostile, min_size=2, max_size=5))
         def many_events(drawn: list[EventBase | InvalidEvent]) -> None:
@@ -130,7 +135,7 @@ def test_a_call_with_one_refused_event_writes_none_of_them(tmp_path: Path) -> No
                 outcomes["refused"] += 1
                 return
             outcomes["accepted"] += 1
-            _check_accepted(journal, sid, events, _log(root)[len(before):])
+            _check_accepted(journal, sid, events, _log(root)[len(before) :])
 
         many_events()
         report = verify_store(root)

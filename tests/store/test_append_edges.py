@@ -158,8 +158,9 @@ WRONG_TYPES: dict[str, tuple[EventBase, str]] = {
         "$.files[0]",
     ),
     "int in a tool call's arguments": (
-        AssistantMessage(message_id="a", request_id="r",
-                         tool_calls=(ToolCall(id="c", name="n", arguments=1),)),
+        AssistantMessage(
+            message_id="a", request_id="r", tool_calls=(ToolCall(id="c", name="n", arguments=1),)
+        ),
         "$.tool_calls[0].arguments",
     ),
 }
@@ -181,11 +182,20 @@ def test_non_finite_numbers_are_refused_not_stored_as_null(journal: Journal, val
     cases: list[tuple[EventBase, str]] = [
         (Usage(request_id="r", prompt_tokens=value), "$.prompt_tokens"),
         (TurnCompleted(turn_id="t", requests=value), "$.requests"),
-        (CompactionFailed(epoch=0, attempt=1, reason="error", consecutive_failures=value),
-         "$.consecutive_failures"),
         (
-            ToolResult(call_id="c", tool_name="t", status="ok", effect="read", content=(),
-                       files=(FileAccess("a"),), original_chars=value),
+            CompactionFailed(epoch=0, attempt=1, reason="error", consecutive_failures=value),
+            "$.consecutive_failures",
+        ),
+        (
+            ToolResult(
+                call_id="c",
+                tool_name="t",
+                status="ok",
+                effect="read",
+                content=(),
+                files=(FileAccess("a"),),
+                original_chars=value,
+            ),
             "$.original_chars",
         ),
     ]
@@ -209,8 +219,10 @@ def test_ints_outside_64_bits_and_negative_epochs_are_refused(journal: Journal) 
     # the edges themselves are fine
     records = journal.append(
         "s1",
-        [Usage(request_id="r", total_tokens=2**63 - 1),
-         ContextSlimmed(mode="micro", removed_call_ids=(), tokens_saved=-(2**63))],
+        [
+            Usage(request_id="r", total_tokens=2**63 - 1),
+            ContextSlimmed(mode="micro", removed_call_ids=(), tokens_saved=-(2**63)),
+        ],
         expected_seq=1,
     )
     assert [r.event for r in journal.read("s1", 2)] == [r.event for r in records]
@@ -220,13 +232,18 @@ LONE_SURROGATES: dict[str, tuple[EventBase, str]] = {
     "message text": (UserMessage(message_id="m", content=(TextPart("ok \ud800"),)), "$.content[0].text"),
     "id": (TurnStarted(turn_id="\udfff"), "$.turn_id"),
     "tool arguments": (
-        AssistantMessage(message_id="a", request_id="r",
-                         tool_calls=(ToolCall(id="c", name="n", arguments='{"p": "\udc80"}'),)),
+        AssistantMessage(
+            message_id="a",
+            request_id="r",
+            tool_calls=(ToolCall(id="c", name="n", arguments='{"p": "\udc80"}'),),
+        ),
         "$.tool_calls[0].arguments",
     ),
     "workspace": (SessionStarted(workspace="/w/\udcff", model="m"), "$.workspace"),
-    "tuple of str": (ContextSlimmed(mode="snip", removed_call_ids=("a", "\ud83d"), tokens_saved=1),
-                     "$.removed_call_ids[1]"),
+    "tuple of str": (
+        ContextSlimmed(mode="snip", removed_call_ids=("a", "\ud83d"), tokens_saved=1),
+        "$.removed_call_ids[1]",
+    ),
 }
 
 
@@ -241,7 +258,7 @@ def test_lone_surrogates_are_refused_with_a_typed_error_in_any_string_field(
 
 
 def test_a_surrogate_pair_written_as_one_character_is_fine(journal: Journal) -> None:
-    text = "\U0001f600 \u2028\u2029\x85\x00\x1f\x7f\ufeff\"\\"
+    text = '\U0001f600 \u2028\u2029\x85\x00\x1f\x7f\ufeff"\\'
     event = UserMessage(message_id="m", content=(TextPart(text),))
     [record] = journal.append("s1", [event], expected_seq=1)
     assert list(journal.read("s1", 2)) == [record] and record.event == event
@@ -251,15 +268,33 @@ def test_a_surrogate_pair_written_as_one_character_is_fine(journal: Journal) -> 
 def test_a_checkpoint_with_a_lone_surrogate_is_refused_by_its_constructor_with_a_typed_error() -> None:
     with pytest.raises(InvalidEvent, match=r"surrogate|encode"):
         CheckpointCommitted(
-            version=1, epoch=1, through_seq=1, trigger="manual", strategy="fallback", source_tokens=1,
-            replacement_tokens=1, replacement_messages=(Message(role="user", content="\ud800"),),
+            version=1,
+            epoch=1,
+            through_seq=1,
+            trigger="manual",
+            strategy="fallback",
+            source_tokens=1,
+            replacement_tokens=1,
+            replacement_messages=(Message(role="user", content="\ud800"),),
         )
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b"[1]", b'"text"', b"1", b"{", b"not json", b'{"a":\n1}', b'{"a":1}\r', b' {"a":1}', b'{"a":1} ',
-     b'{"a":"\xff"}', rb'{"a":"\ud800"}', b"{}{}"],
+    [
+        b"[1]",
+        b'"text"',
+        b"1",
+        b"{",
+        b"not json",
+        b'{"a":\n1}',
+        b'{"a":1}\r',
+        b' {"a":1}',
+        b'{"a":1} ',
+        b'{"a":"\xff"}',
+        rb'{"a":"\ud800"}',
+        b"{}{}",
+    ],
     ids=repr,
 )
 def test_hand_off_records_that_are_not_one_json_object_are_refused(journal: Journal, raw: bytes) -> None:

@@ -19,8 +19,14 @@ from tests.store.helpers import started
 
 def _big_tool_output(chars: int = BLOB_THRESHOLD + 1000) -> ToolResult:
     text = "".join(f"line {i}: ok\n" for i in range(chars // 12 + 1))[:chars]
-    return ToolResult(call_id="c1", tool_name="bash", status="ok", effect="read",
-                      content=(TextPart("head"), TextPart(text)), original_chars=chars)
+    return ToolResult(
+        call_id="c1",
+        tool_name="bash",
+        status="ok",
+        effect="read",
+        content=(TextPart("head"), TextPart(text)),
+        original_chars=chars,
+    )
 
 
 def test_large_tool_output_goes_to_a_blob(tmp_path: Path) -> None:

@@ -18,8 +18,18 @@ SCRIPT = Path(__file__).parents[2] / "scripts" / "crashtest.py"
 def test_crash_campaign_keeps_every_acknowledged_event(tmp_path: Path) -> None:
     store = tmp_path / "store"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--store", str(store), "--kills", "20", "--seed", "7",
-         "--mode", "both"],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--store",
+            str(store),
+            "--kills",
+            "20",
+            "--seed",
+            "7",
+            "--mode",
+            "both",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

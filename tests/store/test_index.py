@@ -6,7 +6,9 @@ import threading
 from pathlib import Path
 
 from cairn.store import Journal, index_dump, reindex
-from cairn.store.index import SessionSummary, _encoder, _Head
+from cairn.store.index_builder import _Head
+from cairn.store.index_records import SessionSummary
+from cairn.store.index_records import encoder as _encoder
 from tests.store.helpers import checkpoint, fill, msg, started, usage
 
 
@@ -58,7 +60,10 @@ def test_summary_tracks_kinds_usage_and_checkpoints(tmp_path: Path) -> None:
         assert summary is not None
         assert (summary.created_ts, summary.updated_ts, summary.last_usage_total_tokens) == (10, 42, 108)
         assert summary.counts == {
-            "checkpoint-committed": 1, "session-started": 1, "usage": 1, "user-message": 1,
+            "checkpoint-committed": 1,
+            "session-started": 1,
+            "usage": 1,
+            "user-message": 1,
         }
         assert (summary.checkpoint_seq, summary.checkpoint_epoch, summary.checkpoint_pos) == (4, 1, 3)
         assert [(c.epoch, c.seq, c.pos) for c in journal.checkpoints("s")] == [(1, 4, 3)]
@@ -71,15 +76,16 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
 
     root = tmp_path / "store"
     with Journal.open(root) as journal:
-        journal._builder._max_cached = 3  # tiny cap so eviction happens in this test
+        journal._writer._builder._max_cached = 3  # tiny cap so eviction happens in this test
         sids = [f"s{n}" for n in range(10)]
         for sid in sids:
             journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
-        assert len(journal._builder._heads) <= 4  # the cap plus the batch in hand
+        assert len(journal._writer._builder._heads) <= 4  # the cap plus the batch in hand
         for round_ in range(2):
             for sid in sids:
-                journal.append(sid, [Usage(request_id=f"r{round_}", total_tokens=round_)],
-                               expected_seq=1 + round_)
+                journal.append(
+                    sid, [Usage(request_id=f"r{round_}", total_tokens=round_)], expected_seq=1 + round_
+                )
         assert [journal.last_seq(sid) for sid in sids] == [3] * 10
         assert all(journal.load(sid) == journal.replay_full(sid) for sid in sids)
         live = journal.index_dump()
@@ -89,9 +95,22 @@ def test_writer_head_cache_is_bounded_and_evicted_sessions_continue(tmp_path):
 
 def test_a_running_head_encodes_to_the_bytes_of_its_summary() -> None:
     summary = SessionSummary(
-        sid="s-1", last_seq=9, head="ab" * 16, last_pos=40, workspace="/w", model="m", created_ts=1,
-        updated_ts=2, events=9, counts={"usage": 2, "request": 3}, info_seq=1, checkpoint_seq=7,
-        checkpoint_pos=38, checkpoint_epoch=2, last_usage_total_tokens=None, broken_seq=0,
+        sid="s-1",
+        last_seq=9,
+        head="ab" * 16,
+        last_pos=40,
+        workspace="/w",
+        model="m",
+        created_ts=1,
+        updated_ts=2,
+        events=9,
+        counts={"usage": 2, "request": 3},
+        info_seq=1,
+        checkpoint_seq=7,
+        checkpoint_pos=38,
+        checkpoint_epoch=2,
+        last_usage_total_tokens=None,
+        broken_seq=0,
     )
     head = _Head.of(summary)
     head.counts["usage"] += 1  # the head's counts are its own

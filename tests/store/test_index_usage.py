@@ -30,18 +30,34 @@ def _store(root: Path) -> None:
     with Journal.open(root) as journal:
         journal.append("all", [started()], expected_seq=0)
         for n in range(3):
-            journal.append("all", _response(n, Usage(request_id=f"r{n}", prompt_tokens=1000 + n,
-                                                     completion_tokens=10, total_tokens=1010 + n)),
-                           expected_seq=journal.last_seq("all"))
+            journal.append(
+                "all",
+                _response(
+                    n,
+                    Usage(
+                        request_id=f"r{n}",
+                        prompt_tokens=1000 + n,
+                        completion_tokens=10,
+                        total_tokens=1010 + n,
+                    ),
+                ),
+                expected_seq=journal.last_seq("all"),
+            )
         journal.append("none", [started()], expected_seq=0)
         for n in range(2):  # a server that sends no usage chunk: no usage event at all
             journal.append("none", _response(n, None), expected_seq=journal.last_seq("none"))
         journal.append("some", [started()], expected_seq=0)
-        journal.append("some", _response(0, Usage(request_id="r0", prompt_tokens=500, completion_tokens=7,
-                                                  total_tokens=507)), expected_seq=1)
+        journal.append(
+            "some",
+            _response(0, Usage(request_id="r0", prompt_tokens=500, completion_tokens=7, total_tokens=507)),
+            expected_seq=1,
+        )
         journal.append("some", _response(1, None), expected_seq=journal.last_seq("some"))
-        journal.append("some", _response(2, Usage(request_id="r2", total_tokens=40)),  # a total only
-                       expected_seq=journal.last_seq("some"))
+        journal.append(
+            "some",
+            _response(2, Usage(request_id="r2", total_tokens=40)),  # a total only
+            expected_seq=journal.last_seq("some"),
+        )
 
 
 def test_summaries_sum_the_reported_usage_and_count_the_reports(tmp_path: Path) -> None:

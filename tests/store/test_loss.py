@@ -211,7 +211,10 @@ def test_a_lost_middle_segment_accepted_leaves_broken_sessions_closed(tmp_path: 
     report = verify_store(root)
     assert report.ok, report.problems
     assert sorted((w.code, w.sid) for w in report.warnings) == [
-        ("accepted-loss", ""), ("seq-gap", "a"), ("seq-gap", "b")]
+        ("accepted-loss", ""),
+        ("seq-gap", "a"),
+        ("seq-gap", "b"),
+    ]
     with Journal.open(root) as journal:
         assert [r.seq for r in journal.read("a", 1, 6)] == [1, 2, 3, 4, 5, 6]
         with pytest.raises(CorruptionError):  # a's history has a hole at seq 7: fail closed
@@ -302,8 +305,11 @@ def test_what_a_crash_leaves_past_the_acknowledged_bytes_is_cut(tmp_path: Path, 
     path = root / "log" / LAST
     acked = path.stat().st_size
     line, _ = encode_line(pos=16, sid="b", seq=8, ts=CLOCK, prev=GENESIS, event=msg(8))
-    junk = {"zeros": bytes(4096), "partial line": line[:150],
-            "partial line then zeros": line[:90] + bytes(300) + line[200:]}[shape]
+    junk = {
+        "zeros": bytes(4096),
+        "partial line": line[:150],
+        "partial line then zeros": line[:90] + bytes(300) + line[200:],
+    }[shape]
     with open(path, "ab") as handle:
         handle.write(junk)
     report = verify_store(root)

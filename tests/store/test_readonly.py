@@ -287,7 +287,8 @@ def test_an_index_ahead_of_the_log_is_not_trusted_by_a_reader(tmp_path: Path, sc
 def test_a_writer_rolling_a_segment_while_a_reader_opens_is_no_reason_to_distrust_the_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import cairn.store.recovery as recovery_module
+    import cairn.store.readonly as recovery_module
+
     root = tmp_path / "store"
     writer = Journal.open(root, segment_bytes=1_500)
     try:

@@ -33,8 +33,9 @@ def test_garbage_after_the_last_acknowledged_event_is_cut_and_reported(
     active = segment_files(root)[-1]
     acked_size = active.stat().st_size
     # an append in flight: written by the writer thread, never fsynced nor acknowledged...
-    in_flight, _ = encode_line(pos=3 * 13, sid="s0", seq=14, ts=1, prev=GENESIS,
-                               event=msg(99, "unacked " * rng.randint(1, 50)))
+    in_flight, _ = encode_line(
+        pos=3 * 13, sid="s0", seq=14, ts=1, prev=GENESIS, event=msg(99, "unacked " * rng.randint(1, 50))
+    )
     with open(active, "ab") as handle:
         handle.write(in_flight)
     assert active.stat().st_size > acked_size

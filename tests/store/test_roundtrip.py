@@ -78,8 +78,11 @@ def test_golden_log_opens_as_a_store(tmp_path: Path) -> None:
 
 def test_unknown_kinds_take_the_audit_fallback_path(tmp_path: Path) -> None:
     (tmp_path / "log").mkdir()
-    prefix = (b'{"v":1,"pos":0,"sid":"f","seq":1,"ts":1,"prev":"' + b"0" * 32
-              + b'","kind":"from-the-future","event":{"kind":"from-the-future","x":1}')
+    prefix = (
+        b'{"v":1,"pos":0,"sid":"f","seq":1,"ts":1,"prev":"'
+        + b"0" * 32
+        + b'","kind":"from-the-future","event":{"kind":"from-the-future","x":1}'
+    )
     line = prefix + b',"crc":"%08x"}\n' % crc32c.crc32c(prefix)
     (tmp_path / "log" / f"{0:020d}.jsonl").write_bytes(line)
     assert decode_envelope(line).kind == "from-the-future"

@@ -103,7 +103,8 @@ def test_an_unexpected_entry_in_the_log_is_named_never_opened(
     report = verify_store(root)
     assert not report.ok
     assert [(p.code, p.segment) for p in report.problems if p.code == "unexpected-entry"] == [
-        ("unexpected-entry", f"log/{name}")]
+        ("unexpected-entry", f"log/{name}")
+    ]
     with pytest.raises(StorageError):
         reindex(root)
     if case != "a link to an outside file in place of a segment":
