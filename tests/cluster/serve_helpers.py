@@ -115,7 +115,7 @@ class Child:
     def cairn_serve(cls, url: str, host_id: str, names: ClusterNames, ttl_s: int) -> Child:
         """The real `cairn serve`, in the namespace of `names`."""
         prefix = names.prefix.removeprefix("cairn-")
-        argv = ["--nats", url, "--host-id", host_id, "--lease-ttl", str(ttl_s), "--namespace", prefix]
+        argv = ["--nats", url, "--host-id", host_id, "--lease-ttl", str(ttl_s), "--nats-layout", prefix]
         return cls([sys.executable, "-m", "cairn.cli", "serve", *argv])
 
     def signal(self, sig: signal.Signals) -> None:
