@@ -23,6 +23,7 @@ from cairn.events.kinds import (
     ContextSlimmed,
     EventBase,
     Handoff,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
@@ -84,6 +85,9 @@ def describe(event: EventBase) -> str:
                 f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
                 f"tokens {event.source_tokens}->{event.replacement_tokens}"
             )
+        case OwnerChanged():
+            before = f" (was {event.previous_host})" if event.previous_host else ""
+            return f"host={event.host_id} lease={event.lease_revision}{before}"
         case _:
             return ""
 

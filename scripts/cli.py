@@ -4,7 +4,8 @@ Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 
 The parser, `main` and the exit codes of errors are here; the commands are
 in `_cli_read` (sessions, log, checkpoints, replay, context) and
-`_cli_maintain` (verify, reindex, repair), with what they share in
+`_cli_maintain` (verify, reindex, repair), `_cli_serve` (serve: a host of
+a cluster), with what they share in
 `_cli_base` (the usage error, the store of `--store`) and `_cli_output`.
 """
 
@@ -21,6 +22,7 @@ from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
 from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_sessions
+from cairn._cli_serve import add_serve
 from cairn.events.errors import CairnError, DecodeError, InputError
 
 
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction,turns")
     p.set_defaults(func=cmd_bench)
+
+    add_serve(sub, common)
     return parser
 
 
