@@ -57,7 +57,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `cairn` parser: one subcommand each, with `--store` and `--json` on all."""
+    """The `cairn` parser: one subcommand each, with `--store` and `--json` on all.
+
+    Long on purpose: one declaration per command, read top to bottom as the CLI's surface.
+    """
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
