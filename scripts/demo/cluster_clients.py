@@ -126,7 +126,9 @@ def send_session(
     try:
         for n in range(1, turns + 1):
             if n == gates[0] + 1:
-                (watch.probe_go if run.sid == watch.probe else watch.after_kill).wait()
+                watch.probe_go.wait()  # set once the probe is chosen
+                if run.sid != watch.probe:
+                    watch.after_kill.wait()
             if n == gates[1] + 1:
                 watch.after_stop.wait()
             attempt = _attempt(client, setup, run, n, watch, wait_s)
