@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
-    p.add_argument("--sessions", type=int, default=None, metavar="N", help="concurrent sessions (8; 12 --cluster)")
+    p.add_argument(
+        "--sessions", type=int, default=None, metavar="N", help="concurrent sessions (8; 12 --cluster)"
+    )
     p.add_argument("--turns", type=int, default=None, metavar="M", help="turns per session (12; 6 --cluster)")
     p.add_argument(
         "--cluster",

@@ -109,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("CAIRN_STORE", "./cairn-data"),
         help="store directory (default: $CAIRN_STORE or ./cairn-data)",
     )
-    parser.add_argument("--sessions", type=int, default=None, help="concurrent sessions (8; 12 with --cluster)")
-    parser.add_argument("--turns", type=int, default=None, help="turns per session this run (12; 6 with --cluster)")
+    parser.add_argument(
+        "--sessions", type=int, default=None, help="concurrent sessions (8; 12 with --cluster)"
+    )
+    parser.add_argument(
+        "--turns", type=int, default=None, help="turns per session this run (12; 6 with --cluster)"
+    )
     parser.add_argument(
         "--provider",
         choices=("scripted", "openai"),

@@ -122,7 +122,9 @@ def _clean(store: Path) -> tuple[Path, Path, Path]:
     return dirs
 
 
-def run_cluster(store: Path, sessions: int, turns: int, *, progress: Any, setup: Setup | None = None) -> dict[str, Any]:
+def run_cluster(
+    store: Path, sessions: int, turns: int, *, progress: Any, setup: Setup | None = None
+) -> dict[str, Any]:
     """Run the cluster demo (see the module doc); the report. `progress(line)` tells what happens.
 
     Raises `DemoSetupError` when it cannot run (the store, a host that does
@@ -151,7 +153,10 @@ def run_cluster(store: Path, sessions: int, turns: int, *, progress: Any, setup:
         progress(f"cairn verify --nats ...: exit {verify.exit_code}")
         export = cairn_command(["export", "--nats", cluster.url, "--to", str(export_dir)])
         export_verify = cairn_command(["verify", "--store", str(export_dir)])
-        progress(f"cairn export: exit {export.exit_code}; cairn verify of the export: exit {export_verify.exit_code}")
+        progress(
+            f"cairn export: exit {export.exit_code}; "
+            f"cairn verify of the export: exit {export_verify.exit_code}"
+        )
         host_rows = {
             hid: {"pid": proc.pid, "killed": proc.killed_ms is not None, "exit": proc.exit_code}
             for hid, proc in hosts.procs.items()
@@ -190,7 +195,13 @@ def run_cluster(store: Path, sessions: int, turns: int, *, progress: Any, setup:
 
 
 def _drive(
-    cluster: LocalCluster, hosts: HostProcs, setup: Setup, spaces: Path, sessions: int, turns: int, progress: Any
+    cluster: LocalCluster,
+    hosts: HostProcs,
+    setup: Setup,
+    spaces: Path,
+    sessions: int,
+    turns: int,
+    progress: Any,
 ) -> tuple[list[SessionRun], Faults, list[str]]:
     """The sessions' client threads, the host kill after the first third, the node stop after the second.
 
@@ -229,7 +240,9 @@ def _drive(
         faults.victim = max(HOSTS, key=lambda hid: (counts[hid], -HOSTS.index(hid)))
         watch.victim = faults.victim
         watch.probe = next((sid for sid in sids if owners.get(sid) == faults.victim), None)
-        progress(f"owners after turn {gates[0]}: " + ", ".join(f"{hid}: {counts[hid]} sessions" for hid in HOSTS))
+        progress(
+            f"owners after turn {gates[0]}: " + ", ".join(f"{hid}: {counts[hid]} sessions" for hid in HOSTS)
+        )
         watch.probe_go.set()
         faults.victim_busy = watch.victim_busy.wait(10.0)
         faults.killed_ms = hosts.kill(faults.victim)
@@ -242,7 +255,9 @@ def _drive(
         _stop_node(cluster, index, planned, stream, watch, faults, progress)
         for thread in threads:
             thread.join(PHASE_S)
-        unfinished = [f"{thread.name}: still running after {PHASE_S} s" for thread in threads if thread.is_alive()]
+        unfinished = [
+            f"{thread.name}: still running after {PHASE_S} s" for thread in threads if thread.is_alive()
+        ]
     finally:
         watch.probe_go.set()
         watch.after_kill.set()
@@ -274,7 +289,7 @@ def _stop_node(
 
 
 def _check_sessions(cluster: LocalCluster, runs: list[SessionRun], faults: Faults) -> list[SessionFacts]:
-    """Every session read back by a fresh journal: facts, checkpoint load vs full replay, the client's view."""
+    """Every session read back by a fresh journal: facts, checkpoint load vs full replay, client's view."""
     facts = []
     with JetStreamJournal.open(cluster.urls) as journal:
         for run in runs:

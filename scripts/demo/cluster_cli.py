@@ -46,7 +46,10 @@ def main_cluster(store: str, sessions: int | None, turns: int | None, *, as_json
     sessions = DEFAULT_SESSIONS if sessions is None else sessions
     turns = DEFAULT_TURNS if turns is None else turns
     if turns < 3:
-        print("cairn demo: --cluster needs --turns of at least 3 (a kill and a node stop mid-run)", file=sys.stderr)
+        print(
+            "cairn demo: --cluster needs --turns of at least 3 (a kill and a node stop mid-run)",
+            file=sys.stderr,
+        )
         return 2
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -56,10 +59,16 @@ def main_cluster(store: str, sessions: int | None, turns: int | None, *, as_json
         return 2
     except OSError as error:
         where = f": {error.filename}" if error.filename else ""
-        print(_console.printable(f"cairn demo: {error.strerror or type(error).__name__}{where}"), file=sys.stderr)
+        print(
+            _console.printable(f"cairn demo: {error.strerror or type(error).__name__}{where}"),
+            file=sys.stderr,
+        )
         return 2
     except Interrupted as signalled:
-        print(f"cairn demo: interrupted by {signalled}; every host and NATS node it started is ended", file=sys.stderr)
+        print(
+            f"cairn demo: interrupted by {signalled}; every host and NATS node it started is ended",
+            file=sys.stderr,
+        )
         return 1
     finally:
         for sig, handler in previous.items():

@@ -1,4 +1,4 @@
-"""The client side of `cairn demo --cluster`: one thread per session sending its turns through `ClusterClient`.
+"""The client side of `cairn demo --cluster`: a thread per session sending its turns via `ClusterClient`.
 
 Each session sends turns 1..M of the local demo's scripted tasks
 (`Setup.message`) one after the other, waiting at the run's two gates
@@ -101,7 +101,9 @@ class SessionRun:
     seen: list[SeenRecord] = field(default_factory=list)
 
 
-def _attempt(client: ClusterClient, setup: Setup, run: SessionRun, n: int, watch: Watch, wait_s: float) -> Attempt:
+def _attempt(
+    client: ClusterClient, setup: Setup, run: SessionRun, n: int, watch: Watch, wait_s: float
+) -> Attempt:
     try:
         turn = client.send(run.sid, setup.message(run.sid, n, run.workspace), workspace=run.workspace)
         probing = run.sid == watch.probe and watch.probe_go.is_set() and turn.host_id == watch.victim
@@ -120,7 +122,13 @@ def _attempt(client: ClusterClient, setup: Setup, run: SessionRun, n: int, watch
 
 
 def send_session(
-    client: ClusterClient, setup: Setup, run: SessionRun, turns: int, gates: tuple[int, int], watch: Watch, wait_s: float
+    client: ClusterClient,
+    setup: Setup,
+    run: SessionRun,
+    turns: int,
+    gates: tuple[int, int],
+    watch: Watch,
+    wait_s: float,
 ) -> None:
     """Send the session's turns (see the module doc); one retry of a turn that did not complete."""
     try:

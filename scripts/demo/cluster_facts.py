@@ -51,7 +51,9 @@ class SessionFacts:
     client_agrees: bool = False
 
 
-def session_facts(sid: str, records: Sequence[Record], *, killed_ms: int | None, victim: str | None) -> SessionFacts:
+def session_facts(
+    sid: str, records: Sequence[Record], *, killed_ms: int | None, victim: str | None
+) -> SessionFacts:
     """Ownership, failover and turn facts of one session from its log (see the module doc)."""
     facts = SessionFacts(sid)
     started: dict[str, int] = {}
@@ -124,7 +126,9 @@ def health(checks: Checks) -> list[str]:
         problems.append("no NATS node was stopped")
     for facts in checks.sessions:
         if facts.turns_open:
-            problems.append(f"{facts.sid}: {facts.turns_open} turn(s) neither completed nor marked interrupted")
+            problems.append(
+                f"{facts.sid}: {facts.turns_open} turn(s) neither completed nor marked interrupted"
+            )
         if facts.turns_failed_other:
             problems.append(f"{facts.sid}: {facts.turns_failed_other} turn(s) failed")
         if not facts.replayed:

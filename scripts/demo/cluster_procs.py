@@ -14,6 +14,7 @@ else on PATH) and returns its exit status and output: what a user would type.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -84,7 +85,7 @@ class HostProcs:
                     text=True,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                     start_new_session=True,  # a Ctrl-C reaches the demo, which ends its hosts itself
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
+                    preexec_fn=_die_with_parent,  # prctl only, no locks taken
                 )
             self.procs[host_id] = HostProc(host_id, process, log_path)
         with concurrent.futures.ThreadPoolExecutor(len(host_ids)) as pool:
@@ -97,7 +98,9 @@ class HostProcs:
                 if "serving" not in said:
                     self.end_all()
                     tail = self.procs[host_id].log_path.read_text(errors="replace")[-500:].strip()
-                    raise DemoSetupError(f"host {host_id} did not start: {said.strip() or tail or 'no output'}")
+                    raise DemoSetupError(
+                        f"host {host_id} did not start: {said.strip() or tail or 'no output'}"
+                    )
         for proc in self.procs.values():  # the rest of what it prints goes to its log
             _drain_to(proc)
 
@@ -130,10 +133,8 @@ class HostProcs:
         for proc in self.procs.values():
             if proc.process.poll() is None:
                 proc.process.kill()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a SIGKILLed child that never ends
                 proc.process.wait(30)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a SIGKILLed child that never ends
-                pass
 
 
 def _drain_to(proc: HostProc) -> None:

@@ -62,7 +62,9 @@ def _lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"  the cluster is stopped; its log is exported to {report['export_dir']}. Next:")
     lines += [f"    {command}" for command in report["commands"]]
     if report["ok"]:
-        lines.append("OK: every turn completed or was marked interrupted, every session replayed, verify clean")
+        lines.append(
+            "OK: every turn completed or was marked interrupted, every session replayed, verify clean"
+        )
     else:
         lines.append("FAILED:")
         lines += [f"  - {problem}" for problem in report["problems"]]

@@ -73,7 +73,11 @@ def cluster_report(
     from cairn.demo.cluster import FAILOVER_TARGET_S, LEASE_TTL_S
 
     counts, _ = client_turns(runs)
-    moved = {f.sid: {"from": faults.victim, "to": f.new_owner, "failover_s": f.failover_s} for f in facts if f.new_owner}
+    moved = {
+        f.sid: {"from": faults.victim, "to": f.new_owner, "failover_s": f.failover_s}
+        for f in facts
+        if f.new_owner
+    }
     times = [f.failover_s for f in facts if f.failover_s is not None]
     return {
         "mode": "cluster",
