@@ -16,19 +16,25 @@ host id or TTL, a provider that is not configured).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import types
 from typing import Any
 
-from cairn._cli_base import EXIT_OK, EXIT_USAGE
+from cairn._cli_base import EXIT_OK, EXIT_USAGE, UsageError
 from cairn._cli_output import warn
 
 
 def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
     """The `serve` subcommand and its options."""
     p = sub.add_parser("serve", parents=[common], help="run a host of a cluster until SIGTERM (--nats URL)")
-    p.add_argument("--nats", required=True, metavar="URL", help="the cluster: nats://host:port[,nats://...]")
+    p.add_argument(
+        "--nats",
+        default=os.environ.get("CAIRN_NATS") or None,
+        metavar="URL",
+        help="the cluster: nats://host:port[,nats://...] (default: $CAIRN_NATS)",
+    )
     p.add_argument(
         "--host-id", default=None, metavar="ID", help="unique per process (default: host-pid-random)"
     )
@@ -38,7 +44,13 @@ def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace", type=float, default=10.0, metavar="S", help="on SIGTERM, wait this long for turns"
     )
-    p.add_argument("--namespace", default=None, metavar="NAME", help="a cluster namespace of its own (tests)")
+    p.add_argument(
+        "--nats-layout",
+        default=os.environ.get("CAIRN_NATS_LAYOUT") or None,
+        metavar="NAME",
+        help="serve the cluster store of layout NAME, with leases and subjects of its own "
+        "(as the read commands' --nats-layout; default: $CAIRN_NATS_LAYOUT, else the standard one)",
+    )
     p.add_argument(
         "--provider",
         choices=("scripted", "openai"),
@@ -55,11 +67,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from cairn.demo.providers import openai_setup, scripted_setup
     from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
 
+    if not args.nats:
+        raise UsageError("cairn serve needs the cluster: --nats URL (or $CAIRN_NATS)")
     stop = threading.Event()
     previous = _on_signals(stop)
     try:
         setup = scripted_setup() if args.provider == "scripted" else openai_setup()
-        names = ClusterNames.named(args.namespace) if args.namespace else ClusterNames()
+        names = ClusterNames.named(args.nats_layout) if args.nats_layout else ClusterNames()
         ttl = args.lease_ttl if args.lease_ttl is not None else DEFAULT_TTL_S
         try:
             host = ClusterHost.open(

@@ -40,3 +40,7 @@ class InvalidHostId(InputError):
 
 class LeaseNotHeld(StorageError):
     """This host does not hold the session's lease (lost, expired, or not yet fenced): nothing written."""
+
+
+class ReplicaBehind(StorageError):
+    """The cluster's reads of a session stayed behind what this host wrote to it (a lagging replica)."""

@@ -18,6 +18,14 @@ The check and the append are not atomic (a host can stall in between); the
 fence is what makes that harmless: the new owner's `owner-changed` moved
 the expected seq, so the stale append fails the journal's guard.
 
+Reading what this host wrote: the cluster's reads are direct gets that
+any replica answers, and a follower may not have the latest append yet (a
+`load` right after the fence once came back empty). So the gate remembers
+the last seq it wrote of each admitted session (its floor) and reads a
+session again until the state reaches it (a page from a replica behind the
+head another one gave looks like a gap: read again too), for up to
+`FRESH_READ_S`; then `ReplicaBehind`.
+
 Thread-safety: every method may be called from any thread.
 """
 
@@ -25,15 +33,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
-from cairn.actors.cluster.errors import LeaseNotHeld
+from cairn.actors.cluster.errors import LeaseNotHeld, ReplicaBehind
 from cairn.events.codec import Record
 from cairn.events.kinds import EventBase
 from cairn.events.state import SessionState
 from cairn.store.backend import JournalBackend
-from cairn.store.errors import SeqConflict, StorageFailed
+from cairn.store.errors import CorruptionError, SeqConflict, StorageFailed
 from cairn.store.index_records import CheckpointRef, SessionSummary
+
+#: how long a read of a session may stay behind this host's own appends to it before it is an error
+FRESH_READ_S = 5.0
+_REREAD_PAUSE_S = 0.02
 
 
 class LeasedJournal:
@@ -49,20 +62,23 @@ class LeasedJournal:
         self._lease_valid = lease_valid
         self._on_conflict = on_conflict
         self._open: set[str] = set()
+        self._floors: dict[str, int] = {}
         self._lock = threading.Lock()
 
     # -- which sessions are open -------------------------------------------------------------
 
-    def admit(self, sid: str) -> None:
-        """Let appends for `sid` through (its lease is taken and its fence written)."""
+    def admit(self, sid: str, fence_seq: int = 0) -> None:
+        """Let appends for `sid` through (its lease is taken and its fence written at `fence_seq`)."""
         with self._lock:
             self._open.add(sid)
+            self._floors[sid] = fence_seq
 
     def shut(self, sid: str) -> bool:
         """Refuse appends for `sid` from now on; whether it was open."""
         with self._lock:
             was = sid in self._open
             self._open.discard(sid)
+            self._floors.pop(sid, None)
             return was
 
     def admits(self, sid: str) -> bool:
@@ -89,10 +105,12 @@ class LeasedJournal:
     ) -> list[Record]:
         self._check(sid)
         try:
-            return self.inner.append(sid, events, expected_seq=expected_seq, ts_ms=ts_ms, timeout=timeout)
+            records = self.inner.append(sid, events, expected_seq=expected_seq, ts_ms=ts_ms, timeout=timeout)
         except SeqConflict:
             self._conflict(sid)
             raise
+        self._wrote(sid, records)
+        return records
 
     def append_async(
         self,
@@ -106,20 +124,53 @@ class LeasedJournal:
         future = self.inner.append_async(sid, events, expected_seq=expected_seq, ts_ms=ts_ms)
 
         def done(result: concurrent.futures.Future[list[Record]]) -> None:
-            if not result.cancelled() and isinstance(result.exception(), SeqConflict):
+            if result.cancelled():
+                return
+            error = result.exception()
+            if isinstance(error, SeqConflict):
                 self._conflict(sid)
+            elif error is None:
+                self._wrote(sid, result.result())
 
         future.add_done_callback(done)
         return future
+
+    def _wrote(self, sid: str, records: list[Record]) -> None:
+        with self._lock:
+            if sid in self._floors and records:
+                self._floors[sid] = max(self._floors[sid], records[-1].seq)
+
+    def _floor(self, sid: str) -> int:
+        with self._lock:
+            return self._floors.get(sid, 0)
+
+    def _fresh(self, sid: str, read: Callable[[str], SessionState]) -> SessionState:
+        """`read(sid)` again until it reaches what this host wrote (see the module doc)."""
+        floor = self._floor(sid)
+        give_up = time.monotonic() + FRESH_READ_S
+        while True:
+            try:
+                state = read(sid)
+                if state.last_seq >= floor:
+                    return state
+                behind: Exception = ReplicaBehind(
+                    f"session {sid}: the cluster's reads stay at seq {state.last_seq}, "
+                    f"behind seq {floor} this host wrote"
+                )
+            except CorruptionError as exc:  # a gap between pages from two replicas, or a real one
+                behind = exc
+            if time.monotonic() >= give_up:
+                raise behind
+            time.sleep(_REREAD_PAUSE_S)  # polling the cluster's replicas, with a deadline
 
     def _conflict(self, sid: str) -> None:
         if self.shut(sid):
             self._on_conflict(sid)
 
-    # -- reading: as the inner journal -----------------------------------------------------------
+    # -- reading: as the inner journal, loads no older than this host's appends --------------------
 
     def last_seq(self, sid: str) -> int:
-        return self.inner.last_seq(sid)
+        return max(self.inner.last_seq(sid), self._floor(sid))
 
     def session(self, sid: str) -> SessionSummary | None:
         return self.inner.session(sid)
@@ -134,10 +185,10 @@ class LeasedJournal:
         return self.inner.read(sid, from_seq, to_seq)
 
     def load(self, sid: str) -> SessionState:
-        return self.inner.load(sid)
+        return self._fresh(sid, self.inner.load)
 
     def replay_full(self, sid: str) -> SessionState:
-        return self.inner.replay_full(sid)
+        return self._fresh(sid, self.inner.replay_full)
 
     def read_blob(self, sha256: str) -> bytes:
         return self.inner.read_blob(sha256)

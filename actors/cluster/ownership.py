@@ -47,7 +47,8 @@ from cairn.store.jetstream.leases import LeaseBucket
 log = logging.getLogger("cairn.cluster")
 
 #: how often the fence is tried when a previous owner keeps appending between our read and our write
-FENCE_TRIES = 5
+FENCE_TRIES = 8
+_FENCE_PAUSE_S = 0.05
 #: locks shared by hash among sessions (claims of two sessions rarely wait for each other)
 _LOCK_STRIPES = 256
 
@@ -112,24 +113,30 @@ class Ownership:
                 event = OwnerChanged(
                     host_id=self.host_id, lease_revision=lease.revision, previous_host=previous
                 )
-                self._fence(sid, event)
+                fence_seq = self._fence(sid, event)
             except BaseException:
                 self.keeper.release(sid)
                 raise
-            self.gate.admit(sid)
+            self.gate.admit(sid, fence_seq)
             return event
 
-    def _fence(self, sid: str, event: OwnerChanged) -> None:
-        """Append `event` right after the session's last event (step 3), retrying a lost race."""
+    def _fence(self, sid: str, event: OwnerChanged) -> int:
+        """Append `event` right after the session's last event (step 3); its seq.
+
+        A conflict means the seq read was stale: a previous owner appended
+        meanwhile, or a replica behind the leader answered the read (the
+        cluster's reads go to any replica). Read again, after a pause.
+        """
         for attempt in range(FENCE_TRIES):
             last = self._journal.last_seq(sid)
             try:
-                self._journal.append(sid, [event], expected_seq=last)
-                return
+                return self._journal.append(sid, [event], expected_seq=last)[0].seq
             except SeqConflict:
                 if attempt == FENCE_TRIES - 1:
                     raise
-                log.warning("cairn: session %r was appended to while host %s fenced it", sid, self.host_id)
+                log.info("cairn: host %s fencing session %r: seq %d was stale", self.host_id, sid, last)
+                time.sleep(_FENCE_PAUSE_S * (attempt + 1))  # a replica catching up: a bounded pause
+        raise AssertionError("unreachable")
 
     def _lock_of(self, sid: str) -> threading.Lock:
         """The lock of `sid`'s claims and releases: one of a fixed set, so memory stays bounded."""

@@ -27,7 +27,10 @@ from pathlib import Path
 from cairn.actors.cluster.names import ClusterNames
 from cairn.actors.provider.base import ProviderOutput, ProviderRequest, TextDelta
 from cairn.actors.provider.scripted import ScriptedProvider
+from cairn.events.codec import Record
 from cairn.events.model import text_of
+from cairn.store.backend import JournalBackend
+from cairn.store.errors import CorruptionError
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_MAX_S = 30.0
@@ -39,6 +42,20 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
+
+
+def settled(journal: JournalBackend, sid: str, last_seq: int) -> list[Record]:
+    """The session's records once a read reaches `last_seq` (reads go to any replica; one may lag)."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            records = list(journal.read(sid))
+        except CorruptionError:  # pages from two replicas, one behind the other: read again
+            records = []
+        if records and records[-1].seq >= last_seq:
+            return records
+        assert time.monotonic() < deadline, f"{sid}: no read reached seq {last_seq} in 10 s"
         time.sleep(0.05)
 
 
@@ -98,7 +115,7 @@ class Child:
     def cairn_serve(cls, url: str, host_id: str, names: ClusterNames, ttl_s: int) -> Child:
         """The real `cairn serve`, in the namespace of `names`."""
         prefix = names.prefix.removeprefix("cairn-")
-        argv = ["--nats", url, "--host-id", host_id, "--lease-ttl", str(ttl_s), "--namespace", prefix]
+        argv = ["--nats", url, "--host-id", host_id, "--lease-ttl", str(ttl_s), "--nats-layout", prefix]
         return cls([sys.executable, "-m", "cairn.cli", "serve", *argv])
 
     def signal(self, sig: signal.Signals) -> None:

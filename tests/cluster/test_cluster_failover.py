@@ -26,7 +26,7 @@ from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.lease_policy import Vacated
 from cairn.store.jetstream.leases import LeaseBucket
 from cairn.store.jetstream.local_cluster import LocalCluster, Node
-from tests.cluster.serve_helpers import Child, fresh_names, wait_for
+from tests.cluster.serve_helpers import Child, fresh_names, settled, wait_for
 
 WAIT = 30.0
 TTL_S = 2
@@ -77,11 +77,12 @@ def test_a_host_sigkilled_mid_turn_loses_its_session_to_another_host_which_repla
                 lambda: not connected(cluster.nodes[0], "cairn-host-host-a"), WAIT, "host-a's connection gone"
             )
             after = client.send("victim", "after the crash")  # reaches host-b, which waits out the lease
-            assert after.result(WAIT).ok and after.host_id == "host-b"
+            done = after.result(WAIT)
+            assert done.ok and after.host_id == "host-b"
             lost = held.result(WAIT)  # silent for 3 s: the client's handle ends interrupted
             assert (lost.status, lost.phase, lost.error_class) == ("failed", "interrupted", "HostUnreachable")
 
-        records = list(journal.read("victim"))
+        records = settled(journal, "victim", done.last_seq)
         fences = [r for r in records if isinstance(r.event, OwnerChanged)]
         assert [(f.event.host_id, f.event.previous_host) for f in fences] == [
             ("host-a", None),
@@ -117,10 +118,11 @@ def test_a_host_stopped_with_sigterm_finishes_a_short_turn_marks_a_long_one_inte
             host.signal(signal.SIGTERM)  # grace 1 s: the short turn ends in it, the long one does not
             assert short.result(WAIT).ok
             ended = long.result(WAIT)
+            long_last = ended.last_seq
             assert (ended.status, ended.phase, ended.error_class) == ("failed", "interrupted", "interrupted")
             code, out, err = host.wait(WAIT)
             assert code == 0 and "stopped" in out, err
-        last = list(journal.read("long"))[-1].event
+        last = settled(journal, "long", long_last)[-1].event
         assert isinstance(last, TurnFailed) and last.phase == "interrupted"  # recorded by host-t itself
         bucket = LeaseBucket.connect(url, bucket=names.lease_bucket)
         try:

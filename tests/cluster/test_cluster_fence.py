@@ -24,7 +24,7 @@ from cairn.store.errors import SeqConflict
 from cairn.store.jetstream.lease_policy import Held, Vacant, Vacated
 from cairn.store.jetstream.leases import LeaseBucket
 from cairn.store.jetstream.local_cluster import LocalCluster
-from tests.cluster.serve_helpers import Holding, fresh_names, wait_for
+from tests.cluster.serve_helpers import Holding, fresh_names, settled, wait_for
 
 WAIT = 30.0
 TTL_S = 2
@@ -90,8 +90,9 @@ def test_an_old_owner_appends_until_the_new_owner_fences_the_session_and_is_refu
     hosts: tuple[ClusterHost, ClusterHost], client: ClusterClient, bucket: LeaseBucket, tmp_path: Path
 ) -> None:
     a, b = hosts
-    assert client.send("fenced", "hello", workspace=tmp_path).result(WAIT).ok
-    stale = a.journal.last_seq("fenced")
+    first = client.send("fenced", "hello", workspace=tmp_path).result(WAIT)
+    assert first.ok
+    stale = first.last_seq
     a.ownership.keeper.abandon("fenced")  # a stalls: no more renewals (as a SIGSTOPped host)
     wait_for(lambda: isinstance(bucket.observe("fenced"), Vacant | Vacated), TTL_S + 5, "the lease expired")
 
@@ -109,7 +110,7 @@ def test_an_old_owner_appends_until_the_new_owner_fences_the_session_and_is_refu
     with pytest.raises(LeaseNotHeld):  # and its host never even sends one: its gate is shut
         a.ownership.gate.append("fenced", [user_text_message("u-x", "x")], expected_seq=stale + 2)
 
-    records = list(b.journal.read("fenced"))
+    records = settled(b.journal, "fenced", stale + 2)
     assert [r.seq for r in records] == list(range(1, stale + 3))  # no gap, nothing interleaved
     assert records[stale].event == user_text_message("u-late", "late")  # seq stale + 1: slipped in
     assert records[stale + 1].event == fence  # seq stale + 2: the fence, the last event
@@ -132,7 +133,7 @@ def test_a_host_that_loses_a_lease_stops_the_session_at_once_and_the_next_owner_
     held = client.send("lost", "HOLD this turn", workspace=tmp_path)
     stream = held.events(timeout=WAIT)
     assert next(item for item in stream if isinstance(item, TextDelta)) == TextDelta("working. ")
-    before = a.journal.last_seq("lost")  # the held turn's request is durable
+    before = a.ownership.gate.last_seq("lost")  # what a wrote: the held turn's request is durable
 
     def take_it_away() -> bool:  # the lease moves on under a (as another host's take would)
         lease = a.ownership.keeper.held().get("lost")
@@ -141,7 +142,7 @@ def test_a_host_that_loses_a_lease_stops_the_session_at_once_and_the_next_owner_
     wait_for(take_it_away, WAIT, "the lease was released under host-a")
     result = held.result(WAIT)  # a's keeper reported the loss: a stopped the session
     assert (result.status, result.phase) == ("failed", "interrupted")
-    assert a.journal.last_seq("lost") == before  # no further append, not even its own interrupted record
+    assert settled(a.journal, "lost", before)[-1].seq == before  # no further append, not even its own record
     assert a.ownership.lost[-1].reason == "refused"
     provider.release.set()
 
@@ -149,9 +150,10 @@ def test_a_host_that_loses_a_lease_stops_the_session_at_once_and_the_next_owner_
     b.start()
     nxt = client.send("lost", "again")
     assert nxt.result(WAIT).ok and nxt.host_id == "host-b"
-    tail = [r.event for r in b.journal.read("lost", before + 1)]
+    records = settled(b.journal, "lost", nxt.result(WAIT).last_seq)
+    tail = [r.event for r in records[before:]]
     assert isinstance(tail[0], OwnerChanged) and tail[0].host_id == "host-b"
-    held_turn = next(r.event for r in b.journal.read("lost") if isinstance(r.event, TurnStarted))
+    held_turn = next(r.event for r in records if isinstance(r.event, TurnStarted))
     assert isinstance(tail[1], TurnFailed) and (tail[1].turn_id, tail[1].phase) == (
         held_turn.turn_id,
         "interrupted",
@@ -170,5 +172,6 @@ def test_an_idle_session_s_lease_is_given_back_and_its_next_message_claims_it_ag
     assert isinstance(bucket.observe("idle"), Vacated) and not a.ownership.holds("idle")
     again = client.send("idle", "again")
     assert again.result(WAIT).ok and again.host_id == "host-a"
-    fences = [r.event for r in a.journal.read("idle") if isinstance(r.event, OwnerChanged)]
+    records = settled(a.journal, "idle", again.result(WAIT).last_seq)
+    fences = [r.event for r in records if isinstance(r.event, OwnerChanged)]
     assert [f.host_id for f in fences] == ["host-a", "host-a"]  # claimed again: fenced again

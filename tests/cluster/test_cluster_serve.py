@@ -30,7 +30,7 @@ from cairn.events.model import ToolCall
 from cairn.store import Journal
 from cairn.store.jetstream.local_cluster import LocalCluster
 from cairn.store.jetstream.loop import LoopThread
-from tests.cluster.serve_helpers import fresh_names
+from tests.cluster.serve_helpers import fresh_names, settled
 
 WAIT = 30.0
 CONFIG = HostConfig(sweep=False)
@@ -103,7 +103,8 @@ def test_a_turn_through_the_cluster_streams_the_records_deltas_and_result_a_loca
 
     # the same session on a local store: the same first event (the owner's fence), the same provider
     owner = next(h for h in hosts if h.host_id == remote.host_id)
-    fence = next(owner.journal.read("parity.1", 1, 1))
+    stored = {r.seq: r for r in settled(owner.journal, "parity.1", remote_result.last_seq)}
+    fence = stored[1]
     assert isinstance(fence.event, OwnerChanged) and fence.event.host_id == remote.host_id
     with Journal.open(tmp_path / "local") as journal:
         journal.append("parity.1", [fence.event], expected_seq=0)
@@ -123,7 +124,6 @@ def test_a_turn_through_the_cluster_streams_the_records_deltas_and_result_a_loca
         local_result, **unclocked
     )
     # the records are the log's own lines, decoded and checked on the client
-    stored = {r.seq: r for r in owner.journal.read("parity.1")}
     assert all(stored[r.seq].event == r.event for r in remote_items if isinstance(r, Record))
 
 
@@ -141,7 +141,8 @@ def test_a_message_that_reaches_a_host_not_holding_the_session_is_forwarded_and_
     result = second.result(WAIT)
     assert result.ok and second.host_id == "host-a"
     assert b.stats.forwarded == 1 and b.stats.served == 0 and b.stats.claimed == 0
-    owners = [r.event.host_id for r in a.journal.read("forward-me") if isinstance(r.event, OwnerChanged)]
+    records = settled(a.journal, "forward-me", result.last_seq)
+    owners = [r.event.host_id for r in records if isinstance(r.event, OwnerChanged)]
     assert owners == ["host-a"]  # one owner, one fence: nothing was taken over
 
 
