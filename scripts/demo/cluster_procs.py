@@ -33,6 +33,12 @@ READY_S = 60.0
 _PR_SET_PDEATHSIG = 1
 
 
+def clean_env() -> dict[str, str]:
+    """The environment of the demo's children, without `$CAIRN_NATS` and `$CAIRN_NATS_LAYOUT`: they
+    work on the demo's own cluster, in the standard layout, whatever the user's shell points at."""
+    return {key: value for key, value in os.environ.items() if key not in ("CAIRN_NATS", "CAIRN_NATS_LAYOUT")}
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL it when the demo dies (Linux), even by SIGKILL."""
     name = ctypes.util.find_library("c")
@@ -83,7 +89,7 @@ class HostProcs:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     text=True,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    env={**clean_env(), "PYTHONUNBUFFERED": "1"},
                     start_new_session=True,  # a Ctrl-C reaches the demo, which ends its hosts itself
                     preexec_fn=_die_with_parent,  # prctl only, no locks taken
                 )
@@ -175,6 +181,7 @@ def cairn_command(args: list[str], timeout_s: float = 120.0) -> CommandRun:
         done = subprocess.run(
             [*cairn_executable(), *args],
             stdin=subprocess.DEVNULL,
+            env=clean_env(),
             capture_output=True,
             text=True,
             timeout=timeout_s,
