@@ -129,6 +129,8 @@ def run_cluster(
 
     Raises `DemoSetupError` when it cannot run (the store, a host that does
     not start) and `ClusterStartFailed` (no nats-server binary, no leader).
+    Long for a reason: every step runs inside the one `try` whose `finally`
+    ends the hosts and the nodes, whatever happens.
     """
     setup = setup if setup is not None else scripted_setup()
     started = time.perf_counter()
