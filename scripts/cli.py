@@ -30,16 +30,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`cairn demo`: `cairn.demo.main` with these arguments."""
     from cairn import demo
 
-    argv = [
-        "--store",
-        args.store,
-        "--sessions",
-        str(args.sessions),
-        "--turns",
-        str(args.turns),
-        "--provider",
-        args.provider,
-    ]
+    argv = ["--store", args.store, "--provider", args.provider]
+    argv += ["--sessions", str(args.sessions)] if args.sessions is not None else []
+    argv += ["--turns", str(args.turns)] if args.turns is not None else []
+    argv += ["--cluster"] if args.cluster else []
     return demo.main(argv + (["--json"] if args.json else []))
 
 
@@ -75,8 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
-    p.add_argument("--sessions", type=int, default=8, metavar="N", help="concurrent sessions (8)")
-    p.add_argument("--turns", type=int, default=12, metavar="M", help="turns per session this run (12)")
+    p.add_argument(
+        "--sessions", type=int, default=None, metavar="N", help="concurrent sessions (8; 12 --cluster)"
+    )
+    p.add_argument("--turns", type=int, default=None, metavar="M", help="turns per session (12; 6 --cluster)")
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a 3-node NATS cluster with 3 hosts, through a host SIGKILL and a node stop",
+    )
     p.add_argument(
         "--provider",
         choices=("scripted", "openai"),
