@@ -301,6 +301,26 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
             raise InvalidEvent(f"replacement messages encode to {size} bytes, over {MAX_REPLACEMENT_BYTES}")
 
 
+class OwnerChanged(EventBase, frozen=True, tag="owner-changed"):
+    """A host of a cluster took the session (DESIGN §5): written FIRST, before it serves it.
+
+    Appended with the expected seq the new owner read, so any append of a
+    previous owner after it fails the journal's guard (the fence). Hidden
+    like the hand-off: never in the client stream, a fork or the model's
+    context; the fold keeps nothing of it.
+    """
+
+    host_id: str
+    #: the revision of the new owner's lease in the lease bucket
+    lease_revision: Int64
+    #: the host that held the session before, when the new owner knew it
+    previous_host: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.host_id:
+            raise InvalidEvent("owner-changed needs the new owner's host id")
+
+
 Event = (
     SessionStarted
     | UserMessage
@@ -316,6 +336,7 @@ Event = (
     | Handoff
     | CompactionFailed
     | CheckpointCommitted
+    | OwnerChanged
 )
 
 EVENT_TYPES: tuple[type[EventBase], ...] = (
@@ -333,6 +354,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     Handoff,
     CompactionFailed,
     CheckpointCommitted,
+    OwnerChanged,
 )
 
 #: The kind-tag table, the one of the codebase: each kind by its tag (the on-disk name) ...

@@ -23,6 +23,7 @@ event applies):
 | handoff              | filed under the current epoch when its epoch is current (H3)  |
 | compaction-failed    | the breaker's consecutive count and time                      |
 | checkpoint-committed | context = replacement, new epoch, carried state from the event|
+| owner-changed        | nothing (who serves the session is the cluster's business)    |
 
 `replay` and `evolve` share one implementation (`_Fold.apply`); replay keeps
 the accumulator mutable so folding n events costs O(n), evolve copies once.
@@ -46,6 +47,7 @@ from cairn.events.kinds import (
     FileAccess,
     Handoff,
     OpenTurn,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
@@ -285,6 +287,9 @@ class _Fold:
     def _provider_error(self, event: ProviderError, record: Record) -> None:
         pass
 
+    def _owner_changed(self, event: OwnerChanged, record: Record) -> None:
+        pass
+
     def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
         kept, first_removed = remove_tool_turns(self.context, event.removed_call_ids)
         if first_removed is not None and event.marker_text:
@@ -314,6 +319,7 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     Handoff: _Fold._handoff,
     CompactionFailed: _Fold._compaction_failed,
     CheckpointCommitted: _Fold._checkpoint,
+    OwnerChanged: _Fold._owner_changed,
 }
 assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
 

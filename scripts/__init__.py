@@ -5,6 +5,9 @@
         turn = host.send("session-1", "fix the failing test", workspace="/repo")
         result = turn.result(timeout=60)
 
+On a NATS JetStream cluster (the `cluster` extra), `cairn serve --nats URL`
+runs hosts and `ClusterClient(url).send(...)` returns what `Host.send` does.
+
 Only the names in `__all__` are public; the subpackages (`cairn.events`,
 `cairn.store`, `cairn.actors`) hold the parts, for audit tools (`from
 cairn.store import Journal`) and for tests, and may change between releases.
@@ -74,6 +77,14 @@ _WHERE: dict[str, str] = {
     "SessionExists": "cairn.actors.errors",
     "WorkspaceMismatch": "cairn.actors.errors",
     "CompactionBlocked": "cairn.actors.compactor.errors",
+    "ClusterClient": "cairn.actors.cluster.client",
+    "RemoteTurn": "cairn.actors.cluster.client",
+    "ClusterHost": "cairn.actors.cluster.cluster_host",
+    "ClusterNames": "cairn.actors.cluster.names",
+    "ClusterUnavailable": "cairn.actors.cluster.errors",
+    "NoHostAnswered": "cairn.actors.cluster.errors",
+    "AcceptTimeout": "cairn.actors.cluster.errors",
+    "RequestRefused": "cairn.actors.cluster.errors",
 }
 
 __all__ = sorted(_WHERE)
@@ -94,6 +105,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re-exported)
+    from cairn.actors.cluster.client import ClusterClient as ClusterClient
+    from cairn.actors.cluster.client import RemoteTurn as RemoteTurn
+    from cairn.actors.cluster.cluster_host import ClusterHost as ClusterHost
+    from cairn.actors.cluster.errors import AcceptTimeout as AcceptTimeout
+    from cairn.actors.cluster.errors import ClusterUnavailable as ClusterUnavailable
+    from cairn.actors.cluster.errors import NoHostAnswered as NoHostAnswered
+    from cairn.actors.cluster.errors import RequestRefused as RequestRefused
+    from cairn.actors.cluster.names import ClusterNames as ClusterNames
     from cairn.actors.compactor.errors import CompactionBlocked as CompactionBlocked
     from cairn.actors.compactor.service import CompactionConfig as CompactionConfig
     from cairn.actors.errors import (

@@ -23,6 +23,7 @@ from cairn.events.kinds import (
     ContextSlimmed,
     EventBase,
     Handoff,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
@@ -37,6 +38,7 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
+    from cairn.actors.session.request import AssembledRequest
     from cairn.store.backend import JournalBackend
     from cairn.store.index_records import SessionSummary
 
@@ -83,6 +85,9 @@ def describe(event: EventBase) -> str:
                 f"epoch={event.epoch} {event.trigger}/{event.strategy} through={event.through_seq} "
                 f"tokens {event.source_tokens}->{event.replacement_tokens}"
             )
+        case OwnerChanged():
+            before = f" (was {event.previous_host})" if event.previous_host else ""
+            return f"host={event.host_id} lease={event.lease_revision}{before}"
         case _:
             return ""
 
@@ -357,33 +362,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_context(args: argparse.Namespace) -> int:
-    """What the session's next request would send, with local token counts per message and part."""
-    from cairn.actors.session.request import assemble
-    from cairn.actors.session.view import HistoryView
-    from cairn.actors.tokens import TokenCounter
-
-    with open_store(args) as journal:
-        if journal.last_seq(args.session) == 0:
-            raise UsageError(f"no session {args.session!r} in {where(args)}")
-        state = journal.load(args.session)
-    counter = TokenCounter()
-    request = assemble(state, HistoryView(counter))
+def _request_summary(session: str, request: AssembledRequest) -> dict[str, Any]:
+    """The next request's figures: sizes per part, the projection, and the pipeline's thresholds."""
     snap = request.snapshot
-    rows: list[dict[str, Any]] = [
-        {
-            "index": i,
-            "role": m.role,
-            "id": m.id or m.tool_call_id or "",
-            "hidden": m.meta.hidden,
-            "origin": m.meta.origin,
-            "tokens": counter.message(m),
-            "text": text_of(m),
-        }
-        for i, m in enumerate(request.messages)
-    ]
-    summary = {
-        "session": args.session,
+    return {
+        "session": session,
         "model": request.model,
         "messages": len(request.messages),
         "tools": len(request.tools),
@@ -404,6 +387,33 @@ def cmd_context(args: argparse.Namespace) -> int:
         "compaction_threshold": snap.compaction_threshold,
         "phase": snap.phase,
     }
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    """What the session's next request would send, with local token counts per message and part."""
+    from cairn.actors.session.request import assemble
+    from cairn.actors.session.view import HistoryView
+    from cairn.actors.tokens import TokenCounter
+
+    with open_store(args) as journal:
+        if journal.last_seq(args.session) == 0:
+            raise UsageError(f"no session {args.session!r} in {where(args)}")
+        state = journal.load(args.session)
+    counter = TokenCounter()
+    request = assemble(state, HistoryView(counter))
+    rows: list[dict[str, Any]] = [
+        {
+            "index": i,
+            "role": m.role,
+            "id": m.id or m.tool_call_id or "",
+            "hidden": m.meta.hidden,
+            "origin": m.meta.origin,
+            "tokens": counter.message(m),
+            "text": text_of(m),
+        }
+        for i, m in enumerate(request.messages)
+    ]
+    summary = _request_summary(args.session, request)
     if args.json:
         print_json({**summary, "messages_sent": rows})
         return EXIT_OK

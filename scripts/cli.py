@@ -4,7 +4,8 @@ Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 
 The parser, `main` and the exit codes of errors are here; the commands are
 in `_cli_read` (sessions, log, checkpoints, replay, context) and
-`_cli_maintain` (verify, reindex, repair), with what they share in
+`_cli_maintain` (verify, reindex, repair), `_cli_serve` (serve: a host of
+a cluster), with what they share in
 `_cli_base` (the usage error, the store of `--store`) and `_cli_output`.
 """
 
@@ -21,6 +22,7 @@ from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
 from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_sessions
+from cairn._cli_serve import add_serve
 from cairn.events.errors import CairnError, DecodeError, InputError
 
 
@@ -28,16 +30,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`cairn demo`: `cairn.demo.main` with these arguments."""
     from cairn import demo
 
-    argv = [
-        "--store",
-        args.store,
-        "--sessions",
-        str(args.sessions),
-        "--turns",
-        str(args.turns),
-        "--provider",
-        args.provider,
-    ]
+    argv = ["--store", args.store, "--provider", args.provider]
+    argv += ["--sessions", str(args.sessions)] if args.sessions is not None else []
+    argv += ["--turns", str(args.turns)] if args.turns is not None else []
+    argv += ["--cluster"] if args.cluster else []
     return demo.main(argv + (["--json"] if args.json else []))
 
 
@@ -55,7 +51,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `cairn` parser: one subcommand each, with `--store` and `--json` on all."""
+    """The `cairn` parser: one subcommand each, with `--store` and `--json` on all.
+
+    Long on purpose: one declaration per command, read top to bottom as the CLI's surface.
+    """
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
@@ -70,8 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
-    p.add_argument("--sessions", type=int, default=8, metavar="N", help="concurrent sessions (8)")
-    p.add_argument("--turns", type=int, default=12, metavar="M", help="turns per session this run (12)")
+    p.add_argument(
+        "--sessions", type=int, default=None, metavar="N", help="concurrent sessions (8; 12 --cluster)"
+    )
+    p.add_argument("--turns", type=int, default=None, metavar="M", help="turns per session (12; 6 --cluster)")
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a 3-node NATS cluster with 3 hosts, through a host SIGKILL and a node stop",
+    )
     p.add_argument(
         "--provider",
         choices=("scripted", "openai"),
@@ -122,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction,turns")
     p.set_defaults(func=cmd_bench)
+
+    add_serve(sub, common)
     return parser
 
 

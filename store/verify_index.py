@@ -81,6 +81,21 @@ def check_index(
             Problem(code="index-empty", message="the index covers nothing yet; it is built at the next open")
         )
         return
+    if not _comparable(root, segments, meta, report):
+        return
+    point = (meta.segment, meta.offset)
+    fresh = _fresh_dump(root, segments, point)
+    report.index_checked = True
+    current = [row for row in snapshot.rows if not (row[0] == "meta" and row[1] == b"through")]
+    fresh = [row for row in fresh if not (row[0] == "meta" and row[1] == b"through")]
+    if current != fresh:
+        _report_differences(current, fresh, point, report)
+    if lag.lines:
+        _report_lag(meta, lag, report)
+
+
+def _comparable(root: Path, segments: list[int], meta: IndexMeta, report: VerifyReport) -> bool:
+    """Whether the index can be compared with a rebuild; if not, why is reported (info or problem)."""
     if any(not loss.accepted and loss.first_pos < meta.next_pos for loss in report.losses):
         report.info.append(
             Problem(
@@ -91,7 +106,7 @@ def check_index(
                 ),
             )
         )
-        return
+        return False
     reason = point_doubt(root / "log", segments, meta)
     last_line = (segment_name(meta.last_segment), meta.last_offset)
     if reason and any(
@@ -106,7 +121,7 @@ def check_index(
                 ),
             )
         )
-        return
+        return False
     if reason:
         report.problems.append(
             Problem(
@@ -117,29 +132,26 @@ def check_index(
                 ),
             )
         )
-        return
-    point = (meta.segment, meta.offset)
-    fresh = _fresh_dump(root, segments, point)
-    report.index_checked = True
-    current = [row for row in snapshot.rows if not (row[0] == "meta" and row[1] == b"through")]
-    fresh = [row for row in fresh if not (row[0] == "meta" and row[1] == b"through")]
-    if current != fresh:
-        _report_differences(current, fresh, point, report)
-    if lag.lines:
-        report.index_lag_lines = lag.lines
-        report.index_lag_bytes = lag.bytes
-        first, last = lag.positions
-        report.info.append(
-            Problem(
-                code="index-lag",
-                message=(
-                    f"the index covers the log through pos {meta.next_pos - 1} "
-                    f"({segment_name(point[0])}@{point[1]}); {lag.lines} lines past it "
-                    f"(positions {first}-{last}, {lag.bytes} bytes) are not indexed yet: "
-                    "a writer indexes them as it commits, or at its next open"
-                ),
-            )
+        return False
+    return True
+
+
+def _report_lag(meta: IndexMeta, lag: IndexLag, report: VerifyReport) -> None:
+    """Lines past the index's point: information (a writer indexes them), never a problem."""
+    report.index_lag_lines = lag.lines
+    report.index_lag_bytes = lag.bytes
+    first, last = lag.positions
+    report.info.append(
+        Problem(
+            code="index-lag",
+            message=(
+                f"the index covers the log through pos {meta.next_pos - 1} "
+                f"({segment_name(meta.segment)}@{meta.offset}); {lag.lines} lines past it "
+                f"(positions {first}-{last}, {lag.bytes} bytes) are not indexed yet: "
+                "a writer indexes them as it commits, or at its next open"
+            ),
         )
+    )
 
 
 def _report_differences(

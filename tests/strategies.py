@@ -34,6 +34,7 @@ from cairn.events.kinds import (
     FileAccess,
     Handoff,
     OpenTurn,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
@@ -238,6 +239,7 @@ def kind_strategies(
             marker_text=text,
         ),
         "handoff": build(Handoff, epoch=st.integers(0, 100), record=records),
+        "owner-changed": build(OwnerChanged, host_id=ids, lease_revision=ints, previous_host=st.none() | ids),
         "compaction-failed": build(
             CompactionFailed,
             epoch=st.integers(0, 100),

@@ -254,6 +254,16 @@ class Host:
         self._registry.evict(target)
         return copy_history(self.journal, source, target, last)
 
+    def stop_session(self, session: str) -> bool:
+        """Stop the session's actor now, mid-turn too; False when it had none live.
+
+        A turn it runs ends `failed`, phase `interrupted` (recorded when the
+        store allows); the next message rebuilds the session by replay. For a
+        cluster host that lost the session's lease (`actors.cluster`).
+        """
+        validate_session_id(session)
+        return self._registry.stop(session)
+
     def state(self, session: str) -> SessionState:
         """The session's state as its actor holds it (loading it by replay if needed)."""
         return self._query(session, "state")  # type: ignore[no-any-return]

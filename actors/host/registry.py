@@ -135,6 +135,25 @@ class Registry:
             entry.state = "stopping"
         self._stop_entry(entry)
 
+    def stop(self, sid: str) -> bool:
+        """Stop `sid`'s actor now, busy or not (a turn it runs ends interrupted); False when none ran.
+
+        Waits for an actor that is starting (its load is bounded by the ask
+        timeout). Calls that still hold the entry release it as usual; the
+        next message for `sid` rebuilds the session by replay.
+        """
+        with self._cond:
+            while True:
+                entry = self._entries.get(sid)
+                if entry is None or self._closed:
+                    return False
+                if entry.state == "live":
+                    entry.state = "stopping"
+                    break
+                self._cond.wait(0.5)  # starting, or another stop in progress: notified when it ends
+        self._stop_entry(entry)
+        return True
+
     # -- passivation and closing -------------------------------------------------------------------
 
     def passivate_idle(self, now_ms: int | None = None) -> int:

@@ -46,7 +46,7 @@ import msgspec
 
 from cairn.actors.session.budget import BudgetSnapshot, thresholds
 from cairn.events.errors import InputError
-from cairn.events.kinds import HANDOFF_VERSION, EventBase, Handoff
+from cairn.events.kinds import HANDOFF_VERSION, EventBase, Handoff, OwnerChanged
 from cairn.events.model import Message, MessageMeta, TextPart
 from cairn.events.state import SessionState
 
@@ -309,8 +309,8 @@ def strip_handoff(messages: tuple[Message, ...], record: HandoffRecord | None) -
 
 
 def is_hidden_event(event: EventBase) -> bool:
-    """H6: events kept from the client stream and from forks (the hand-off)."""
-    return isinstance(event, Handoff)
+    """H6: events kept from the client stream and from forks (the hand-off, a cluster's owner change)."""
+    return isinstance(event, Handoff | OwnerChanged)
 
 
 def handoff_failure_line(sid: str, error: BaseException) -> str:

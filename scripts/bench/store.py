@@ -163,6 +163,9 @@ PLACEMENTS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[
 def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     """Durable appends with 1, 16 and 256 sessions against one write + fsync per event.
 
+    Long on purpose: the alternating pairs, their order and their medians in one place, so the
+    comparison's fairness can be read at once.
+
     The disk's fsync rate drifts by 1.5x within minutes here, so every round
     measures the baseline again before its journal runs and each ratio is
     against its own round's baseline; the figures are medians over the

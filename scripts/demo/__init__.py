@@ -1,6 +1,10 @@
 """`cairn demo`: concurrent agent sessions on the embedded scripted provider, from first turn to replay.
 
     cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai] [--json]
+    cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
+
+(`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
+with 3 host processes, through a host SIGKILL and a node stop: `cluster`.)
 
 One host runs N sessions at once (default 8), M turns each (default 12). Every
 session is a scripted coding agent working with real tools (list, read, grep,
@@ -105,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("CAIRN_STORE", "./cairn-data"),
         help="store directory (default: $CAIRN_STORE or ./cairn-data)",
     )
-    parser.add_argument("--sessions", type=int, default=DEFAULT_SESSIONS, help="concurrent sessions (8)")
-    parser.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="turns per session this run (12)")
+    parser.add_argument(
+        "--sessions", type=int, default=None, help="concurrent sessions (8; 12 with --cluster)"
+    )
+    parser.add_argument(
+        "--turns", type=int, default=None, help="turns per session this run (12; 6 with --cluster)"
+    )
     parser.add_argument(
         "--provider",
         choices=("scripted", "openai"),
@@ -115,7 +123,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a 3-node NATS cluster with 3 host processes, through a host SIGKILL and a node stop "
+        "(scripted provider; see cairn.demo.cluster)",
+    )
     args = parser.parse_args(argv)
+    if args.cluster:
+        if args.provider != "scripted":
+            parser.error("--cluster runs the scripted provider only")
+        if (args.sessions is not None and args.sessions < 1) or (args.turns is not None and args.turns < 1):
+            parser.error("--sessions and --turns must be at least 1")
+        from cairn.demo.cluster_cli import main_cluster
+
+        return main_cluster(args.store, args.sessions, args.turns, as_json=args.json)
+    args.sessions = DEFAULT_SESSIONS if args.sessions is None else args.sessions
+    args.turns = DEFAULT_TURNS if args.turns is None else args.turns
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
     try:

@@ -148,9 +148,11 @@ def provider_for(sid: str) -> ScriptedProvider:
 
     It counts prompt tokens as cairn does (cl100k), so its usage agrees with
     the local estimate; the fifth session's provider rejects one request once
-    the prompt passes 60 % of the window.
+    the prompt passes 60 % of the window. A session not named `<...>-N`
+    (e.g. one a client sends to `cairn serve`) gets no injected fault.
     """
-    index = int(sid.rsplit("-", 1)[1])
+    tail = sid.rsplit("-", 1)[-1]
+    index = int(tail) if tail.isascii() and tail.isdigit() else 0
     counter = TokenCounter()
 
     def measure(request: ProviderRequest) -> int:

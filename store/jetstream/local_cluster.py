@@ -98,30 +98,34 @@ class Node:
     def log_path(self) -> Path:
         return self.root / "nats.log"
 
-    def jsz(self, timeout_s: float = 1.0) -> dict[str, object] | None:
-        """This node's `/jsz` monitoring document, or None while it does not answer."""
+    def monitor(self, path: str, timeout_s: float = 1.0) -> dict[str, object] | None:
+        """A JSON document of this node's monitoring port (`/jsz`, `/healthz`), or None while it does not
+        answer (`/healthz` answers 503 with a body while it is not ready: that is None too)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/jsz", timeout=timeout_s) as reply:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.http_port}{path}", timeout=timeout_s
+            ) as reply:
                 document = json.loads(reply.read())
         except (OSError, urllib.error.URLError, ValueError):
             return None
         return document if isinstance(document, dict) else None
 
+    def jsz(self, timeout_s: float = 1.0) -> dict[str, object] | None:
+        """This node's `/jsz` monitoring document, or None while it does not answer."""
+        return self.monitor("/jsz", timeout_s)
 
-def _not_current(metas: dict[str, dict[str, object]], running: set[str]) -> list[str]:
-    """The running nodes the meta leader (as its own `/jsz` says) does not count as current peers."""
-    leaders = {str(meta.get("leader")) for meta in metas.values()}
-    if len(leaders) != 1:
-        return sorted(running)  # the nodes do not agree on a leader yet
-    leader = leaders.pop()
-    own = metas.get(leader)
-    if own is None:
-        return [leader]
-    replicas = own.get("replicas")
-    current = {leader}
-    if isinstance(replicas, list):
-        current |= {str(r.get("name")) for r in replicas if isinstance(r, dict) and r.get("current")}
-    return sorted(running - current)
+    def ready(self) -> bool:
+        """JetStream on this node is current (`/healthz` ok: the meta group caught up) and names a leader.
+
+        A meta leader alone is not enough: a stream created at that moment can still fail with
+        "no suitable peers for placement" or get no responders, while the other peers catch up.
+        """
+        health = self.monitor("/healthz")
+        if not health or health.get("status") != "ok":
+            return False
+        document = self.jsz()
+        meta = document.get("meta_cluster") if document else None
+        return isinstance(meta, dict) and bool(meta.get("leader"))
 
 
 @dataclass
@@ -219,17 +223,10 @@ class LocalCluster:
         return self
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Wait until every running node answers `/jsz` and names a meta leader that has them all current.
-
-        A leader alone is not enough: until it counts the other running
-        nodes as current peers, creating an R3 stream fails with "no suitable
-        peers for placement" (10005), seen right after a start under load.
-        """
+        """Wait until every running node is healthy (`/healthz`) and names a JetStream meta leader."""
         deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
-        running = {node.name for node in self.nodes if node.process is not None}
         while True:
             pending = []
-            metas: dict[str, dict[str, object]] = {}
             for node in self.nodes:
                 if node.process is None:
                     continue
@@ -237,20 +234,12 @@ class LocalCluster:
                     tail = node.log_path.read_text(errors="replace")[-2000:] if node.log_path.exists() else ""
                     code = node.process.returncode
                     raise ClusterStartFailed(f"nats-server {node.name} exited {code}:\n{tail}")
-                document = node.jsz()
-                meta = document.get("meta_cluster") if document else None
-                if not isinstance(meta, dict) or not meta.get("leader"):
+                if not node.ready():
                     pending.append(node.name)
-                else:
-                    metas[node.name] = meta
-            if not pending:
-                pending = _not_current(metas, running)
             if not pending:
                 return
             if time.monotonic() > deadline:
-                raise ClusterStartFailed(
-                    f"no JetStream meta leader with {', '.join(pending)} current in time"
-                )
+                raise ClusterStartFailed(f"JetStream not ready on {', '.join(pending)} in time")
             time.sleep(0.05)
 
     def kill(self, index: int) -> None:

@@ -1,14 +1,24 @@
 """Reading the events stream: direct gets, one message or a bounded batch of one subject.
 
-All reads go through `$JS.API.DIRECT.GET.<stream>` (the stream has
-`allow_direct`), answered by any replica:
+Bulk reads go through `$JS.API.DIRECT.GET.<stream>` (the stream has
+`allow_direct`), answered by ANY replica. A follower never gives a wrong
+message (it applies only committed entries) but may lag behind the leader:
+it can answer "none" for a message that is stored, or a short page. So
+whatever decides how far a session goes asks the stream leader
+(`$JS.API.STREAM.MSG.GET.<stream>`), and a direct answer that stops short
+is completed by the leader; a read never reports a gap, or misses a line,
+that was acknowledged before it started:
 
-- `last(subject)`: `{"last_by_subj": subject}`, the session's head;
-- `at(stream_seq)`: `{"seq": n}`, one message wherever it is;
+- `last(subject)`: `{"last_by_subj": subject}` from the leader, the session's
+  head (the writer's fence and every read's end);
+- `at(stream_seq)`: `{"seq": n}`, one message wherever it is (the leader
+  when a replica has none);
 - `page(subject, from_stream_seq)`: `{"seq", "next_by_subj", "batch",
   "max_bytes"}`, the subject's next messages in stream order, delivered to an
   inbox and ended by a `Status: 204` (EOB) message; bounded in count and
-  bytes (a 100 MB batch trips the client's 64 MB slow-consumer limit);
+  bytes (a 100 MB batch trips the client's 64 MB slow-consumer limit); a
+  page shorter than asked is completed by the leader, one message a request,
+  until it is full or the leader has no more;
 - `locate(subject, session_seq, lo, hi)`: the stream sequence of a
   session's seq by binary search over the stream (a probe is the subject's
   first message at or after a stream sequence): O(log stream) probes, no
@@ -21,10 +31,15 @@ loop.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import time
 from dataclasses import dataclass
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from cairn.events.codec import decode_envelope
 from cairn.events.errors import DecodeError
@@ -51,13 +66,31 @@ class DirectReader:
     def __init__(self, nc: Client, stream: str, *, timeout_s: float = 10.0) -> None:
         self._nc = nc
         self._api = f"$JS.API.DIRECT.GET.{stream}"
+        self._leader_api = f"$JS.API.STREAM.MSG.GET.{stream}"
         self._timeout_s = timeout_s
         self.messages = 0
         self.requests = 0
 
+    async def _request(self, api: str, request: dict[str, object]) -> Msg:
+        """One request/reply, sent again while nobody answers (a leader being elected, a node
+        restarting) until `timeout_s` has passed; then a `ClusterError`, never a raw nats error."""
+        deadline = time.monotonic() + self._timeout_s
+        pause = 0.05
+        while True:
+            self.requests += 1
+            left = deadline - time.monotonic()
+            try:
+                return await self._nc.request(api, json.dumps(request).encode(), timeout=max(0.1, left))
+            except (NatsError, TimeoutError) as exc:
+                if time.monotonic() + pause >= deadline:
+                    raise ClusterError(
+                        f"no answer to {api} {request} in {self._timeout_s} s: {exc!r}"
+                    ) from exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
     async def _one(self, request: dict[str, object]) -> Stored | None:
-        self.requests += 1
-        reply = await self._nc.request(self._api, json.dumps(request).encode(), timeout=self._timeout_s)
+        reply = await self._request(self._api, request)
         headers = reply.headers or {}
         status = headers.get("Status")
         if status == "404":
@@ -67,13 +100,35 @@ class DirectReader:
         self.messages += 1
         return Stored(int(headers["Nats-Sequence"]), headers.get("Nats-Subject", ""), reply.data)
 
+    async def _from_leader(self, request: dict[str, object]) -> Stored | None:
+        """One message as the stream leader has it (None: the leader has none)."""
+        self.requests += 1
+        reply = await self._nc.request(
+            self._leader_api, json.dumps(request).encode(), timeout=self._timeout_s
+        )
+        try:
+            answer = json.loads(reply.data)
+        except ValueError as exc:
+            raise ClusterError(f"message get {request}: unreadable answer {reply.data[:200]!r}") from exc
+        error = answer.get("error")
+        if error:
+            if error.get("code") == 404:
+                return None
+            raise ClusterError(f"message get {request}: {error.get('code')} {error.get('description', '')}")
+        message = answer["message"]
+        self.messages += 1
+        return Stored(int(message["seq"]), message["subject"], base64.b64decode(message.get("data") or b""))
+
     async def last(self, subject: str) -> Stored | None:
-        """The subject's last message (None for a subject with none)."""
-        return await self._one({"last_by_subj": subject})
+        """The subject's last message as the leader has it (None for a subject with none)."""
+        return await self._from_leader({"last_by_subj": subject})
 
     async def at(self, stream_seq: int) -> Stored | None:
-        """The message at `stream_seq` (None when there is none)."""
-        return await self._one({"seq": stream_seq})
+        """The message at `stream_seq` (None when there is none, the leader asked when a replica had none)."""
+        found = await self._one({"seq": stream_seq})
+        if found is None:
+            found = await self._from_leader({"seq": stream_seq})
+        return found
 
     async def page(self, subject: str, from_stream_seq: int, limit: int = PAGE_MSGS) -> list[Stored]:
         """Up to `limit` messages of `subject` at or after `from_stream_seq`, in stream order."""
@@ -103,6 +158,12 @@ class DirectReader:
         finally:
             await sub.unsubscribe()
         self.messages += len(out)
+        while len(out) < limit:  # a replica behind the leader stops short: the leader completes it
+            start = out[-1].stream_seq + 1 if out else max(1, from_stream_seq)
+            found = await self._from_leader({"seq": start, "next_by_subj": subject})
+            if found is None:
+                break
+            out.append(found)
         return out
 
     async def locate(self, subject: str, session_seq: int, lo: int, hi: int) -> Stored | None:

@@ -26,7 +26,7 @@ from cairn import Host, HostConfig, cli, demo
 from cairn._cli_read import describe
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.tools import ToolInvocation, ToolOutcome
-from cairn.events.kinds import EVENT_TYPES
+from cairn.events.kinds import EVENT_TYPES, OwnerChanged
 from cairn.events.model import ToolCall
 from cairn.store import Journal
 
@@ -71,6 +71,9 @@ def store(demo_report: dict[str, Any]) -> Path:
         assert failed.status == "failed" and failed.phase == "provider"
         host.fork("demo-1", "demo-1-fork")
         host.fork("extra", "extra-fork")
+    with Journal.open(root) as journal:  # what a cluster host writes when it takes a session
+        taken = OwnerChanged(host_id="host-b", lease_revision=7, previous_host="host-a")
+        journal.append("extra", [taken], expected_seq=journal.last_seq("extra"))
     return root
 
 

@@ -44,6 +44,10 @@ def test_every_kind_round_trips_through_the_store(batch: list[EventBase]) -> Non
         shutil.rmtree(root, ignore_errors=True)
 
 
+#: kinds added after the golden log was written (it must not be regenerated; their round trip is above)
+KINDS_AFTER_GOLDEN = {"owner-changed"}
+
+
 def test_golden_log_is_unchanged() -> None:
     assert hashlib.sha256(GOLDEN.read_bytes()).hexdigest() == GOLDEN_SHA256, (
         "tests/fixtures/golden.jsonl changed: it records what version 1 wrote and must not be regenerated"
@@ -53,7 +57,7 @@ def test_golden_log_is_unchanged() -> None:
 def test_golden_log_decodes_to_the_expected_events() -> None:
     lines = GOLDEN.read_bytes().splitlines(keepends=True)
     records = [decode_line(line) for line in lines]
-    assert {r.kind for r in records} == set(KINDS)
+    assert {r.kind for r in records} == set(KINDS) - KINDS_AFTER_GOLDEN
     assert [r.event for r in records] == golden_events()
     assert [(r.pos, r.sid, r.seq, r.ts) for r in records] == [
         (i, SID, i + 1, BASE_TS + i * 1_000) for i in range(len(lines))

@@ -1,0 +1,297 @@
+"""`ClusterClient`: send user messages to a cairn cluster; get the same stream and result as `Host.send`.
+
+    from cairn import ClusterClient
+
+    with ClusterClient("nats://a:4222,nats://b:4222") as client:
+        turn = client.send("session-1", "fix the failing test", workspace="/repo")
+        for item in turn.events():          # the same Record, TextDelta, ReasoningDelta as Host.send
+            ...
+        result = turn.result(timeout=60)    # the same TurnResult
+        turn.host_id                        # which host served it
+
+`send` checks its arguments as `Host.send` does (the same `InputError`s,
+before anything is sent), publishes one `TurnRequest` to the session's
+subject with a fresh inbox as the reply subject, and returns once a host
+accepted it. The handle is a `RemoteTurn`, a `Turn` fed by the frames the
+serving host publishes to that inbox (`frames` has the protocol): records
+decoded from their log lines (checksum included), deltas, then the result.
+
+Errors of `send`: `NoHostAnswered` (no host subscribed), `AcceptTimeout`
+(none accepted in `accept_timeout_s`: it may still be served; during a
+failover this waits for the dead owner's lease to run out, so keep it
+above the lease TTL), `RequestRefused` (a host refused it before a turn
+began, naming its error class). Once accepted, the handle always resolves:
+with the turn's result, or, when the serving host goes silent for
+`silence_s` (it beats every second) or a frame is missing, as `failed`,
+phase `interrupted`, error class `HostUnreachable` (the next owner records
+that turn as interrupted in the log too).
+
+Thread-safety: every method may be called from any thread; frames are
+handled on the client's own event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from cairn.actors.cluster.errors import AcceptTimeout, NoHostAnswered, RequestRefused
+from cairn.actors.cluster.frames import (
+    Accepted,
+    Beat,
+    DeltaFrame,
+    ErrorFrame,
+    RecordFrame,
+    ResultFrame,
+    TurnRequest,
+    decode_frame,
+    encode,
+    frame_item,
+)
+from cairn.actors.cluster.names import ClusterNames
+from cairn.actors.errors import HostClosed
+from cairn.actors.host.inputs import checked_settings, checked_workspace, user_content
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.stream import Turn, TurnResult
+from cairn.events.codec import validate_session_id
+from cairn.events.errors import CairnError, InputError
+from cairn.events.model import Part
+from cairn.store.jetstream.loop import LoopThread
+
+#: how long `send` waits for a host to accept: above the default lease TTL (15 s) plus a leader stall
+ACCEPT_TIMEOUT_S = 45.0
+#: how long an accepted turn may stay silent (no frame, no beat) before it counts as interrupted
+SILENCE_S = 15.0
+
+
+class RemoteTurn(Turn):
+    """A `Turn` served by a cluster host: `events()` and `result()` as from `Host.send`, plus `host_id`."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(session)
+        self.host_id = ""
+
+
+class _Reception:
+    """One turn's inbox: frames in (on the loop), the handle fed in order (see the module doc)."""
+
+    def __init__(self, turn: RemoteTurn, silence_s: float, on_end: Callable[[_Reception], None]) -> None:
+        self.turn = turn
+        self._on_end = on_end
+        self.accepted: concurrent.futures.Future[str] = concurrent.futures.Future()
+        self.sub: Subscription | None = None
+        self._silence_s = silence_s
+        self._next = 0
+        self._heard = time.monotonic()
+        self._watch: asyncio.Task[None] | None = None
+        self.done = False
+
+    async def on_msg(self, msg: Msg) -> None:
+        if self.done:
+            return
+        self._heard = time.monotonic()
+        if msg.headers and msg.headers.get("Status") == "503":
+            self._end(
+                error=NoHostAnswered(f"no cairn host listens on {msg.headers.get('Nats-Subject', '?')}")
+            )
+            return
+        try:
+            frame = decode_frame(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._broken(f"a frame that does not decode: {exc}")
+            return
+        if isinstance(frame, Beat):
+            return
+        if frame.n != self._next:
+            self._broken(f"frame {frame.n} came where frame {self._next} was due")
+            return
+        self._next += 1
+        match frame:
+            case Accepted():
+                self.turn.host_id = frame.host_id
+                self.accepted.set_result(frame.host_id)
+                self._watch = asyncio.get_running_loop().create_task(self._watchdog())
+            case ErrorFrame():
+                self._end(error=RequestRefused(frame.error_class, frame.message))
+            case RecordFrame() | DeltaFrame():
+                try:
+                    self.turn._publish(frame_item(frame))
+                except CairnError as exc:  # a record line that fails its checks
+                    self._broken(f"{type(exc).__name__}: {exc}")
+            case ResultFrame():
+                self.turn._finish(frame.result)
+                self._end()
+
+    def _broken(self, why: str) -> None:
+        self.turn._finish(_interrupted(self.turn.session, "HostUnreachable", why))
+        self._end(error=RequestRefused("StreamBroken", why))
+
+    def _end(self, error: BaseException | None = None) -> None:
+        """No more frames: resolve what is still open, stop the watchdog, unsubscribe."""
+        self.done = True
+        self._on_end(self)
+        if not self.accepted.done():
+            if error is not None:
+                self.accepted.set_exception(error)
+            else:
+                self.accepted.set_result(self.turn.host_id)
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
+        if self.sub is not None:
+            asyncio.get_running_loop().create_task(_unsubscribe(self.sub))
+
+    async def _watchdog(self) -> None:
+        while not self.done:
+            await asyncio.sleep(min(1.0, self._silence_s / 3))
+            silent = time.monotonic() - self._heard
+            if not self.done and silent > self._silence_s:
+                why = f"host {self.turn.host_id} sent nothing for {silent:.1f} s (it beats every second)"
+                self.turn._finish(_interrupted(self.turn.session, "HostUnreachable", why))
+                self._end()
+
+
+def _interrupted(session: str, error_class: str, error: str) -> TurnResult:
+    return TurnResult(
+        session=session, status="failed", phase="interrupted", error_class=error_class, error=error
+    )
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    with contextlib.suppress(Exception):  # the connection is closing: nothing to stop
+        await sub.unsubscribe()
+
+
+class ClusterClient:
+    """Sends user messages to the hosts of a cairn cluster (see the module doc)."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        *,
+        names: ClusterNames | None = None,
+        accept_timeout_s: float = ACCEPT_TIMEOUT_S,
+        silence_s: float = SILENCE_S,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.names = names if names is not None else ClusterNames()
+        self._accept_timeout_s = accept_timeout_s
+        self._silence_s = silence_s
+        servers = [u for u in url.split(",") if u] if isinstance(url, str) else list(url)
+        self._loop = LoopThread(name="cairn-cluster-client")
+        try:
+            self._nc: Client = self._loop.call(
+                nats.connect(
+                    servers=servers,
+                    name=f"cairn-client-{os.getpid()}",
+                    connect_timeout=connect_timeout_s,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.25,
+                    error_cb=_quiet,
+                ),
+                connect_timeout_s * 2,
+            )
+        except BaseException:
+            self._loop.close()
+            raise
+        self._open: set[_Reception] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(
+        self,
+        session: str,
+        text: str | Sequence[Part],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        settings: SessionSettings | None = None,
+        accept_timeout_s: float | None = None,
+    ) -> RemoteTurn:
+        """Send a user message as `Host.send` does; returns once a host accepted it (see the module doc)."""
+        if self._closed:
+            raise HostClosed("the cluster client is closed")
+        validate_session_id(session)
+        content = user_content(text)
+        request = TurnRequest(
+            sid=session,
+            content=content,  # type: ignore[arg-type]  # checked: text and image parts only
+            workspace=checked_workspace(workspace) if workspace is not None else None,
+            settings=checked_settings(settings) if settings is not None else None,
+        )
+        data = encode(request)
+        if len(data) > self._nc.max_payload:
+            raise InputError(
+                f"the message encodes to {len(data)} bytes, "
+                f"over the cluster's {self._nc.max_payload}-byte message limit"
+            )
+        reception = _Reception(RemoteTurn(session), self._silence_s, self._forget)
+        with self._lock:
+            self._open.add(reception)
+        self._loop.call(self._begin(reception, self.names.turn_subject(session), data), 30.0)
+        wait = self._accept_timeout_s if accept_timeout_s is None else accept_timeout_s
+        try:
+            reception.accepted.result(wait)
+        except concurrent.futures.TimeoutError:
+            self._loop.call(self._give_up(reception), 10.0)
+            raise AcceptTimeout(
+                f"session {session}: no cairn host accepted the message within {wait} s"
+            ) from None
+        return reception.turn
+
+    def _forget(self, reception: _Reception) -> None:
+        with self._lock:
+            self._open.discard(reception)
+
+    async def _begin(self, reception: _Reception, subject: str, data: bytes) -> None:
+        inbox = self._nc.new_inbox()
+        reception.sub = await self._nc.subscribe(inbox, cb=reception.on_msg, pending_msgs_limit=-1)
+        await self._nc.publish(subject, data, reply=inbox)
+
+    async def _give_up(self, reception: _Reception) -> None:
+        reception.turn._finish(_interrupted(reception.turn.session, "AcceptTimeout", "no host accepted it"))
+        reception._end()
+
+    def close(self) -> None:
+        """Stop listening; handles still open end `failed`/`interrupted` (`ClientClosed`). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shut() -> None:
+            with self._lock:
+                still = list(self._open)
+            for reception in still:
+                if not reception.done:
+                    reception.turn._finish(
+                        _interrupted(reception.turn.session, "ClientClosed", "the client was closed")
+                    )
+                    reception._end()
+            await self._nc.drain()
+
+        try:
+            self._loop.call(shut(), 30.0)
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+async def _quiet(error: Exception) -> None:
+    return None
