@@ -56,3 +56,5 @@ def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -
         assert figures[f"cluster.append.sessions_{sessions}.ratio"]["value"] > 0
     assert figures["cluster.append.sessions_256.ratio"]["target"] == ">= 0.5 x local"
     assert figures["cluster.load_messages_read"]["met"] is True
+    failover = figures["cluster.failover_s"]  # hosts with a 2 s lease TTL here
+    assert failover["target"] == "< 4 s (TTL + 2 s)" and failover["value"] > 0, failover
