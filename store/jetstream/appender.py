@@ -31,8 +31,8 @@ import collections
 import functools
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
+import msgspec
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
@@ -54,8 +54,7 @@ CACHED_HEADS = 4_096
 Finished = Callable[[Pending, "list[Record] | None", "BaseException | None"], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(msgspec.Struct, frozen=True):
     """A call framed on a head, with the names it is published under."""
 
     pending: Pending

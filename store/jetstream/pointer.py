@@ -50,7 +50,10 @@ def advanced(pointer: Pointer, records: list[Record], stream_seqs: list[int]) ->
 
 def matters(records: list[Record]) -> bool:
     """Whether these records move a pointer (a checkpoint or a `session-started` among them)."""
-    return any(isinstance(r.event, CheckpointCommitted | SessionStarted) for r in records)
+    for record in records:  # noqa: SIM110 - a loop, not any(<genexpr>): asked on every append
+        if isinstance(record.event, CheckpointCommitted | SessionStarted):
+            return True
+    return False
 
 
 async def get_pointer(kv: KeyValue, token: str) -> Pointer | None:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -55,9 +55,11 @@ from cairn.store.jetstream.reads import DirectReader, Stored
 log = logging.getLogger("cairn.store.jetstream")
 
 
-@dataclass(frozen=True)
-class Head:
-    """A session's last line: its seq, chain digest, and the stream sequence of its message (0s: none)."""
+class Head(msgspec.Struct, frozen=True, gc=False):
+    """A session's last line: its seq, chain digest, and the stream sequence of its message (0s: none).
+
+    A struct, not a dataclass: one is made per append, on the loop.
+    """
 
     last_seq: int = 0
     digest: str = GENESIS
@@ -79,8 +81,7 @@ def head_of(stored: Stored | None) -> Head:
     return Head(env.seq, digest, stored.stream_seq, env.ts)
 
 
-@dataclass(frozen=True)
-class Framed:
+class Framed(msgspec.Struct, frozen=True):
     """A call's lines, records and message ids, framed on a head."""
 
     lines: list[bytes]
