@@ -7,11 +7,12 @@ message ids, every doubtful reply settled by reading):
 
 - the fast path: a call on a head this journal knows (it wrote the
   session's last line), moving no checkpoint pointer: framed at once and
-  queued; once per turn of the loop the queued calls of all sessions go out
-  together, as one guarded publish when alone, else as shared atomic
-  batches (`group`: each call guarded by its own head, the batch stored
-  whole or not at all), with one reply per batch routed by the `AckInbox`;
-  a stored reply finishes every call in the batch;
+  queued; once per turn of the loop (or as soon as `EARLY_SEND_CALLS` are
+  queued) the queued calls of all sessions go out together, as one guarded
+  publish when alone, else as shared atomic batches (`group`: each call
+  guarded by its own head, the batch stored whole or not at all), with one
+  reply per batch routed by the `AckInbox`; a stored reply finishes every
+  call in the batch;
 - the full path (a task): any other call, and each call of a fast batch
   whose reply was not "stored" (lost, duplicate, wrong last sequence, no
   leader, refused): the head read when unknown, `writer.publish_call`
@@ -40,7 +41,14 @@ from cairn.events.codec import Record
 from cairn.store.errors import AppendTimeout, SeqConflict
 from cairn.store.jetstream.acks import AckInbox
 from cairn.store.jetstream.batch import Outcome
-from cairn.store.jetstream.group import GROUP_MAX_MSGS, Part, chunks, group_headers, last_stream_seqs
+from cairn.store.jetstream.group import (
+    EARLY_SEND_CALLS,
+    GROUP_MAX_MSGS,
+    Part,
+    chunks,
+    group_headers,
+    last_stream_seqs,
+)
 from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.names import session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
@@ -112,6 +120,11 @@ class Appender:
             self._spawn(pending, self._publish(call))
             return
         self._group.append(call)
+        if len(self._group) >= EARLY_SEND_CALLS:  # the cluster commits this one while the loop frames more
+            calls, self._group = self._group, []
+            await self._send(calls)
+            await asyncio.sleep(0)  # let the connection write it now
+            return
         if not self._flush_due:
             self._flush_due = True
             loop.call_soon(self._flush)
@@ -125,6 +138,8 @@ class Appender:
         """Send the calls begun since the last flush (once per turn of the loop), grouped in batches."""
         self._flush_due = False
         calls, self._group = self._group, []
+        if not calls:
+            return  # sent early already
         task = asyncio.get_running_loop().create_task(self._send(calls))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

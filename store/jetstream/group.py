@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 #: messages one shared batch holds at most (the server's limit is 1,000 a batch)
 GROUP_MAX_MSGS = 256
+#: calls queued that are sent at once, before the loop's turn ends: with 256 sessions appending, one
+#: batch of all of them made the run lock-step (the loop idle while the cluster commits, the cluster
+#: idle while the loop frames); two halves overlap, measured 5.4-7.0k -> 6.2-8.6k appends/s on 2 cores
+EARLY_SEND_CALLS = 128
 
 
 @dataclass(frozen=True)
