@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default=None, help="comma-separated suites: store,context,compaction,turns")
+    p.add_argument(
+        "--only", default=None, help="comma-separated suites: store,context,compaction,turns,cluster"
+    )
     p.set_defaults(func=cmd_bench)
 
     add_serve(sub, common)
