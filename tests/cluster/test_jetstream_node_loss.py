@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from cairn.events.state import user_text_message
 from cairn.store.errors import AppendTimeout, SeqConflict, StorageError
 from cairn.store.jetstream.journal import JetStreamJournal
@@ -41,11 +43,11 @@ class _Tally:
                 self.after.set()
 
 
-def _writer(journal: JetStreamJournal, sid: str, tally: _Tally) -> None:
+def _writer(journal: JetStreamJournal, sid: str, tally: _Tally, events_per_call: int) -> None:
     seq = journal.append(sid, [started()], expected_seq=0)[-1].seq
     call = 0
     while not tally.stop.is_set():
-        texts = [f"{sid} call {call} event {i}" for i in range(EVENTS_PER_CALL)]
+        texts = [f"{sid} call {call} event {i}" for i in range(events_per_call)]
         events = [user_text_message(f"u{call}-{i}", text) for i, text in enumerate(texts)]
         try:
             seq = journal.append(sid, events, expected_seq=seq, timeout=30)[-1].seq
@@ -57,11 +59,20 @@ def _writer(journal: JetStreamJournal, sid: str, tally: _Tally) -> None:
         call += 1
 
 
-def test_killing_the_stream_leader_mid_append_loses_no_acknowledged_event(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("writers", "events_per_call"),
+    [(WRITERS, EVENTS_PER_CALL), (48, 1)],  # (48, 1): one-event calls of many sessions share batches
+)
+def test_killing_the_stream_leader_mid_append_loses_no_acknowledged_event(
+    tmp_path: Path, writers: int, events_per_call: int
+) -> None:
     with LocalCluster(tmp_path / "nats") as cluster:
         journal = JetStreamJournal.open(cluster.url)
         tally = _Tally()
-        threads = [threading.Thread(target=_writer, args=(journal, f"w{i}", tally)) for i in range(WRITERS)]
+        threads = [
+            threading.Thread(target=_writer, args=(journal, f"w{i}", tally, events_per_call))
+            for i in range(writers)
+        ]
         try:
             for thread in threads:
                 thread.start()
@@ -80,7 +91,7 @@ def test_killing_the_stream_leader_mid_append_loses_no_acknowledged_event(tmp_pa
         cluster.start_node(index)
         cluster.wait_ready()
 
-        for i in range(WRITERS):
+        for i in range(writers):
             sid = f"w{i}"
             stored = [r.event.content[0].text for r in list(journal.read(sid))[1:]]  # type: ignore[union-attr]
             assert set(tally.acked.get(sid, [])) <= set(stored)  # every acknowledged event survived
