@@ -27,15 +27,15 @@ import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cairn.bench import Figure, figure
 from cairn.bench._measure import timed
-from cairn.bench.store import PLACEMENTS, append_rate
+from cairn.bench.store import PLACEMENTS, append_events, append_rate
 from cairn.bench.store_replay import write_long_session
+from cairn.events.kinds import EventBase
 from cairn.store import Journal
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.layout import Layout
@@ -66,15 +66,6 @@ QUICK = Sizes(2, {1: 200, 16: 40, 256: 4}, 20_000, failover_sessions=4)
 SMOKE = Sizes(1, {1: 20, 16: 4, 256: 1}, 2_000, ("one_cpu",), failover_sessions=2, lease_ttl_s=2)
 
 
-def _events() -> list[Any]:
-    import random
-
-    from cairn.bench._workload import mixed_event
-
-    rng = random.Random(7)
-    return [mixed_event(rng, i, (200, 2000)) for i in range(600)]
-
-
 def _pair(
     local_root: Path,
     cluster_url: str,
@@ -83,9 +74,9 @@ def _pair(
     per_session: int,
     tag: str,
     local_first: bool,
+    events: Sequence[EventBase],
 ) -> tuple[float, float]:
     """One local and one cluster run of `append_rate`, in the order given: (local, cluster) events/s."""
-    events = _events()
 
     def local() -> float:
         root = local_root / f"append-{tag}"
@@ -112,13 +103,17 @@ def _pair(
 def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> list[Figure]:
     """Durable appends, 1/16/256 sessions, cluster against local in alternating pairs (module doc)."""
     rounds, plan = sizes.rounds, sizes.per_session
+    events = append_events()
     rates: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for round_no in range(rounds):
         for placement in sizes.placements:
             with PLACEMENTS[placement][1]():
                 for sessions, per_session in plan.items():
                     tag = f"{round_no}-{placement}-{sessions}"
-                    pair = _pair(workdir, cluster_url, layout, sessions, per_session, tag, round_no % 2 == 0)
+                    local_first = round_no % 2 == 0
+                    pair = _pair(
+                        workdir, cluster_url, layout, sessions, per_session, tag, local_first, events
+                    )
                     rates.setdefault((placement, sessions), []).append(pair)
     figures: list[Figure] = []
     for placement in sizes.placements:

@@ -52,6 +52,12 @@ def _naive_fsync_rate(root: Path, lines: Sequence[bytes]) -> float:
     return len(lines) / elapsed
 
 
+def append_events() -> list[EventBase]:
+    """The event mix the append benches write: 600 of the mixed kinds, 200-2,000 characters, seed 7."""
+    rng = random.Random(7)
+    return [mixed_event(rng, i, (200, 2000)) for i in range(600)]
+
+
 def append_rate(
     journal: JournalBackend,
     sessions: int,
@@ -177,8 +183,7 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     embedding process gets by default). The baseline is one thread, placed by
     the OS.
     """
-    rng = random.Random(7)
-    events = [mixed_event(rng, i, (200, 2000)) for i in range(600)]
+    events = append_events()
     lines = [
         encode_line(pos=i, sid="naive", seq=i + 1, ts=0, prev=GENESIS, event=e)[0]
         for i, e in enumerate(events)
