@@ -22,31 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.actors.cluster import ClusterClient
+from cairn.demo.clients import TurnOutcome
 from cairn.demo.cluster_facts import SeenRecord
 from cairn.demo.providers import Setup
 from cairn.events.codec import Record
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """One send of one turn: how it ended for the client, and which host served it."""
+class Attempt(TurnOutcome):
+    """One send of one turn: how it ended for the client (a `TurnOutcome`), and which host served it."""
 
-    turn: int
-    status: str
-    phase: str | None = None
-    error_class: str = ""
-    error: str = ""
     host_id: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "completed"
-
-    @property
-    def reason(self) -> str:
-        what = f"{self.status} in {self.phase}" if self.phase else self.status
-        detail = ": ".join(part for part in (self.error_class, self.error) if part)
-        return f"{what}: {detail}" if detail else what
 
 
 @dataclass
@@ -118,7 +104,15 @@ def _attempt(
         result = turn.result(timeout=wait_s)
     except Exception as error:  # what sending or waiting raised is the attempt's outcome
         return Attempt(turn=n, status="error", error_class=type(error).__name__, error=str(error))
-    return Attempt(n, result.status, result.phase, result.error_class, result.error, turn.host_id)
+    return Attempt(
+        turn=n,
+        status=result.status,
+        phase=result.phase,
+        error_class=result.error_class,
+        error=result.error,
+        requests=result.requests,
+        host_id=turn.host_id,
+    )
 
 
 def send_session(
