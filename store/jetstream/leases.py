@@ -176,14 +176,18 @@ class AsyncLeaseBucket:
         when a lease's TTL runs out (watchers then see the expiry); takes
         work over such markers too.
         """
-        js = nc.jetstream(timeout=ATTEMPT_TIMEOUT_S)
-        kv = await js.create_key_value(
+        # creating an R3 stream can take seconds on a loaded machine: the admin call gets the
+        # write deadline; the bucket's own reads and writes keep the short attempt timeout
+        admin = nc.jetstream(timeout=WRITE_DEADLINE_S)
+        await admin.create_key_value(
             bucket=bucket,
             history=1,
             replicas=replicas,
             storage=StorageType.FILE,
             limit_marker_ttl=marker_ttl_s,
         )
+        js = nc.jetstream(timeout=ATTEMPT_TIMEOUT_S)
+        kv = await js.key_value(bucket)
         return cls(js, kv, bucket, clock)
 
     def _subject(self, sid: str) -> str:
