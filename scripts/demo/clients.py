@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Self
 
 from cairn import Host, _console
 from cairn.actors.provider.base import TextDelta
+from cairn.actors.session.stream import TurnResult
 from cairn.demo.providers import Setup
 from cairn.events.codec import Record
 from cairn.events.kinds import CheckpointCommitted
@@ -27,6 +29,24 @@ class TurnOutcome:
     error_class: str = ""
     error: str = ""
     requests: int = 0
+
+    @classmethod
+    def of_result(cls, turn: int, result: TurnResult, **more: Any) -> Self:
+        """The outcome a turn's result gives (`more`: a subclass's own fields)."""
+        return cls(
+            turn=turn,
+            status=result.status,
+            phase=result.phase,
+            error_class=result.error_class,
+            error=result.error,
+            requests=result.requests,
+            **more,
+        )
+
+    @classmethod
+    def of_error(cls, turn: int, error: Exception) -> Self:
+        """The outcome of a turn whose sending or waiting raised `error`."""
+        return cls(turn=turn, status="error", error_class=type(error).__name__, error=str(error))
 
     @property
     def ok(self) -> bool:
@@ -92,15 +112,8 @@ def _one_turn(
                     live.checkpoints += 1
         result = turn.result(timeout=setup.wait_s)
     except Exception as error:  # a client thread reports, never dies with a traceback
-        return TurnOutcome(turn=n, status="error", error_class=type(error).__name__, error=str(error))
-    return TurnOutcome(
-        turn=n,
-        status=result.status,
-        phase=result.phase,
-        error_class=result.error_class,
-        error=result.error,
-        requests=result.requests,
-    )
+        return TurnOutcome.of_error(n, error)
+    return TurnOutcome.of_result(n, result)
 
 
 def send_turns(

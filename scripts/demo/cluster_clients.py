@@ -103,16 +103,8 @@ def _attempt(
                     watch.cond.notify_all()
         result = turn.result(timeout=wait_s)
     except Exception as error:  # what sending or waiting raised is the attempt's outcome
-        return Attempt(turn=n, status="error", error_class=type(error).__name__, error=str(error))
-    return Attempt(
-        turn=n,
-        status=result.status,
-        phase=result.phase,
-        error_class=result.error_class,
-        error=result.error,
-        requests=result.requests,
-        host_id=turn.host_id,
-    )
+        return Attempt.of_error(n, error)
+    return Attempt.of_result(n, result, host_id=turn.host_id)
 
 
 def send_session(
