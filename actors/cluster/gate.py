@@ -18,13 +18,15 @@ The check and the append are not atomic (a host can stall in between); the
 fence is what makes that harmless: the new owner's `owner-changed` moved
 the expected seq, so the stale append fails the journal's guard.
 
-Reading what this host wrote: the cluster's reads are direct gets that
-any replica answers, and a follower may not have the latest append yet (a
-`load` right after the fence once came back empty). So the gate remembers
-the last seq it wrote of each admitted session (its floor) and reads a
-session again until the state reaches it (a page from a replica behind the
-head another one gave looks like a gap: read again too), for up to
-`FRESH_READ_S`; then `ReplicaBehind`.
+Reading what this host wrote: the gate remembers the last seq it wrote of
+each admitted session (its floor), and a `load` or `replay_full` that comes
+back below it is read again (a `CorruptionError` too), for up to
+`FRESH_READ_S`; then `ReplicaBehind`. The JetStream journal itself now
+reads a session's head from the stream leader and completes short replica
+pages (`store.jetstream.reads`), so this check costs one comparison and
+only a journal that lags would ever make it read again: it keeps "a host
+never serves a session older than its own appends" a property of the gate,
+whatever journal it wraps.
 
 Thread-safety: every method may be called from any thread.
 """
