@@ -104,6 +104,8 @@ def _copy(journal: JetStreamJournal, local: Journal, root: Path) -> ExportReport
             call = _Call(sid, record.ts, seq, [record.event])
             if len(pending) >= _IN_FLIGHT:
                 _wait(pending)
+        if len(page) < PAGE_MSGS:
+            break  # a short page is the end: the leader completed it (reads.page)
         start = page[-1].stream_seq + 1
     if call is not None:
         pending.append(local.append_async(call.sid, call.events, expected_seq=call.expected, ts_ms=call.ts))

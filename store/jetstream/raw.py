@@ -67,4 +67,6 @@ def raw_session_lines(
                 yield AuditRecord(subject, stored.stream_seq, envelope, None, str(exc))
                 continue
             yield AuditRecord(subject, stored.stream_seq, envelope, record)
+        if len(page) < PAGE_MSGS:
+            return  # a short page is the end: the leader completed it (reads.page)
         start = page[-1].stream_seq + 1
