@@ -80,6 +80,7 @@ from cairn.actors.session.stream import Turn
 from cairn.actors.tools import ToolExecutor
 from cairn.events.errors import CairnError
 from cairn.store.jetstream.journal import JetStreamJournal
+from cairn.store.jetstream.layout import SETTLE_DEADLINE_S
 from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S, Vacant
 from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseBucket, LeaseHeld
 from cairn.store.jetstream.loop import LoopThread
@@ -185,7 +186,8 @@ class ClusterHost:
             nc = loop.call(_connect(servers, me), 30.0)
             opened.insert(1, lambda: loop.call(nc.close(), 10.0))
             core = loop.call(
-                AsyncLeaseBucket.open(nc, chosen.lease_bucket, replicas=chosen.layout.replicas), 30.0
+                AsyncLeaseBucket.open(nc, chosen.lease_bucket, replicas=chosen.layout.replicas),
+                SETTLE_DEADLINE_S + 5,
             )
             ownership = Ownership(me, ttl_s, journal, LeaseBucket(loop, core))
             host = Host.open(

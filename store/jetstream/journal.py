@@ -49,6 +49,7 @@ from cairn.store.jetstream.appender import Appender
 from cairn.store.jetstream.layout import (
     HEADER_ROOM,
     MAX_BATCH_MSGS,
+    SETTLE_DEADLINE_S,
     CallTooLarge,
     Handles,
     Layout,
@@ -143,7 +144,9 @@ class JetStreamJournal(SessionReads):
                 connect_timeout_s * 2,
             )
             try:
-                handles = loop.call(ensure_layout(nc.jetstream(timeout=request_timeout_s), chosen), 60.0)
+                handles = loop.call(
+                    ensure_layout(nc, chosen, request_timeout_s=request_timeout_s), SETTLE_DEADLINE_S + 5
+                )
             except BaseException:
                 loop.call(nc.close(), 10.0)
                 raise

@@ -16,16 +16,27 @@
 
 `ensure_layout` creates what is missing and checks what exists; a stream
 that exists with another shape (not append-only, no atomic batch) is
-refused, not changed.
+refused, not changed. Each of its calls goes through `settled`, which
+repeats it while the cluster leaves it unanswered: a stream that another
+host created a moment ago has no leader yet, and its info comes from the
+leader (seen here: three hosts opening a fresh cluster at once, one of them
+had `stream_info` time out in 4 of 15 runs). Creating with the same config
+is a no-op, so repeating is safe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+import nats.errors
+from nats.aio.client import Client
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig, StreamInfo
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NoStreamResponseError, NotFoundError
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
@@ -39,6 +50,19 @@ MAX_BATCH_MSGS = 1_000
 DUPLICATE_WINDOW_S = 120.0
 #: room left for the headers in a message next to its line
 HEADER_ROOM = 4_096
+#: how long `ensure_layout` waits in all for the cluster to answer its calls
+SETTLE_DEADLINE_S = 60.0
+#: one create or check attempt's timeout inside that deadline (a new R3 stream answers within ~1 s)
+SETTLE_ATTEMPT_S = 4.0
+#: replies that mean "not now": no responder, no answer, JetStream or the stream leader not ready (503)
+_UNANSWERED = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    NoStreamResponseError,
+)
+
+T = TypeVar("T")
 
 
 class ClusterError(StorageError):
@@ -109,39 +133,107 @@ class Handles:
     pointers: KeyValue
 
 
-async def ensure_layout(js: JetStreamContext, layout: Layout) -> Handles:
-    """Create the stream, the blob store and the pointer bucket when missing; refuse a misshapen stream."""
+async def settled(
+    nc: Client,
+    step: Callable[[JetStreamContext], Awaitable[T]],
+    *,
+    what: str,
+    until: float,
+    attempt_s: float = SETTLE_ATTEMPT_S,
+) -> T:
+    """`step` run on a JetStream context whose requests time out after `attempt_s`, again and again
+    while the cluster leaves it unanswered (or says 503), until it answers or the monotonic clock
+    passes `until` (then `ClusterError`). `step` must be idempotent; any other error is raised at once.
+    """
+    last: BaseException | None = None
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise ClusterError(f"{what}: the cluster did not answer in time (last: {last!r})")
+        try:
+            return await step(nc.jetstream(timeout=min(attempt_s, left)))
+        except APIError as error:
+            if error.code != 503:
+                raise
+            last = error
+        except _UNANSWERED as error:
+            last = error
+        await asyncio.sleep(min(0.1, max(0.0, until - time.monotonic())))
+
+
+def _check_stream(config: StreamConfig, layout: Layout) -> None:
+    """Refuse a stream that lacks what cairn relies on (it is never changed)."""
+    wrong = [
+        name
+        for name, ok in (
+            ("deny_delete", config.deny_delete),
+            ("deny_purge", config.deny_purge),
+            ("allow_direct", config.allow_direct),
+            ("allow_atomic", config.allow_atomic),
+            ("subjects", layout.subjects in (config.subjects or [])),
+        )
+        if not ok
+    ]
+    if wrong:
+        raise ClusterError(f"stream {layout.stream} exists without what cairn needs: {', '.join(wrong)}")
+
+
+async def _events_stream(js: JetStreamContext, layout: Layout) -> StreamInfo:
     try:
-        info = await js.stream_info(layout.stream)
+        return await js.stream_info(layout.stream)
     except NotFoundError:
-        await js.add_stream(layout.stream_config())
-    else:
-        config = info.config
-        wrong = [
-            name
-            for name, ok in (
-                ("deny_delete", config.deny_delete),
-                ("deny_purge", config.deny_purge),
-                ("allow_direct", config.allow_direct),
-                ("allow_atomic", config.allow_atomic),
-                ("subjects", layout.subjects in (config.subjects or [])),
-            )
-            if not ok
-        ]
-        if wrong:
-            raise ClusterError(f"stream {layout.stream} exists without what cairn needs: {', '.join(wrong)}")
+        return await js.add_stream(layout.stream_config())
+
+
+async def _blob_store(js: JetStreamContext, layout: Layout) -> ObjectStore:
     try:
-        blobs = await js.object_store(layout.blobs)
+        return await js.object_store(layout.blobs)
     except (BucketNotFoundError, NotFoundError):
-        blobs = await js.create_object_store(
+        return await js.create_object_store(
             layout.blobs, config=ObjectStoreConfig(storage=StorageType.FILE, replicas=layout.replicas)
         )
+
+
+async def _pointer_bucket(js: JetStreamContext, layout: Layout) -> KeyValue:
     try:
-        pointers = await js.key_value(layout.pointers)
+        return await js.key_value(layout.pointers)
     except (BucketNotFoundError, NotFoundError):
-        pointers = await js.create_key_value(
+        return await js.create_key_value(
             KeyValueConfig(
                 bucket=layout.pointers, history=1, storage=StorageType.FILE, replicas=layout.replicas
             )
         )
+
+
+async def ensure_layout(
+    nc: Client, layout: Layout, *, request_timeout_s: float, deadline_s: float = SETTLE_DEADLINE_S
+) -> Handles:
+    """Create the stream, the blob store and the pointer bucket when missing; refuse a misshapen stream.
+
+    Every call is repeated while unanswered (`settled`) within `deadline_s`
+    in all; the returned handles make their own requests with
+    `request_timeout_s`.
+    """
+    until = time.monotonic() + deadline_s
+    info = await settled(
+        nc, lambda js: _events_stream(js, layout), what=f"stream {layout.stream}", until=until
+    )
+    _check_stream(info.config, layout)
+    await settled(nc, lambda js: _blob_store(js, layout), what=f"object store {layout.blobs}", until=until)
+    await settled(nc, lambda js: _pointer_bucket(js, layout), what=f"bucket {layout.pointers}", until=until)
+    # bound again on a context with the journal's own request timeout (both exist by now)
+    blobs = await settled(
+        nc,
+        lambda js: js.object_store(layout.blobs),
+        what=f"object store {layout.blobs}",
+        until=until,
+        attempt_s=request_timeout_s,
+    )
+    pointers = await settled(
+        nc,
+        lambda js: js.key_value(layout.pointers),
+        what=f"bucket {layout.pointers}",
+        until=until,
+        attempt_s=request_timeout_s,
+    )
     return Handles(blobs=blobs, pointers=pointers)

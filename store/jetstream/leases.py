@@ -58,6 +58,7 @@ from nats.js.kv import KeyValue
 
 from cairn.events.errors import InputError
 from cairn.store.errors import StorageError
+from cairn.store.jetstream.layout import SETTLE_DEADLINE_S, settled
 from cairn.store.jetstream.lease_policy import (
     Held,
     Lease,
@@ -176,18 +177,30 @@ class AsyncLeaseBucket:
         when a lease's TTL runs out (watchers then see the expiry); takes
         work over such markers too.
         """
-        # creating an R3 stream can take seconds on a loaded machine: the admin call gets the
-        # write deadline; the bucket's own reads and writes keep the short attempt timeout
-        admin = nc.jetstream(timeout=WRITE_DEADLINE_S)
-        await admin.create_key_value(
-            bucket=bucket,
-            history=1,
-            replicas=replicas,
-            storage=StorageType.FILE,
-            limit_marker_ttl=marker_ttl_s,
+        # creating an R3 stream can take seconds on a loaded machine, and a bucket another host
+        # created a moment ago has no leader yet: both calls are repeated while unanswered (`settled`)
+        until = time.monotonic() + SETTLE_DEADLINE_S
+        await settled(
+            nc,
+            lambda admin: admin.create_key_value(
+                bucket=bucket,
+                history=1,
+                replicas=replicas,
+                storage=StorageType.FILE,
+                limit_marker_ttl=marker_ttl_s,
+            ),
+            what=f"lease bucket {bucket}",
+            until=until,
+        )
+        # bound on a context with the short attempt timeout its own reads and writes retry within
+        kv = await settled(
+            nc,
+            lambda js: js.key_value(bucket),
+            what=f"lease bucket {bucket}",
+            until=until,
+            attempt_s=ATTEMPT_TIMEOUT_S,
         )
         js = nc.jetstream(timeout=ATTEMPT_TIMEOUT_S)
-        kv = await js.key_value(bucket)
         return cls(js, kv, bucket, clock)
 
     def _subject(self, sid: str) -> str:
@@ -403,7 +416,8 @@ class LeaseBucket:
         try:
             nc = loop.call(_connect(url), timeout_s=30)
             core = loop.call(
-                AsyncLeaseBucket.open(nc, bucket, replicas, marker_ttl_s=marker_ttl_s), timeout_s=30
+                AsyncLeaseBucket.open(nc, bucket, replicas, marker_ttl_s=marker_ttl_s),
+                timeout_s=SETTLE_DEADLINE_S + 5,
             )
         except BaseException:
             loop.close()

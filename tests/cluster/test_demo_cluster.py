@@ -127,10 +127,12 @@ def test_demo_cluster_interrupted_by_sigterm_exits_1_and_leaves_no_host_or_nats_
     try:
         assert demo.stderr is not None
         pids: set[int] = set()
+        said: list[str] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             line = demo.stderr.readline()
-            assert line, "the demo ended before its hosts served"
+            said.append(line)
+            assert line, f"the demo ended before its hosts served: {''.join(said)[-3000:]}"
             if "serving" in line:  # `hosts: h1 (pid N), h2 (pid N), h3 (pid N) serving`
                 pids = {int(p) for p in re.findall(r"pid (\d+)", line)} | (
                     children_named(str(store)) - {demo.pid}
