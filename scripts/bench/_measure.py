@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import tracemalloc
@@ -40,3 +41,138 @@ def peak_memory(fn: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+# --- alternating pairs ---------------------------------------------------------------------
+
+
+class Pairs:
+    """Ratios measured in alternating pairs: baseline, subject, baseline, subject, ... in one run.
+
+    A shared machine drifts (the fsync rate here moves 20x within minutes, a
+    neighbour takes a CPU), and a drift moves both sides of a pair alike, so
+    the ratio of each pair is what is compared; the figure is the median of
+    the pairs' ratios, reported with their range and every pair.
+
+    `ratio` is subject over baseline for rates (higher is better), and
+    `higher_is_better=False` makes it baseline over subject for times, so a
+    ratio above 1 always means the subject did better.
+    """
+
+    def __init__(
+        self, baselines: list[float], subjects: list[float], *, higher_is_better: bool = True
+    ) -> None:
+        if not baselines or len(baselines) != len(subjects):
+            raise ValueError("pairs need as many baselines as subjects, at least one")
+        self.baselines = baselines
+        self.subjects = subjects
+        self.higher_is_better = higher_is_better
+
+    @property
+    def ratios(self) -> list[float]:
+        if self.higher_is_better:
+            return [s / b for b, s in zip(self.baselines, self.subjects, strict=True)]
+        return [b / s for b, s in zip(self.baselines, self.subjects, strict=True)]
+
+    @property
+    def ratio(self) -> float:
+        """The median of the pairs' ratios."""
+        return statistics.median(self.ratios)
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        ratios = self.ratios
+        return min(ratios), max(ratios)
+
+    @property
+    def subject(self) -> float:
+        """The median of the subject's values (for the absolute figure printed beside the ratio)."""
+        return statistics.median(self.subjects)
+
+    @property
+    def baseline(self) -> float:
+        return statistics.median(self.baselines)
+
+    def describe(self, fmt: str = ",.0f") -> str:
+        """`median 3.10x (range 2.80-3.40x) of 5 pairs: [b->s, ...]`: what a figure's detail says."""
+        low, high = self.ratio_range
+        pairs = ", ".join(f"{b:{fmt}}->{s:{fmt}}" for b, s in zip(self.baselines, self.subjects, strict=True))
+        return f"median {self.ratio:.2f}x (range {low:.2f}-{high:.2f}x) of {len(self.ratios)} pairs: {pairs}"
+
+    def as_dict(self) -> dict[str, object]:
+        low, high = self.ratio_range
+        return {
+            "ratio": self.ratio,
+            "range": [low, high],
+            "baselines": self.baselines,
+            "subjects": self.subjects,
+        }
+
+
+def alternate(
+    baseline: Callable[[], float], subject: Callable[[], float], pairs: int, *, higher_is_better: bool = True
+) -> Pairs:
+    """Run `baseline()` then `subject()`, `pairs` times over, each returning its measure (a rate or a
+    time); the pairs. The order within a pair flips every other pair, so neither side always runs
+    first on a warm (or a tired) machine."""
+    baselines: list[float] = []
+    subjects: list[float] = []
+    for n in range(pairs):
+        if n % 2 == 0:
+            baselines.append(baseline())
+            subjects.append(subject())
+        else:
+            subjects.append(subject())
+            baselines.append(baseline())
+    return Pairs(baselines, subjects, higher_is_better=higher_is_better)
+
+
+# --- the machine's load ------------------------------------------------------------------
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class LoadMeter:
+    """The machine's load while a bench ran: CPU busy share (all processes, all CPUs), this process's
+    own share, and the 1-minute load average at the end. A context manager; `summary()` after it."""
+
+    def __enter__(self) -> LoadMeter:
+        self._cpu = _cpu_times()
+        self._own = time.process_time()
+        self._wall = time.perf_counter()
+        self.busy: float | None = None
+        self.own: float | None = None
+        self.loadavg: float | None = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._wall
+        now = _cpu_times()
+        if self._cpu is not None and now is not None and now[1] > self._cpu[1]:
+            self.busy = (now[0] - self._cpu[0]) / (now[1] - self._cpu[1])
+        cpus = os.cpu_count() or 1
+        if wall > 0:
+            self.own = (time.process_time() - self._own) / (wall * cpus)
+        try:
+            self.loadavg = os.getloadavg()[0]
+        except OSError:
+            self.loadavg = None
+
+    def summary(self) -> str:
+        """`machine 63 % busy (this process 48 %), load 1.9 on 2 CPUs`."""
+
+        def pct(v: float | None) -> str:
+            return "?" if v is None else f"{v * 100:.0f} %"
+
+        load = "?" if self.loadavg is None else f"{self.loadavg:.1f}"
+        own = pct(self.own)
+        return f"machine {pct(self.busy)} busy (this process {own}), load {load} on {os.cpu_count()} CPUs"
