@@ -1,7 +1,15 @@
 """`cairn bench`: every benchmark of the project, as ratios measured in one run.
 
 Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction,turns,cluster]
-Exit 0 when every figure with a target met it, 1 otherwise.
+Exit 0 when every figure with a target met it, 1 otherwise (`exit_code`): a
+figure without a target never fails the run, and a suite that raises is
+reported as one failed figure, `<suite>.error`, carrying the error, and the
+run goes on with the next suite.
+
+Every ratio is measured in alternating pairs within the run
+(`_measure.alternate`, `_measure.interleave`); a figure made from pairs
+carries them (`pairs`, with `--json` every pair) and the machine's load
+while they ran (`load`), and its detail says both.
 
 The `cluster` suite starts its own 3-node NATS cluster and two `cairn serve`
 hosts (the `cluster` extra; about 75 s, 35 s with --quick); without the
@@ -15,19 +23,85 @@ import importlib
 import json
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+import traceback
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cairn import _console
+
+if TYPE_CHECKING:
+    from cairn.bench._measure import LoadMeter, Pairs
 
 Figure = dict[str, Any]
 
 
 def figure(
-    name: str, value: Any, unit: str, target: str | None = None, met: bool | None = None, detail: str = ""
+    name: str,
+    value: Any,
+    unit: str,
+    target: str | None = None,
+    met: bool | None = None,
+    detail: str = "",
+    *,
+    pairs: Pairs | None = None,
+    load: LoadMeter | None = None,
+    fmt: str = ",.0f",
 ) -> Figure:
-    """One reported number: what, how much, against which target, and whether it was met."""
-    return {"name": name, "value": value, "unit": unit, "target": target, "met": met, "detail": detail}
+    """One reported number: what, how much, against which target, and whether it was met.
+
+    With `pairs` (the alternating pairs the number came from) and `load` (the
+    machine's load while they ran), the detail ends with both (pairs in
+    `fmt`) and the figure carries them for `--json`.
+    """
+    parts = [detail] if detail else []
+    if pairs is not None:
+        parts.append(pairs.describe(fmt))
+    if load is not None:
+        parts.append(load.summary())
+    out: Figure = {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "target": target,
+        "met": met,
+        "detail": "; ".join(parts),
+    }
+    if pairs is not None:
+        out["pairs"] = pairs.as_dict()
+    if load is not None:
+        out["load"] = load.as_dict()
+    return out
+
+
+def suite_error(suite: str, exc: BaseException) -> Figure:
+    """The figure a suite that raised leaves: a missed target, with the error and where it was raised."""
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ is not None else []
+    at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
+    return {
+        "suite": suite,
+        "name": f"{suite}.error",
+        "value": 0,
+        "unit": "",
+        "target": "the suite runs to the end",
+        "met": False,
+        "detail": f"{type(exc).__name__}: {exc}{at}",
+    }
+
+
+def guarded(name: str, part: Callable[[], list[Figure]]) -> list[Figure]:
+    """The figures of one part of a suite; a part that raises leaves `<name>.error` (a missed target)
+    instead, so the suite's other parts still report."""
+    try:
+        return part()
+    except Exception as exc:
+        failed = suite_error(name, exc)
+        del failed["suite"]
+        return [failed]
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """1 when a figure missed its target (`met` is False), else 0: a figure without one never fails."""
+    return 1 if any(f.get("met") is False for f in report["figures"]) else 0
 
 
 #: suite name -> module with `run(quick: bool) -> list[dict]`
@@ -62,7 +136,11 @@ def run_suites(names: Sequence[str], quick: bool, log: Any = None) -> dict[str, 
             continue
         if log is not None:
             log(f"running {name} benchmarks{' (quick)' if quick else ''} ...")
-        for item in module.run(quick):
+        try:
+            items = list(module.run(quick))
+        except Exception as exc:  # reported as a missed target; the next suite still runs
+            items = [suite_error(name, exc)]
+        for item in items:
             figures.append({"suite": name, **item})
     checked = [f for f in figures if f.get("met") is not None]
     return {
@@ -89,6 +167,9 @@ def render(report: dict[str, Any]) -> None:
     console = _console.console()
     console.print(table)
     console.print(f"{report['targets_met']}/{report['targets']} targets met in {report['seconds']} s")
+    missed = [f["name"] for f in report["figures"] if f.get("met") is False]
+    if missed:
+        console.print(f"missed: {', '.join(missed)}")
 
 
 def main(argv: Sequence[str] | None = None, *, suite: str | None = None) -> int:
@@ -116,4 +197,4 @@ def main(argv: Sequence[str] | None = None, *, suite: str | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         render(report)
-    return 0 if report["all_met"] else 1
+    return exit_code(report)

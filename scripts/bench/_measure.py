@@ -1,4 +1,4 @@
-"""How the benches time a piece of work: median or best of several runs, and peak traced memory."""
+"""How the benches time a piece of work: alternating pairs, runs, peak traced memory, the machine's load."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def samples(fn: Callable[[], object], repeat: int) -> list[float]:
@@ -93,19 +93,26 @@ class Pairs:
     def baseline(self) -> float:
         return statistics.median(self.baselines)
 
-    def describe(self, fmt: str = ",.0f") -> str:
-        """`median 3.10x (range 2.80-3.40x) of 5 pairs: [b->s, ...]`: what a figure's detail says."""
+    def describe(self, fmt: str = ",.0f", limit: int = 8) -> str:
+        """`median 3.10x (range 2.80-3.40x) of 5 pairs: b->s, ...`: what a figure's detail says.
+
+        At most `limit` pairs are listed (then `...`); `as_dict` carries them all.
+        """
         low, high = self.ratio_range
-        pairs = ", ".join(f"{b:{fmt}}->{s:{fmt}}" for b, s in zip(self.baselines, self.subjects, strict=True))
-        return f"median {self.ratio:.2f}x (range {low:.2f}-{high:.2f}x) of {len(self.ratios)} pairs: {pairs}"
+        listed = list(zip(self.baselines, self.subjects, strict=True))
+        pairs = ", ".join(f"{b:{fmt}}->{s:{fmt}}" for b, s in listed[:limit])
+        more = f", ... ({len(listed) - limit} more)" if len(listed) > limit else ""
+        return f"median {self.ratio:.2f}x (range {low:.2f}-{high:.2f}x) of {len(listed)} pairs: {pairs}{more}"
 
     def as_dict(self) -> dict[str, object]:
         low, high = self.ratio_range
         return {
             "ratio": self.ratio,
             "range": [low, high],
+            "ratios": self.ratios,
             "baselines": self.baselines,
             "subjects": self.subjects,
+            "higher_is_better": self.higher_is_better,
         }
 
 
@@ -125,6 +132,35 @@ def alternate(
             subjects.append(subject())
             baselines.append(baseline())
     return Pairs(baselines, subjects, higher_is_better=higher_is_better)
+
+
+def interleave(measures: Sequence[tuple[str, Callable[[], float]]], rounds: int) -> dict[str, list[float]]:
+    """Run every measure once per round, in the given order in even rounds and reversed in odd ones;
+    each measure's values, by name.
+
+    Measures listed next to each other run next to each other in every round,
+    and which of them goes first flips from round to round, so any two
+    neighbours make alternating pairs (`Pairs(values[a], values[b])`). A
+    baseline that must sit next to several subjects is listed once beside
+    each, under its own name.
+    """
+    names = [name for name, _ in measures]
+    if len(set(names)) != len(names):
+        raise ValueError(f"measure names repeat: {names}")
+    values: dict[str, list[float]] = {name: [] for name in names}
+    for n in range(rounds):
+        order = measures if n % 2 == 0 else list(reversed(measures))
+        for name, measure in order:
+            values[name].append(measure())
+    return values
+
+
+def spread(values: Sequence[float], fmt: str = ",.0f") -> str:
+    """`median 1,234 (range 1,100-1,300) of 5 runs`: a figure measured several times on its own."""
+    return (
+        f"median {statistics.median(values):{fmt}} (range {min(values):{fmt}}-{max(values):{fmt}}) "
+        f"of {len(values)} runs"
+    )
 
 
 # --- the machine's load ------------------------------------------------------------------
@@ -176,3 +212,7 @@ class LoadMeter:
         load = "?" if self.loadavg is None else f"{self.loadavg:.1f}"
         own = pct(self.own)
         return f"machine {pct(self.busy)} busy (this process {own}), load {load} on {os.cpu_count()} CPUs"
+
+    def as_dict(self) -> dict[str, object]:
+        """The same, for `--json`: shares in [0, 1] (None where unknown)."""
+        return {"busy": self.busy, "own": self.own, "loadavg": self.loadavg, "cpus": os.cpu_count()}

@@ -30,3 +30,36 @@ def mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> Even
         content=(TextPart(text),),
         original_chars=len(text),
     )
+
+
+#: characters of the filler text per cl100k token (`payload`'s "lorem ipsum ..." is 5.4 a token)
+CHARS_PER_TOKEN = 5.4
+
+
+def sized_event(rng: random.Random, i: int, tokens: int) -> EventBase:
+    """Event `i` of the mix (user message, assistant message with a tool call, its result, in turn),
+    each carrying about `tokens` tokens of text (+-20 %), for appends of a given event size."""
+    chars = round(tokens * CHARS_PER_TOKEN)
+    text = payload(rng, chars * 4 // 5, chars * 6 // 5)
+    if i % 3 == 0:
+        return UserMessage(message_id=f"u{i}", content=(TextPart(text),))
+    if i % 3 == 1:
+        call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
+        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text, tool_calls=(call,))
+    return ToolResult(
+        call_id=f"c{i - 1}",
+        tool_name="read",
+        status="ok",
+        effect="read",
+        content=(TextPart(text),),
+        original_chars=len(text),
+    )
+
+
+def event_text(event: EventBase) -> str:
+    """The text an event of the mix carries (what its tokens are counted from)."""
+    if isinstance(event, UserMessage | ToolResult):
+        return "".join(part.text for part in event.content if isinstance(part, TextPart))
+    if isinstance(event, AssistantMessage):
+        return event.text or ""
+    return ""

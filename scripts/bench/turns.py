@@ -44,6 +44,7 @@ from cairn import Host, HostConfig, SessionSettings
 from cairn.actors.placement import on_one_cpu
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.bench import figure
+from cairn.bench._measure import LoadMeter, Pairs
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
 CLIENTS = 16
@@ -129,11 +130,15 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
     # ratio within its pair, so drift of the machine does not favour either side
     placed_runs: list[dict[str, Any]] = []
     os_runs = [live]
-    for _ in range(2):
-        with on_one_cpu():  # every thread of the run starts inside: host, actors, writer, clients
-            placed_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
-    os_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
-    pairs = [(os_runs[0], placed_runs[0]), (os_runs[1], placed_runs[1])]
+    with LoadMeter() as load:
+        for _ in range(2):
+            with on_one_cpu():  # every thread of the run starts inside: host, actors, writer, clients
+                placed_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
+        os_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
+    gain = Pairs(
+        [len(run["own"]) / run["wall"] for run in os_runs],
+        [len(run["own"]) / run["wall"] for run in placed_runs],
+    )
     placed_own = [t for run in placed_runs for t in run["own"]]
     own, serial = live["own"], live["serial"]
     label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
@@ -145,8 +150,7 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
     mean = statistics.fmean(serial) * 1000
     one_cpu = "every thread on one CPU, batch-scheduled (actors.placement)"
     live_rate = len(own) / live["wall"]
-    placed_rate = statistics.median(len(run["own"]) / run["wall"] for run in placed_runs)
-    gain = statistics.median((len(b["own"]) / b["wall"]) / (len(a["own"]) / a["wall"]) for a, b in pairs)
+    placed_rate = gain.subject
 
     def ms(values: list[float], q: float) -> float:
         return round(_percentile(values, q) * 1000, 2)
@@ -177,9 +181,12 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
         ),
         figure(
             "turns.one_cpu.gain",
-            round(gain, 2),
+            round(gain.ratio, 2),
             "x",
-            detail="turns/s on one CPU over the OS placement: median of 2 adjacent pairs, alternating",
+            detail="turns/s on one CPU over the OS placement, adjacent pairs in alternating order "
+            "(OS->one CPU turns/s)",
+            pairs=gain,
+            load=load,
         ),
     ]
 

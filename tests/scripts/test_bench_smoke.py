@@ -27,8 +27,12 @@ def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
 
 
 def test_the_context_bench_runs() -> None:
-    names = {figure["name"] for figure in bench_context.run(quick=True)}
-    assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= names
+    figures = {figure["name"]: figure for figure in bench_context.run(quick=True)}
+    assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= set(figures)
+    assert figures["context.recount_matches"]["met"] is True  # the baseline counts what cairn counts
+    speedup = figures["context.speedup"]
+    assert len(speedup["pairs"]["ratios"]) == 10  # one pair a turn
+    assert speedup["load"]["cpus"] >= 1
 
 
 @pytest.mark.parametrize("suite", ["context", "compaction", "turns", "cluster"])
