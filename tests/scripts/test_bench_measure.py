@@ -225,11 +225,12 @@ def test_the_plain_recount_counts_what_cairns_counter_counts() -> None:
 def test_the_long_session_has_checkpoints_as_the_compactor_writes_them(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "store") as journal:
         written = write_compacted_session(journal, "s", 4_000)
-        assert journal.last_seq("s") == 5_000
+        assert journal.last_seq("s") == 5_001  # session-started, 2 x (1,999 + a checkpoint), 1,000
         assert journal.load("s") == journal.replay_full("s")
-    assert (written.checkpoints, written.tail, written.summaries_ok) == (1, 2_999, 1)
-    # 1,239 context messages compacted: the ledger summary + ceil(20 %) = 248 of them carried
-    assert written.shapes == [(1_239, 249, 248, 86_722)]
+    assert (written.checkpoints, written.tail, written.summaries_ok) == (2, 1_000, 2)
+    # 1,239 context messages compacted: the ledger summary + ceil(20 %) = 248 of them carried; then
+    # 1,488 (the first replacement and the new messages): 298 carried
+    assert written.shapes == [(1_239, 249, 248, 86_722), (1_488, 299, 298, 102_890)]
     assert written.problem() is None
 
 
