@@ -221,17 +221,18 @@ async def ensure_layout(
     _check_stream(info.config, layout)
     await settled(nc, lambda js: _blob_store(js, layout), what=f"object store {layout.blobs}", until=until)
     await settled(nc, lambda js: _pointer_bucket(js, layout), what=f"bucket {layout.pointers}", until=until)
-    # bound again on a context with the journal's own request timeout (both exist by now)
+    # bound again on a context with the journal's own request timeout; a server that has not yet
+    # applied the creation can still say "not found", so this binds through the same create-if-missing
     blobs = await settled(
         nc,
-        lambda js: js.object_store(layout.blobs),
+        lambda js: _blob_store(js, layout),
         what=f"object store {layout.blobs}",
         until=until,
         attempt_s=request_timeout_s,
     )
     pointers = await settled(
         nc,
-        lambda js: js.key_value(layout.pointers),
+        lambda js: _pointer_bucket(js, layout),
         what=f"bucket {layout.pointers}",
         until=until,
         attempt_s=request_timeout_s,

@@ -180,25 +180,22 @@ class AsyncLeaseBucket:
         # creating an R3 stream can take seconds on a loaded machine, and a bucket another host
         # created a moment ago has no leader yet: both calls are repeated while unanswered (`settled`)
         until = time.monotonic() + SETTLE_DEADLINE_S
-        await settled(
-            nc,
-            lambda admin: admin.create_key_value(
+
+        async def create(js: JetStreamContext) -> KeyValue:
+            return await js.create_key_value(
                 bucket=bucket,
                 history=1,
                 replicas=replicas,
                 storage=StorageType.FILE,
                 limit_marker_ttl=marker_ttl_s,
-            ),
-            what=f"lease bucket {bucket}",
-            until=until,
-        )
-        # bound on a context with the short attempt timeout its own reads and writes retry within
+            )
+
+        await settled(nc, create, what=f"lease bucket {bucket}", until=until)
+        # bound on a context with the short attempt timeout its own reads and writes retry within;
+        # by creating again (same config: a no-op), since a server that has not yet applied the
+        # creation answers a plain lookup with "not found" (seen when hosts start together)
         kv = await settled(
-            nc,
-            lambda js: js.key_value(bucket),
-            what=f"lease bucket {bucket}",
-            until=until,
-            attempt_s=ATTEMPT_TIMEOUT_S,
+            nc, create, what=f"lease bucket {bucket}", until=until, attempt_s=ATTEMPT_TIMEOUT_S
         )
         js = nc.jetstream(timeout=ATTEMPT_TIMEOUT_S)
         return cls(js, kv, bucket, clock)
