@@ -35,6 +35,7 @@ SUITES = {
     "store": "cairn.bench.store",
     "context": "cairn.bench.context",
     "compaction": "cairn.bench.compaction",
+    "quality": "cairn.bench.quality",
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
 }
