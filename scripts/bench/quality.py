@@ -1,7 +1,15 @@
 """Compaction quality: which planted facts the effective context still carries after compaction (issue 14).
 
-Usage: cairn bench --only quality [--quick] [--json]
-       python -m cairn.bench.quality [--quick] [--json]
+Usage: cairn bench --only quality [--quick] [--json] [--provider scripted|openai]
+       python -m cairn.bench.quality [--quick] [--json] [--provider scripted|openai]
+
+`--provider openai` (or `CAIRN_BENCH_PROVIDER=openai`) makes the summarizer
+under test a real model on an OpenAI-compatible endpoint, from the same
+`CAIRN_*` settings as the host (`CAIRN_BASE_URL`, `CAIRN_API_KEY`,
+`CAIRN_MODEL`, ...): one summary call per compaction point (80, or 20 with
+--quick). The long runs stay on the scripted provider (they measure the
+policies, not the summary). A missing setting is one failed figure,
+`quality.provider`, naming it.
 
 Three parts, all seeded and offline:
 
@@ -33,33 +41,75 @@ blank summary, the known-bad input, fails it (tests/scripts/test_quality.py).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import figure
 from cairn.bench.quality_corpus import FACT_KINDS, KINDS, corpus
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate_all
-from cairn.bench.quality_probe import STRATEGIES, Score, evaluate
+from cairn.bench.quality_probe import STRATEGIES, ProviderFactory, Score, evaluate
 
-#: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact)
+#: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
 QUALITY_TARGET_SUMMARY_ONLY = 20.0
+#: ... in at most this share of the ceiling's tokens (keeping the history is not summarizing it)
+QUALITY_TARGET_COST = 0.5
 #: the blank summary must be at least this many points below the ceiling on summary-only facts
 BLANK_MARGIN = 50.0
 FULL_PER_KIND = 8
 QUICK_PER_KIND = 2
 QUICK_TURNS = 200
 SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
+TARGET_TEXT = (
+    f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} %, none stale, "
+    f"tokens <= {QUALITY_TARGET_COST:.0%} of the ceiling"
+)
+#: the summarizer under test: `scripted` (offline, the default) or `openai` (the `CAIRN_*` settings)
+PROVIDER_ENV = "CAIRN_BENCH_PROVIDER"
+PROVIDERS = ("scripted", "openai")
 
 _LABELS = {
     "ceiling": "full uncompacted context",
     "blank": "blank summary (seven headings, no evidence)",
     "truncation": "plain truncation to the summarizer's tokens",
     "fallback": "deterministic fallback (F1-F5)",
-    "summarizer": "summarizer under test: scripted provider, the pipeline's floor, not model quality",
 }
+SCRIPTED_LABEL = "summarizer under test: scripted provider, the pipeline's floor, not model quality"
+
+
+class Summarizer:
+    """The summarizer under test: how to make its provider, what to call it, how to release it."""
+
+    def __init__(self, name: str, factory: ProviderFactory, label: str, close: Callable[[], None]) -> None:
+        self.name = name
+        self.factory = factory
+        self.label = label
+        self.close = close
+
+    @property
+    def real(self) -> bool:
+        """A real model answers: its figures are a model's quality, and the quality target applies."""
+        return self.name != "scripted"
+
+
+def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
+    """`scripted`, or `openai` from the `CAIRN_*` settings in `environ` (`ProviderConfigError` when
+    one is missing or malformed; it names the setting, never the key)."""
+    if name == "scripted":
+        return Summarizer(name, ScriptedProvider, SCRIPTED_LABEL, lambda: None)
+    if name != "openai":
+        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+    config = OpenAIConfig.from_env(environ)
+    provider = OpenAIProvider(config)
+    label = f"summarizer under test: model {config.model} at {config.endpoint}: a model's quality"
+    return Summarizer(name, lambda: provider, label, provider.close)
 
 
 def kept_pct(score: Score) -> float:
@@ -70,8 +120,14 @@ def kept_pct(score: Score) -> float:
 
 
 def meets_quality_target(score: Score) -> bool:
-    """QUALITY_TARGET: enough summary-only facts kept, and no superseded fact presented as current."""
-    return score.summary_only_pct() >= QUALITY_TARGET_SUMMARY_ONLY and score.stale == 0
+    """The quality target: enough summary-only facts kept, no superseded fact presented as current,
+    at no more than half the ceiling's tokens."""
+    cost = score.tokens / score.ceiling_tokens if score.ceiling_tokens else 1.0
+    return (
+        score.summary_only_pct() >= QUALITY_TARGET_SUMMARY_ONLY
+        and score.stale == 0
+        and cost <= QUALITY_TARGET_COST
+    )
 
 
 def _kinds_detail(score: Score) -> str:
@@ -82,11 +138,13 @@ def _kinds_detail(score: Score) -> str:
     return ", ".join(parts)
 
 
-def _strategy_figures(name: str, score: Score, ceiling: Score, sessions: int) -> list[dict[str, Any]]:
+def _strategy_figures(
+    name: str, score: Score, ceiling: Score, sessions: int, label: str
+) -> list[dict[str, Any]]:
     prefix = f"quality.{name}"
     cost = score.tokens / score.ceiling_tokens if score.ceiling_tokens else 1.0
     detail = (
-        f"{_LABELS[name]}; {sessions} sessions; tokens {score.tokens // max(sessions, 1):,} a session "
+        f"{label}; {sessions} sessions; tokens {score.tokens // max(sessions, 1):,} a session "
         f"({cost:.0%} of the ceiling); by kind %: {_kinds_detail(score)}; "
         f"{score.compactions} compactions, {score.fallbacks} fell back, {score.refused} refused"
     )
@@ -165,11 +223,35 @@ def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    """The `quality` suite: corpus, probes against the five strategies, long-run behaviour."""
+    """The `quality` suite: corpus, probes against the five strategies, long-run behaviour.
+
+    The summarizer under test is named by `CAIRN_BENCH_PROVIDER` (`cairn bench --provider`).
+    """
+    return run_with(quick, os.environ.get(PROVIDER_ENV) or "scripted", os.environ)
+
+
+def run_with(
+    quick: bool, provider: str, environ: Mapping[str, str], *, longrun: bool = True
+) -> list[dict[str, Any]]:
+    """`run` with the summarizer `provider` (`scripted`, `openai`) and its settings in `environ`;
+    `longrun=False` leaves out the long runs (they never call the summarizer under test)."""
     started = time.perf_counter()
+    try:
+        summarizer = summarizer_for(provider, environ)
+    except (ProviderConfigError, ValueError) as exc:
+        return [figure("quality.provider", provider, "", "usable", False, str(exc))]
+    try:
+        return _run(quick, summarizer, started, longrun)
+    finally:
+        summarizer.close()
+
+
+def _run(
+    quick: bool, summarizer_under_test: Summarizer, started: float, longrun: bool
+) -> list[dict[str, Any]]:
     sessions = corpus(QUICK_PER_KIND if quick else FULL_PER_KIND)
     counter = TokenCounter()
-    scores, probes = evaluate(sessions, counter)
+    scores, probes = evaluate(sessions, counter, summarizer=summarizer_under_test.factory)
     planted = sum(len(s.facts) for s in sessions)
     carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
     figures = [
@@ -185,22 +267,35 @@ def run(quick: bool) -> list[dict[str, Any]]:
         )
     ]
     ceiling = scores["ceiling"]
+    labels = {**_LABELS, "summarizer": summarizer_under_test.label}
     for name in STRATEGIES:
-        figures += _strategy_figures(name, scores[name], ceiling, len(sessions))
+        figures += _strategy_figures(name, scores[name], ceiling, len(sessions), labels[name])
     figures += _kind_figures(scores)
     summarizer = scores["summarizer"]
+    meets = meets_quality_target(summarizer)
+    real = summarizer_under_test.real
+    judged = "a real model" if real else "the scripted provider (offline: no target)"
+    blank = "yes" if meets_quality_target(scores["blank"]) else "no"
     figures.append(
         figure(
             "quality.summarizer.meets_quality_target",
-            "yes" if meets_quality_target(summarizer) else "no",
+            "yes" if meets else "no",
             "",
-            None,
-            None,
-            f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} % and none stale; offline this judges the "
-            f"scripted provider (blank: {'yes' if meets_quality_target(scores['blank']) else 'no'})",
+            TARGET_TEXT if real else None,
+            meets if real else None,
+            f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
         )
     )
-    turns = QUICK_TURNS if quick else TURNS
+    if longrun:
+        figures += _longrun_part(QUICK_TURNS if quick else TURNS)
+    figures.append(
+        figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
+    )
+    return figures
+
+
+def _longrun_part(turns: int) -> list[dict[str, Any]]:
+    figures: list[dict[str, Any]] = []
     with_snip = simulate_all(turns)
     without = simulate_all(turns, snip=False)
     figures += _longrun_figures(with_snip, "longrun", turns)
@@ -231,9 +326,6 @@ def run(quick: bool) -> list[dict[str, Any]]:
             if shares
             else "no compaction",
         )
-    )
-    figures.append(
-        figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
     )
     return figures
 

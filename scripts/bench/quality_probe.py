@@ -34,6 +34,10 @@ images as the M4 placeholder) with one rule:
   and the fact that replaced it is absent or only carried earlier in the
   context (a reader taking the newest mention as true would take the old).
 
+The ceiling is the model-visible context too: a fact inside a tool output
+over 100,000 chars is out of the 2,000-char preview (X1) and missing even
+there (two numbers of the huge-output sessions).
+
 A probed fact is *summary-only* when neither the active task (C11, the open
 turn's request and steering) nor an exact continuation record (C8) carries
 it: only a summary could keep it past compaction.

@@ -61,7 +61,9 @@ def test_the_ceiling_keeps_every_probed_fact_and_the_blank_summary_none_of_the_s
 def test_the_blank_summary_fails_the_quality_target(scored: tuple[dict[str, Score], int]) -> None:
     scores, _ = scored
     assert not quality.meets_quality_target(scores["blank"])
-    assert quality.meets_quality_target(scores["ceiling"])
+    assert quality.meets_quality_target(scores["summarizer"])  # the scripted floor, just
+    assert not quality.meets_quality_target(scores["ceiling"])  # keeps it all, at full cost
+    assert not quality.meets_quality_target(scores["fallback"])  # 77 % of the ceiling's tokens
     assert scores["blank"].summary_only_pct() <= scores["ceiling"].summary_only_pct() - quality.BLANK_MARGIN
 
 
@@ -152,3 +154,17 @@ def test_the_quality_bench_runs_quick_and_meets_its_targets() -> None:
     assert figures["quality.corpus"]["value"] == 16
     assert figures["quality.ceiling.facts_kept"]["value"] == 100.0
     assert figures["quality.summarizer.meets_quality_target"]["detail"].endswith("(blank: no)")
+
+
+def test_the_quality_suite_is_registered_and_runs_alone() -> None:
+    """`cairn bench --only quality` finds it; `python -m cairn.bench.quality --help` runs nothing."""
+    import subprocess
+    import sys
+
+    from cairn import bench
+
+    assert bench.SUITES["quality"] == "cairn.bench.quality"
+    done = subprocess.run(
+        [sys.executable, "-m", "cairn.bench.quality", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
