@@ -54,7 +54,7 @@ from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import figure
 from cairn.bench.quality_corpus import FACT_KINDS, KINDS, corpus
-from cairn.bench.quality_longrun import TURNS, LongRun, simulate_all
+from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
 from cairn.bench.quality_probe import STRATEGIES, ProviderFactory, Score, evaluate
 
 #: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
@@ -66,6 +66,8 @@ BLANK_MARGIN = 50.0
 FULL_PER_KIND = 8
 QUICK_PER_KIND = 2
 QUICK_TURNS = 200
+#: a small window (a local model's) for the huge-output stress run
+STRESS_WINDOW = 16_000
 SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
 TARGET_TEXT = (
     f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} %, none stale, "
@@ -206,7 +208,7 @@ def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict
         detail = (
             f"{r.compactions} compactions in {turns} turns ({r.llm} by summary); "
             f"snips {r.per_100(r.snips):.1f}/100; median saved {saved} tokens; "
-            f"budget share after: {share}; still due after {r.still_due}; back-to-back {r.back_to_back}; "
+            f"window share after: {share}; still due after {r.still_due}; back-to-back {r.back_to_back}; "
             f"longest compacting run {r.longest_compacting_run}; failed {r.failed}"
         )
         figures.append(
@@ -301,6 +303,12 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     figures += _longrun_figures(with_snip, "longrun", turns)
     figures += _longrun_figures(without, "longrun_nosnip", turns)
     runs = with_snip + without
+    stress = simulate("huge-output", turns, window=STRESS_WINDOW)
+    figures += _longrun_figures([stress], "longrun_small_window", turns)
+    figures[-1]["detail"] += (
+        f"; window {STRESS_WINDOW:,}: C10's target (half the window) is above the compaction threshold, "
+        "so a compaction can leave the context due again; not under the back-to-back target"
+    )
     back = sum(r.back_to_back for r in runs)
     figures.append(
         figure(
@@ -313,18 +321,34 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
             f"(with and without snip); longest compacting run {max(r.longest_compacting_run for r in runs)}",
         )
     )
-    shares = [s for r in runs for s in r.after_share]
+    window = [s for r in runs for s in r.after_window_share]
+    budget = [s for r in runs for s in r.after_share]
     figures.append(
         figure(
-            "quality.longrun.budget_share_after_compaction",
-            round(max(shares), 3) if shares else 0,
+            "quality.longrun.window_share_after_compaction",
+            round(max(window), 3) if window else 0,
             "ratio (max)",
             None,
             None,
-            f"projection right after each of {len(shares)} compactions over the input budget; "
-            f"median {statistics.median(shares):.3f}"
-            if shares
+            f"projection right after each of {len(window)} compactions over the context window; "
+            f"median {statistics.median(window):.3f}; over the input budget: median "
+            f"{statistics.median(budget):.3f}, max {max(budget):.3f}"
+            if window
             else "no compaction",
+        )
+    )
+    saving = [s for r in runs for s in r.saved_share]
+    least = min(saving) if saving else 1.0
+    figures.append(
+        figure(
+            "quality.longrun.least_saving",
+            round(least, 3),
+            "of the source",
+            ">= 0.10",
+            least >= 0.10,
+            f"the smallest saving of {len(saving)} committed compactions (the reduction gate's minimum "
+            f"progress); failed {sum(r.failed for r in runs)}; median "
+            f"{statistics.median(saving) if saving else 0:.3f}",
         )
     )
     return figures

@@ -95,6 +95,10 @@ class LongRun:
     saved: list[int] = field(default_factory=list)
     #: share of the input budget in use right after each compaction (projection / budget)
     after_share: list[float] = field(default_factory=list)
+    #: the same projection over the whole context window
+    after_window_share: list[float] = field(default_factory=list)
+    #: each compaction's saving over its source tokens (the reduction gate asks for 10 %)
+    saved_share: list[float] = field(default_factory=list)
     #: compactions that left the projection still at or over the compaction threshold
     still_due: int = 0
     llm: int = 0
@@ -104,7 +108,7 @@ class LongRun:
 
 
 class _Sim:
-    def __init__(self, kind: str, rng: random.Random, counter: TokenCounter) -> None:
+    def __init__(self, kind: str, rng: random.Random, counter: TokenCounter, window: int | None) -> None:
         self.kind = kind
         self.rng = rng
         self.counter = counter
@@ -119,7 +123,8 @@ class _Sim:
             counter=counter,
             config=CompactionConfig(restore_files=False),
         )
-        window = SMALL_WINDOW if kind == "multi-compaction" else LONGRUN_WINDOW
+        if window is None:
+            window = SMALL_WINDOW if kind == "multi-compaction" else LONGRUN_WINDOW
         self.add([SessionStarted(workspace=WORKSPACE, model="bench", context_window=window)])
 
     def add(self, events: list[EventBase]) -> None:
@@ -202,14 +207,21 @@ class _Sim:
 
 
 def simulate(
-    kind: str, turns: int, seed: int = SEED, counter: TokenCounter | None = None, *, snip: bool = True
+    kind: str,
+    turns: int,
+    seed: int = SEED,
+    counter: TokenCounter | None = None,
+    *,
+    snip: bool = True,
+    window: int | None = None,
 ) -> LongRun:
     """`turns` turns of `kind` through L1's policies (see the module doc).
 
-    `snip=False`: compaction alone (no S1), as a host without snipping compacts.
+    `snip=False`: compaction alone (no S1), as a host without snipping compacts; `window`:
+    the context window (default 128,000; 32,000 for the multi-compaction kind).
     """
     rng = random.Random(f"{seed}:{kind}")
-    sim = _Sim(kind, rng, counter or TokenCounter())
+    sim = _Sim(kind, rng, counter or TokenCounter(), window)
     sim.start_turn(f"Task: {sim.prose(40)}")
     result = LongRun(kind, turns)
     last_compacted = -2
@@ -240,10 +252,13 @@ def simulate(
             checkpoint = outcome.checkpoint
             result.compactions += 1
             result.llm += checkpoint.strategy == "llm"
-            result.saved.append(checkpoint.source_tokens - checkpoint.replacement_tokens)
+            saved = checkpoint.source_tokens - checkpoint.replacement_tokens
+            result.saved.append(saved)
+            result.saved_share.append(saved / checkpoint.source_tokens)
             after = occupancy(sim.state, sim.view).snapshot
-            budget = after.input_budget or 1
-            result.after_share.append((after.projected_tokens or 0) / budget)
+            projected = after.projected_tokens or 0
+            result.after_share.append(projected / (after.input_budget or 1))
+            result.after_window_share.append(projected / (after.budget.context_window or 1))
             result.still_due += after.phase == "compaction_due"
         else:
             run = 0

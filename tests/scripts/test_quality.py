@@ -142,6 +142,15 @@ def test_a_long_run_never_compacts_twice_without_progress() -> None:
     assert (with_snip.compactions, with_snip.back_to_back) == (0, 0)
 
 
+def test_the_long_run_sees_compactions_that_leave_the_context_due() -> None:
+    """The known-bad case of the progress figure: in a 16,000-token window, C10's target (8,000)
+    is above the compaction threshold (6,246), so a huge output compacted to the target is due
+    again at the next turn."""
+    run = simulate("huge-output", 300, window=16_000)
+    assert (run.compactions, run.back_to_back, run.still_due, run.longest_compacting_run) == (24, 6, 6, 2)
+    assert max(run.after_share) > 1.0  # over the input budget right after compacting
+
+
 def test_the_quality_bench_runs_quick_and_meets_its_targets() -> None:
     figures = {f["name"]: f for f in quality.run(quick=True)}
     checked = [f for f in figures.values() if f["met"] is not None]
@@ -149,6 +158,7 @@ def test_the_quality_bench_runs_quick_and_meets_its_targets() -> None:
         "quality.blank.summary_only_kept",
         "quality.fallback.superseded_as_current",
         "quality.longrun.back_to_back_compactions",
+        "quality.longrun.least_saving",
     ]
     assert all(f["met"] for f in checked)
     assert figures["quality.corpus"]["value"] == 16
