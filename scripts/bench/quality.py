@@ -3,6 +3,11 @@
 Usage: cairn bench --only quality [--quick] [--json] [--provider scripted|openai]
        python -m cairn.bench.quality [--quick] [--json] [--provider scripted|openai]
 
+With `CAIRN_BENCH_JUDGE=1` and a real provider, the same model also judges
+(`quality_judge`): it answers every probe's question from the full context
+and from the compacted one (two requests a session), and
+`quality.judge.accuracy_after_over_before` is the ratio of right answers.
+
 `--provider openai` (or `CAIRN_BENCH_PROVIDER=openai`) makes the summarizer
 under test a real model on an OpenAI-compatible endpoint, from the same
 `CAIRN_*` settings as the host (`CAIRN_BASE_URL`, `CAIRN_API_KEY`,
@@ -53,9 +58,10 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import figure
-from cairn.bench.quality_corpus import FACT_KINDS, KINDS, corpus
+from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus
+from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, judge_session
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
-from cairn.bench.quality_probe import STRATEGIES, ProviderFactory, Score, evaluate
+from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
 
 #: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
 QUALITY_TARGET_SUMMARY_ONLY = 20.0
@@ -89,11 +95,14 @@ SCRIPTED_LABEL = "summarizer under test: scripted provider, the pipeline's floor
 class Summarizer:
     """The summarizer under test: how to make its provider, what to call it, how to release it."""
 
-    def __init__(self, name: str, factory: ProviderFactory, label: str, close: Callable[[], None]) -> None:
+    def __init__(
+        self, name: str, factory: ProviderFactory, label: str, close: Callable[[], None], model: str = ""
+    ) -> None:
         self.name = name
         self.factory = factory
         self.label = label
         self.close = close
+        self.model = model
 
     @property
     def real(self) -> bool:
@@ -111,7 +120,7 @@ def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
     config = OpenAIConfig.from_env(environ)
     provider = OpenAIProvider(config)
     label = f"summarizer under test: model {config.model} at {config.endpoint}: a model's quality"
-    return Summarizer(name, lambda: provider, label, provider.close)
+    return Summarizer(name, lambda: provider, label, provider.close, config.model)
 
 
 def kept_pct(score: Score) -> float:
@@ -243,17 +252,26 @@ def run_with(
     except (ProviderConfigError, ValueError) as exc:
         return [figure("quality.provider", provider, "", "usable", False, str(exc))]
     try:
-        return _run(quick, summarizer, started, longrun)
+        judge = summarizer.real and environ.get(JUDGE_ENV) == "1"
+        return _run(quick, summarizer, started, longrun, judge)
     finally:
         summarizer.close()
 
 
 def _run(
-    quick: bool, summarizer_under_test: Summarizer, started: float, longrun: bool
+    quick: bool, summarizer_under_test: Summarizer, started: float, longrun: bool, judge: bool
 ) -> list[dict[str, Any]]:
     sessions = corpus(QUICK_PER_KIND if quick else FULL_PER_KIND)
     counter = TokenCounter()
-    scores, probes = evaluate(sessions, counter, summarizer=summarizer_under_test.factory)
+    verdicts = JudgeScore()
+    hook: SessionHook | None = None
+    if judge:
+        provider = summarizer_under_test.factory()
+
+        def hook(session: Session, probes: list[Probe], runs: dict[str, Run]) -> None:
+            judge_session(verdicts, provider, summarizer_under_test.model, session, probes, runs)
+
+    scores, probes = evaluate(sessions, counter, summarizer=summarizer_under_test.factory, on_session=hook)
     planted = sum(len(s.facts) for s in sessions)
     carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
     figures = [
@@ -288,12 +306,26 @@ def _run(
             f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
         )
     )
+    if judge:
+        figures.append(_judge_figure(verdicts))
     if longrun:
         figures += _longrun_part(QUICK_TURNS if quick else TURNS)
     figures.append(
         figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
     )
     return figures
+
+
+def _judge_figure(v: JudgeScore) -> dict[str, Any]:
+    kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
+    detail = (
+        f"the model answering from the compacted context over from the full one: right {v.after} vs "
+        f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
+        f"{v.superseded}; by kind (before->after/asked): {kinds}"
+    )
+    return figure(
+        "quality.judge.accuracy_after_over_before", round(v.ratio(), 3), "ratio", None, None, detail
+    )
 
 
 def _longrun_part(turns: int) -> list[dict[str, Any]]:

@@ -67,6 +67,7 @@ from cairn.events.kinds import (
 from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
 
 SEED = 20_261_203
+_Q_TASK = "Which function does the current task ask to change?"
 KINDS = (
     "coding",
     "debugging",
@@ -178,6 +179,10 @@ class Fact(msgspec.Struct, frozen=True):
     seq: int
     #: for a superseded fact: the key of the fact that replaced it
     replaced_by: str = ""
+    #: the judge's question (`--provider openai` with `CAIRN_BENCH_JUDGE=1`) and the exact string a
+    #: right answer contains; a superseded fact asks its replacement's question, answered with the old
+    question: str = ""
+    answer: str = ""
 
 
 class Session(msgspec.Struct, frozen=True):
@@ -266,14 +271,19 @@ class _Builder:
             )
         )
 
-    def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, replaced_by: str = "") -> str:
+    def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, question: str, answer: str) -> str:
         key = f"{kind}-{len(self.facts)}"
-        self.facts.append(Fact(key, kind, anchors, seq, replaced_by))
+        self.facts.append(Fact(key, kind, anchors, seq, question=question, answer=answer))
         return key
 
     def supersede(self, old_key: str, new_key: str) -> None:
+        """`old_key` was replaced by `new_key`: it becomes a superseded fact asking the new one's question."""
+        question = next(f.question for f in self.facts if f.key == new_key)
         self.facts = [
-            msgspec.structs.replace(f, replaced_by=new_key) if f.key == old_key else f for f in self.facts
+            msgspec.structs.replace(f, kind="superseded", replaced_by=new_key, question=question)
+            if f.key == old_key
+            else f
+            for f in self.facts
         ]
 
     def compact_here(self) -> None:
@@ -402,9 +412,9 @@ def _task(b: _Builder, nm: _Names, extra: str = "") -> str:
         f"Constraint: the final answer must end with the line {nm.done}.{extra}"
     )
     seq = b.start_turn(text)
-    key = b.plant("task", (nm.func, nm.goal), seq)
-    b.plant("constraint", (nm.rule, nm.cls), seq)
-    b.plant("constraint", (nm.done,), seq)
+    key = b.plant("task", (nm.func, nm.goal), seq, _Q_TASK, nm.func)
+    b.plant("constraint", (nm.rule, nm.cls), seq, "Which class does the user's constraint protect?", nm.cls)
+    b.plant("constraint", (nm.done,), seq, "Which exact line must the final answer end with?", nm.done)
     return key
 
 
@@ -417,26 +427,28 @@ def _identifier(b: _Builder, nm: _Names) -> None:
         text="Apply the change to the module.",
         path=nm.path,
     )
-    b.plant("identifier", (nm.path,), seq)
+    b.plant("identifier", (nm.path,), seq, "Which file did the edit to the module write?", nm.path)
     hits = f"{b.filler_path()}:{b.rng.randrange(10, 300)}: class {nm.cls2}(Base):\n" + "\n".join(
         f"{b.filler_path()}:{b.rng.randrange(1, 400)}: {b.prose(6)}" for _ in range(5)
     )
     seq = b.tool("grep", '{"pattern": "class .*Reader"}', hits, text="Find the reader class.")
-    b.plant("identifier", (nm.cls2,), seq)
+    b.plant("identifier", (nm.cls2,), seq, "What is the name of the reader class that grep found?", nm.cls2)
 
 
 def _decision(b: _Builder, nm: _Names, reason: str, choice: str | None = None) -> str:
     choice = choice or f"`{nm.cls}.lookup`"
     alternative = b.rng.choice(_ALTERNATIVES)
     seq = b.say(f"Decision: use {choice} rather than {alternative} because {reason}.")
-    return b.plant("decision", (choice.strip("`"), reason), seq)
+    name = choice.strip("`")
+    question = f"Which method did the assistant decide to use because {reason}?"
+    return b.plant("decision", (name, reason), seq, question, name)
 
 
 def _number(b: _Builder, label: str) -> str:
     value = _value(b.rng)
     out = f"{b.prose(30)}\n{label}: {value}\n{b.prose(20)}"
     seq = b.tool("bash", f'{{"cmd": "python -m bench {label.split()[0]}"}}', out, text="Measure it.")
-    return b.plant("number", (f"{label}: {value}",), seq)
+    return b.plant("number", (f"{label}: {value}",), seq, f"What was the measured {label}?", value)
 
 
 def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
@@ -448,7 +460,7 @@ def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
         text="Read the current limit.",
         path=nm.path,
     )
-    old_key = b.plant("superseded", (f"{nm.const} = {old}",), seq)
+    old_key = b.plant("number", (f"{nm.const} = {old}",), seq, "", str(old))
     b.filler(b.rng.randrange(2, 6))
     if by_user:
         seq = b.user((TextPart(f"Correction: set {nm.const} = {new}, the old value was too small."),))
@@ -461,7 +473,8 @@ def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
             text="Raise the limit.",
             path=nm.path,
         )
-    new_key = b.plant("number", (f"{nm.const} = {new}",), seq)
+    question = f"What is the current value of {nm.const}?"
+    new_key = b.plant("number", (f"{nm.const} = {new}",), seq, question, str(new))
     b.supersede(old_key, new_key)
 
 
@@ -477,10 +490,10 @@ def _error_and_fix(b: _Builder, nm: _Names, failures: int) -> None:
         first = first or seq
         if attempt < failures - 1:
             b.filler(b.rng.randrange(1, 4))
-    b.plant("error", (nm.error,), first)
+    b.plant("error", (nm.error,), first, "What exact error did the failing test raise?", nm.error)
     fix = b.rng.choice(_FIXES)
     seq = b.say(f"Fixed {nm.error} by {fix} in `{nm.func2}`.")
-    b.plant("fix", (nm.error, nm.func2), seq)
+    b.plant("fix", (nm.error, nm.func2), seq, "Which function was changed to fix the failing test?", nm.func2)
     b.test_filler()
 
 
@@ -490,7 +503,7 @@ def _next_action(b: _Builder, nm: _Names, *, record: bool) -> None:
     if record:
         text += f"\nEXACT CONTINUATION RECORD [Exact next action] :: {command}"
     seq = b.say(text)
-    b.plant("next-action", (command,), seq)
+    b.plant("next-action", (command,), seq, "What exact command is the pending next action?", command)
 
 
 # -- the eight shapes ---------------------------------------------------------------------------
@@ -521,7 +534,6 @@ def _debugging(b: _Builder, index: int) -> None:
     _error_and_fix(b, nm, b.rng.randrange(4, 8))
     new = _decision(b, nm, nm.reasons[1], choice=f"`{nm.cls}.rebuild`")
     b.supersede(hypothesis, new)
-    b.facts = [msgspec.structs.replace(f, kind="superseded") if f.key == hypothesis else f for f in b.facts]
     _identifier(b, nm)
     _number(b, "peak memory")
     _next_action(b, nm, record=index % 3 == 0)
@@ -565,9 +577,8 @@ def _task_change(b: _Builder, index: int) -> None:
         f"Change of plan: leave that work; instead make `{nm.func2}` {nm.goal2}.\n"
         f"Constraint: the final answer must end with the line {nm.done}."
     )
-    new_task = b.plant("task", (nm.func2, nm.goal2), seq)
+    new_task = b.plant("task", (nm.func2, nm.goal2), seq, _Q_TASK, nm.func2)
     b.supersede(old_task, new_task)
-    b.facts = [msgspec.structs.replace(f, kind="superseded") if f.key == old_task else f for f in b.facts]
     b.filler(b.rng.randrange(4, 8))
     _error_and_fix(b, nm, 2)
     _number(b, "throughput")
@@ -581,7 +592,7 @@ def _steering(b: _Builder, index: int) -> None:
     _task(b, nm)
     b.filler(b.rng.randrange(4, 8))
     seq = b.user((TextPart(f"Also: keep `{nm.cls2}` thread-safe while you are at it."),))
-    b.plant("constraint", (nm.cls2, "thread-safe"), seq)
+    b.plant("constraint", (nm.cls2, "thread-safe"), seq, "Which class must be kept thread-safe?", nm.cls2)
     _identifier(b, nm)
     _superseded_value(b, nm, by_user=True)
     _decision(b, nm, nm.reasons[0])
@@ -600,7 +611,9 @@ def _images(b: _Builder, index: int) -> None:
             f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route /v2/{nm.mod}{n}_{b.sfx}"
         )
         seq = b.user((TextPart(caption), ImagePart(data="iVBORw0KGgo" * 400)))
-        b.plant("number", (f"error rate {value}",), seq)
+        route = f"/v2/{nm.mod}{n}_{b.sfx}"
+        question = f"What error rate did the screenshot show on {route}?"
+        b.plant("number", (f"error rate {value}",), seq, question, value)
         b.say(f"The screenshot shows {b.prose(12)}.")
         b.filler(b.rng.randrange(2, 5))
     _identifier(b, nm)
@@ -621,7 +634,7 @@ def _huge_output(b: _Builder, index: int) -> None:
         label = f"total records scanned {n}"
         out = f"{log}\n{label}: {value}\n{b.prose(15)}"
         seq = b.tool("bash", '{"cmd": "cairn verify --all"}', out, text="Run the full verification.")
-        b.plant("number", (f"{label}: {value}",), seq)
+        b.plant("number", (f"{label}: {value}",), seq, f"What was the {label}?", value)
         b.filler(b.rng.randrange(2, 4))
     _identifier(b, nm)
     _decision(b, nm, nm.reasons[0])

@@ -313,13 +313,21 @@ def score_run(score: Score, session: Session, probes: Sequence[Probe], run: Run)
     score.fallbacks += sum(1 for used in run.used if used == "fallback")
 
 
+#: sees each session's probes and runs by strategy (the judge's hook)
+SessionHook = Callable[[Session, list[Probe], dict[str, Run]], None]
+
+
 def evaluate(
     sessions: Sequence[Session],
     counter: TokenCounter,
     *,
     summarizer: ProviderFactory = ScriptedProvider,
+    on_session: SessionHook | None = None,
 ) -> tuple[dict[str, Score], list[Probe]]:
-    """Every strategy over every session: the scores by strategy and the probes."""
+    """Every strategy over every session: the scores by strategy and the probes.
+
+    `on_session(session, probes, runs)`: called with each session's runs by strategy (the judge).
+    """
     scores = {name: Score() for name in STRATEGIES}
     probes_all: list[Probe] = []
     for session in sessions:
@@ -334,4 +342,6 @@ def evaluate(
             score_run(scores[name], session, probes, run)
         for score in scores.values():
             score.ceiling_tokens += runs["ceiling"].tokens
+        if on_session is not None:
+            on_session(session, probes, runs)
     return scores, probes_all

@@ -18,6 +18,7 @@ import pytest
 
 from cairn.actors.provider.scripted import scripted_summary
 from cairn.bench import quality
+from cairn.bench.quality_corpus import corpus
 from cairn.events.model import Message
 from tests.provider.chat_server import ChatServer, Received, Reply, text_reply
 from tests.provider.conftest import SECRET_KEY
@@ -87,3 +88,45 @@ def test_cairn_bench_takes_the_provider_flag() -> None:
     )
     assert done.returncode == 2
     assert "scripted" in done.stderr and "openai" in done.stderr
+
+
+def _reading_judge() -> ChatServer:
+    """A server whose model writes the scripted ledger for summaries and, as the judge, answers each
+    question with the candidate answer mentioned last in the conversation (a perfect reader)."""
+    candidates: dict[str, set[str]] = {}
+    for session in corpus(2):
+        for fact in session.facts:
+            if fact.question:
+                candidates.setdefault(fact.question, set()).add(fact.answer)
+
+    def model(received: Received) -> Reply:
+        messages = received.body.get("messages") or []
+        if not str(messages[-1].get("content", "")).startswith("Conversation:"):
+            return _ledger_model(received)
+        conversation, questions = str(messages[-1]["content"]).split("\nQuestions:\n", 1)
+        lines = []
+        for line in questions.splitlines():
+            number, question = line.split(". ", 1)
+            seen = [(conversation.rfind(a), a) for a in candidates.get(question, ()) if a in conversation]
+            lines.append(f"{number}. {max(seen)[1] if seen else 'unknown'}")
+        return text_reply("\n".join(lines))
+
+    return ChatServer(responder=model)
+
+
+def test_the_judge_answers_every_probe_from_the_full_and_the_compacted_context() -> None:
+    with _reading_judge() as server:
+        env = {**_env(server), "CAIRN_BENCH_JUDGE": "1"}
+        figures = _figures(quality.run_with(True, "openai", env, longrun=False))
+        calls = len(server.requests)
+    assert calls == 20 + 2 * 16  # the summaries, then two judge requests a session
+    judged = figures["quality.judge.accuracy_after_over_before"]
+    # a perfect reader: every answer from the full context, and from the compacted one exactly
+    # what the string probes found (92 = 16 + 32 + 2 + 0 + 10 + 10 + 8 + 14 of the summarizer)
+    assert judged["value"] == 0.535
+    assert "right 92 vs 172 of 172; superseded answered stale 0 vs 0 of 14" in str(judged["detail"])
+
+
+def test_the_judge_asks_nothing_offline() -> None:
+    figures = _figures(quality.run_with(True, "scripted", {"CAIRN_BENCH_JUDGE": "1"}, longrun=False))
+    assert "quality.judge.accuracy_after_over_before" not in figures
