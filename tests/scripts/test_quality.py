@@ -144,8 +144,8 @@ def test_a_long_run_never_compacts_twice_without_progress() -> None:
 
 def test_the_long_run_sees_compactions_that_leave_the_context_due() -> None:
     """The known-bad case of the progress figure: in a 16,000-token window, C10's target (8,000)
-    is above the compaction threshold (6,246), so a huge output compacted to the target is due
-    again at the next turn."""
+    is above the compaction threshold (6,246) and the input budget (7,808), so a huge output
+    compacted to the target is due again at the next turn."""
     run = simulate("huge-output", 300, window=16_000)
     assert (run.compactions, run.back_to_back, run.still_due, run.longest_compacting_run) == (24, 6, 6, 2)
     assert max(run.after_share) > 1.0  # over the input budget right after compacting
