@@ -3,20 +3,7 @@
 Usage: cairn bench --only quality [--quick] [--json] [--provider scripted|openai]
        python -m cairn.bench.quality [--quick] [--json] [--provider scripted|openai]
 
-With `CAIRN_BENCH_JUDGE=1` and a real provider, the same model also judges
-(`quality_judge`): it answers every probe's question from the full context
-and from the compacted one (two requests a session), and
-`quality.judge.accuracy_after_over_before` is the ratio of right answers.
-
-`--provider openai` (or `CAIRN_BENCH_PROVIDER=openai`) makes the summarizer
-under test a real model on an OpenAI-compatible endpoint, from the same
-`CAIRN_*` settings as the host (`CAIRN_BASE_URL`, `CAIRN_API_KEY`,
-`CAIRN_MODEL`, ...): one summary call per compaction point (80, or 20 with
---quick). The long runs stay on the scripted provider (they measure the
-policies, not the summary). A missing setting is one failed figure,
-`quality.provider`, naming it.
-
-Three parts, all seeded and offline:
+Three parts, seeded and offline by default:
 
 1. The corpus (`quality_corpus`): 64 sessions (16 with --quick) of eight
    agent shapes, real cairn events, with planted facts of nine kinds.
@@ -28,20 +15,35 @@ Three parts, all seeded and offline:
    presented as current, and the token cost against the ceiling.
 3. Long-run behaviour (`quality_longrun`): 1,000-turn sessions (200 with
    --quick) of each kind through the pure L1 policies, with snipping and
-   with compaction alone.
+   with compaction alone, plus a huge-output run in a 16,000-token window.
 
-The summarizer under test is the scripted provider: its figures are the
-pipeline's floor (what the host keeps whatever the model writes, plus a
+Offline the summarizer under test is the scripted provider: its figures are
+the pipeline's floor (what the host keeps whatever the model writes, plus a
 keyword-picking stand-in), never a model's quality. What only a real model
-can show: the summarizer's score on summary-only facts, decisions with
-their reasons, and whether it presents superseded facts as current.
+can show: the summarizer's score on summary-only facts (decisions with
+their reasons, identifiers, numbers), whether it presents superseded facts
+as current, and the judge's accuracy after over before.
+
+`--provider openai` (or `CAIRN_BENCH_PROVIDER=openai`) makes the summarizer
+under test a real model on an OpenAI-compatible endpoint, from the same
+`CAIRN_*` settings as the host (`CAIRN_BASE_URL`, `CAIRN_API_KEY`,
+`CAIRN_MODEL`, ...): one summary call per compaction point (80, or 20 with
+--quick). The long runs stay on the scripted provider (they measure the
+policies, not the summary). A missing setting is one failed figure,
+`quality.provider`, naming it. With `CAIRN_BENCH_JUDGE=1` the same model
+also judges (`quality_judge`): it answers every probe's question from the
+full context and from the compacted one (two requests a session), and
+`quality.judge.accuracy_after_over_before` is the ratio of right answers.
 
 Targets: the blank summary keeps at least 50 points fewer summary-only
 facts than the ceiling (the probes can tell a summary that carries nothing);
 the fallback presents no superseded fact as current; no two compactions on
-consecutive turns (never two compactions without a turn of progress).
-`QUALITY_TARGET` is what a summarizer must reach to count as useful; the
-blank summary, the known-bad input, fails it (tests/scripts/test_quality.py).
+consecutive turns (never two compactions without a turn of progress) in the
+long runs at their default windows; every committed compaction saves at
+least 10 % of its source. The quality target (`meets_quality_target`: at
+least 20 % of the summary-only facts, none stale, at most half the
+ceiling's tokens) is a target only for a real model; the blank summary, the
+known-bad input, fails it (tests/scripts/test_quality.py).
 """
 
 from __future__ import annotations
