@@ -1,6 +1,7 @@
 """`cairn bench`: every benchmark of the project, as ratios measured in one run.
 
-Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction,turns,cluster]
+Usage: python -m cairn.bench [--quick] [--json] [--only store,context,compaction,quality,turns,cluster]
+                           [--provider scripted|openai]
 Exit 0 when every figure with a target met it, 1 otherwise (`exit_code`): a
 figure without a target never fails the run, and a suite that raises is
 reported as one failed figure, `<suite>.error`, carrying the error, and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -109,6 +111,7 @@ SUITES = {
     "store": "cairn.bench.store",
     "context": "cairn.bench.context",
     "compaction": "cairn.bench.compaction",
+    "quality": "cairn.bench.quality",
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
 }
@@ -181,10 +184,17 @@ def main(argv: Sequence[str] | None = None, *, suite: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (about a minute)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--provider",
+        choices=("scripted", "openai"),
+        help="the quality suite's summarizer: scripted (offline, default) or openai (the CAIRN_* settings)",
+    )
     if suite is None:
         suites = ",".join(SUITES)
         parser.add_argument("--only", default=suites, help=f"comma-separated suites: {suites}")
     args = parser.parse_args(argv)
+    if args.provider:
+        os.environ["CAIRN_BENCH_PROVIDER"] = args.provider  # read by the quality suite
     if suite is not None:
         args.only = suite
     names = [n.strip() for n in args.only.split(",") if n.strip()]

@@ -1,0 +1,404 @@
+"""Compaction quality: which planted facts the effective context still carries after compaction (issue 14).
+
+Usage: cairn bench --only quality [--quick] [--json] [--provider scripted|openai]
+       python -m cairn.bench.quality [--quick] [--json] [--provider scripted|openai]
+
+Three parts, seeded and offline by default:
+
+1. The corpus (`quality_corpus`): 64 sessions (16 with --quick) of eight
+   agent shapes, real cairn events, with planted facts of nine kinds.
+2. Probes and baselines (`quality_probe`): every session through five
+   strategies (the full context as ceiling, a blank summary, plain
+   truncation to the summarizer's tokens, the deterministic fallback, the
+   summarizer under test); per strategy the share of probed facts kept (per
+   kind, and of the summary-only ones), the share of superseded facts
+   presented as current, and the token cost against the ceiling.
+3. Long-run behaviour (`quality_longrun`): 1,000-turn sessions (200 with
+   --quick) of each kind through the pure L1 policies, with snipping and
+   with compaction alone, plus a huge-output run in a 16,000-token window.
+
+Offline the summarizer under test is the scripted provider: its figures are
+the pipeline's floor (what the host keeps whatever the model writes, plus a
+keyword-picking stand-in), never a model's quality. What only a real model
+can show: the summarizer's score on summary-only facts (decisions with
+their reasons, identifiers, numbers), whether it presents superseded facts
+as current, and the judge's accuracy after over before.
+
+`--provider openai` (or `CAIRN_BENCH_PROVIDER=openai`) makes the summarizer
+under test a real model on an OpenAI-compatible endpoint, from the same
+`CAIRN_*` settings as the host (`CAIRN_BASE_URL`, `CAIRN_API_KEY`,
+`CAIRN_MODEL`, ...): one summary call per compaction point (80, or 20 with
+--quick). The long runs stay on the scripted provider (they measure the
+policies, not the summary). A missing setting is one failed figure,
+`quality.provider`, naming it. With `CAIRN_BENCH_JUDGE=1` the same model
+also judges (`quality_judge`): it answers every probe's question from the
+full context and from the compacted one (two requests a session), and
+`quality.judge.accuracy_after_over_before` is the ratio of right answers.
+
+Targets: the blank summary keeps at least 50 points fewer summary-only
+facts than the ceiling (the probes can tell a summary that carries nothing);
+the fallback presents no superseded fact as current; no two compactions on
+consecutive turns (never two compactions without a turn of progress) in the
+long runs at their default windows; every committed compaction saves at
+least 10 % of its source. The quality target (`meets_quality_target`: at
+least 20 % of the summary-only facts, none stale, at most half the
+ceiling's tokens) is a target only for a real model; the blank summary, the
+known-bad input, fails it (tests/scripts/test_quality.py).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.actors.provider.scripted import ScriptedProvider
+from cairn.actors.tokens import TokenCounter
+from cairn.bench import figure
+from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus
+from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, judge_session
+from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
+from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
+
+#: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
+QUALITY_TARGET_SUMMARY_ONLY = 20.0
+#: ... in at most this share of the ceiling's tokens (keeping the history is not summarizing it)
+QUALITY_TARGET_COST = 0.5
+#: the blank summary must be at least this many points below the ceiling on summary-only facts
+BLANK_MARGIN = 50.0
+FULL_PER_KIND = 8
+QUICK_PER_KIND = 2
+QUICK_TURNS = 200
+#: a small window (a local model's) for the huge-output stress run
+STRESS_WINDOW = 16_000
+SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
+TARGET_TEXT = (
+    f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} %, none stale, "
+    f"tokens <= {QUALITY_TARGET_COST:.0%} of the ceiling"
+)
+#: the summarizer under test: `scripted` (offline, the default) or `openai` (the `CAIRN_*` settings)
+PROVIDER_ENV = "CAIRN_BENCH_PROVIDER"
+PROVIDERS = ("scripted", "openai")
+
+_LABELS = {
+    "ceiling": "full uncompacted context",
+    "blank": "blank summary (seven headings, no evidence)",
+    "truncation": "plain truncation to the summarizer's tokens",
+    "fallback": "deterministic fallback (F1-F5)",
+}
+SCRIPTED_LABEL = "summarizer under test: scripted provider, the pipeline's floor, not model quality"
+
+
+class Summarizer:
+    """The summarizer under test: how to make its provider, what to call it, how to release it."""
+
+    def __init__(
+        self, name: str, factory: ProviderFactory, label: str, close: Callable[[], None], model: str = ""
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.label = label
+        self.close = close
+        self.model = model
+
+    @property
+    def real(self) -> bool:
+        """A real model answers: its figures are a model's quality, and the quality target applies."""
+        return self.name != "scripted"
+
+
+def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
+    """`scripted`, or `openai` from the `CAIRN_*` settings in `environ` (`ProviderConfigError` when
+    one is missing or malformed; it names the setting, never the key)."""
+    if name == "scripted":
+        return Summarizer(name, ScriptedProvider, SCRIPTED_LABEL, lambda: None)
+    if name != "openai":
+        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+    config = OpenAIConfig.from_env(environ)
+    provider = OpenAIProvider(config)
+    label = f"summarizer under test: model {config.model} at {config.endpoint}: a model's quality"
+    return Summarizer(name, lambda: provider, label, provider.close, config.model)
+
+
+def kept_pct(score: Score) -> float:
+    """The share of probed facts kept, superseded ones aside (they are judged as stale or not)."""
+    probed = sum(score.probed[k] for k in SCORED_KINDS)
+    kept = sum(score.carried[k] for k in SCORED_KINDS)
+    return 100.0 * kept / probed if probed else 100.0
+
+
+def meets_quality_target(score: Score) -> bool:
+    """The quality target: enough summary-only facts kept, no superseded fact presented as current,
+    at no more than half the ceiling's tokens."""
+    cost = score.tokens / score.ceiling_tokens if score.ceiling_tokens else 1.0
+    return (
+        score.summary_only_pct() >= QUALITY_TARGET_SUMMARY_ONLY
+        and score.stale == 0
+        and cost <= QUALITY_TARGET_COST
+    )
+
+
+def _kinds_detail(score: Score) -> str:
+    parts = []
+    for kind in SCORED_KINDS:
+        pct = score.kind(kind)
+        parts.append(f"{kind} {pct:.0f}" if pct is not None else f"{kind} -")
+    return ", ".join(parts)
+
+
+def _strategy_figures(
+    name: str, score: Score, ceiling: Score, sessions: int, label: str
+) -> list[dict[str, Any]]:
+    prefix = f"quality.{name}"
+    cost = score.tokens / score.ceiling_tokens if score.ceiling_tokens else 1.0
+    detail = (
+        f"{label}; {sessions} sessions; tokens {score.tokens // max(sessions, 1):,} a session "
+        f"({cost:.0%} of the ceiling); by kind %: {_kinds_detail(score)}; "
+        f"{score.compactions} compactions, {score.fallbacks} fell back, {score.refused} refused"
+    )
+    figures = [figure(f"{prefix}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)]
+    target: str | None = None
+    met: bool | None = None
+    if name == "blank":
+        target = f"<= ceiling - {BLANK_MARGIN:.0f} points"
+        met = score.summary_only_pct() <= ceiling.summary_only_pct() - BLANK_MARGIN
+    detail = (
+        f"{score.summary_only_carried}/{score.summary_only} facts no task or record carries; "
+        f"ceiling {ceiling.summary_only_pct():.1f} %"
+    )
+    figures.append(
+        figure(f"{prefix}.summary_only_kept", round(score.summary_only_pct(), 1), "%", target, met, detail)
+    )
+    target, met = ("0 %", score.stale == 0) if name == "fallback" else (None, None)
+    detail = (
+        f"{score.stale}/{score.superseded} superseded facts shown as current; "
+        f"old value still visible in {score.carried['superseded']}"
+    )
+    figures.append(
+        figure(f"{prefix}.superseded_as_current", round(score.stale_pct(), 1), "%", target, met, detail)
+    )
+    figures.append(
+        figure(
+            f"{prefix}.tokens_over_ceiling",
+            round(cost, 3),
+            "ratio",
+            None,
+            None,
+            "effective context tokens after the last compaction over the uncompacted context's",
+        )
+    )
+    return figures
+
+
+def _kind_figures(scores: dict[str, Score]) -> list[dict[str, Any]]:
+    figures = []
+    for kind in SCORED_KINDS:
+        summarizer = scores["summarizer"].kind(kind)
+        parts = []
+        for name in STRATEGIES:
+            pct = scores[name].kind(kind)
+            parts.append(f"{name} {pct:.1f}" if pct is not None else f"{name} -")
+        detail = f"{scores['summarizer'].probed[kind]} probed; " + ", ".join(parts)
+        value = round(summarizer, 1) if summarizer is not None else 0
+        figures.append(figure(f"quality.kind.{kind}", value, "% (summarizer)", None, None, detail))
+    return figures
+
+
+def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict[str, Any]]:
+    figures = []
+    for r in runs:
+        saved = f"{statistics.median(r.saved):,.0f}" if r.saved else "-"
+        share = (
+            f"window {statistics.median(r.after_window_share):.2f} (max {max(r.after_window_share):.2f}), "
+            f"input budget {statistics.median(r.after_share):.2f} (max {max(r.after_share):.2f})"
+            if r.after_share
+            else "-"
+        )
+        detail = (
+            f"{r.compactions} compactions in {turns} turns ({r.llm} by summary); "
+            f"snips {r.per_100(r.snips):.1f}/100; median saved {saved} tokens; "
+            f"share in use after (median): {share}; still due after {r.still_due}; "
+            f"back-to-back {r.back_to_back}; longest compacting run {r.longest_compacting_run}; "
+            f"failed {r.failed}"
+        )
+        figures.append(
+            figure(
+                f"quality.{variant}.{r.kind}",
+                round(r.per_100(r.compactions), 2),
+                "compactions/100 turns",
+                None,
+                None,
+                detail,
+            )
+        )
+    return figures
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """The `quality` suite: corpus, probes against the five strategies, long-run behaviour.
+
+    The summarizer under test is named by `CAIRN_BENCH_PROVIDER` (`cairn bench --provider`).
+    """
+    return run_with(quick, os.environ.get(PROVIDER_ENV) or "scripted", os.environ)
+
+
+def run_with(
+    quick: bool, provider: str, environ: Mapping[str, str], *, longrun: bool = True
+) -> list[dict[str, Any]]:
+    """`run` with the summarizer `provider` (`scripted`, `openai`) and its settings in `environ`;
+    `longrun=False` leaves out the long runs (they never call the summarizer under test)."""
+    started = time.perf_counter()
+    try:
+        summarizer = summarizer_for(provider, environ)
+    except (ProviderConfigError, ValueError) as exc:
+        return [figure("quality.provider", provider, "", "usable", False, str(exc))]
+    try:
+        judge = summarizer.real and environ.get(JUDGE_ENV) == "1"
+        return _run(quick, summarizer, started, longrun, judge)
+    finally:
+        summarizer.close()
+
+
+def _run(
+    quick: bool, summarizer_under_test: Summarizer, started: float, longrun: bool, judge: bool
+) -> list[dict[str, Any]]:
+    sessions = corpus(QUICK_PER_KIND if quick else FULL_PER_KIND)
+    counter = TokenCounter()
+    verdicts = JudgeScore()
+    hook: SessionHook | None = None
+    if judge:
+        provider = summarizer_under_test.factory()
+
+        def hook(session: Session, probes: list[Probe], runs: dict[str, Run]) -> None:
+            judge_session(verdicts, provider, summarizer_under_test.model, session, probes, runs)
+
+    scores, probes = evaluate(sessions, counter, summarizer=summarizer_under_test.factory, on_session=hook)
+    planted = sum(len(s.facts) for s in sessions)
+    carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
+    figures = [
+        figure(
+            "quality.corpus",
+            len(sessions),
+            "sessions",
+            None,
+            None,
+            f"{len(KINDS)} kinds; {planted} facts planted, {len(probes)} probed (outside the retained tail): "
+            f"{carriers['summary']} summary-only, {carriers['task']} in the active task, "
+            f"{carriers['record']} in records",
+        )
+    ]
+    ceiling = scores["ceiling"]
+    labels = {**_LABELS, "summarizer": summarizer_under_test.label}
+    for name in STRATEGIES:
+        figures += _strategy_figures(name, scores[name], ceiling, len(sessions), labels[name])
+    figures += _kind_figures(scores)
+    summarizer = scores["summarizer"]
+    meets = meets_quality_target(summarizer)
+    real = summarizer_under_test.real
+    judged = "a real model" if real else "the scripted provider (offline: no target)"
+    blank = "yes" if meets_quality_target(scores["blank"]) else "no"
+    figures.append(
+        figure(
+            "quality.summarizer.meets_quality_target",
+            "yes" if meets else "no",
+            "",
+            TARGET_TEXT if real else None,
+            meets if real else None,
+            f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
+        )
+    )
+    if judge:
+        figures.append(_judge_figure(verdicts))
+    if longrun:
+        figures += _longrun_part(QUICK_TURNS if quick else TURNS)
+    figures.append(
+        figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
+    )
+    return figures
+
+
+def _judge_figure(v: JudgeScore) -> dict[str, Any]:
+    kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
+    detail = (
+        f"the model answering from the compacted context over from the full one: right {v.after} vs "
+        f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
+        f"{v.superseded}; by kind (before->after/asked): {kinds}"
+    )
+    return figure(
+        "quality.judge.accuracy_after_over_before", round(v.ratio(), 3), "ratio", None, None, detail
+    )
+
+
+def _longrun_part(turns: int) -> list[dict[str, Any]]:
+    figures: list[dict[str, Any]] = []
+    with_snip = simulate_all(turns)
+    without = simulate_all(turns, snip=False)
+    figures += _longrun_figures(with_snip, "longrun", turns)
+    figures += _longrun_figures(without, "longrun_nosnip", turns)
+    runs = with_snip + without
+    stress = simulate("huge-output", turns, window=STRESS_WINDOW)
+    figures += _longrun_figures([stress], "longrun_small_window", turns)
+    figures[-1]["detail"] += (
+        f"; window {STRESS_WINDOW:,}: C10's target (half the window, 8,000) is above the compaction "
+        "threshold (6,246) and the input budget (7,808), so a compaction can leave the context due again "
+        "and over the budget; not under the back-to-back target"
+    )
+    back = sum(r.back_to_back for r in runs)
+    figures.append(
+        figure(
+            "quality.longrun.back_to_back_compactions",
+            back,
+            "compactions",
+            "0",
+            back == 0,
+            f"compactions on the turn right after another, {len(runs)} sessions of {turns} turns "
+            f"(with and without snip); longest compacting run {max(r.longest_compacting_run for r in runs)}",
+        )
+    )
+    window = [s for r in runs for s in r.after_window_share]
+    budget = [s for r in runs for s in r.after_share]
+    figures.append(
+        figure(
+            "quality.longrun.window_share_after_compaction",
+            round(max(window), 3) if window else 0,
+            "ratio (max)",
+            None,
+            None,
+            f"projection right after each of {len(window)} compactions over the context window; "
+            f"median {statistics.median(window):.3f}; over the input budget: median "
+            f"{statistics.median(budget):.3f}, max {max(budget):.3f}"
+            if window
+            else "no compaction",
+        )
+    )
+    saving = [s for r in runs for s in r.saved_share]
+    least = min(saving) if saving else 1.0
+    figures.append(
+        figure(
+            "quality.longrun.least_saving",
+            round(least, 3),
+            "of the source",
+            ">= 0.10",
+            least >= 0.10,
+            f"the smallest saving of {len(saving)} committed compactions (the reduction gate's minimum "
+            f"progress); failed {sum(r.failed for r in runs)}; median "
+            f"{statistics.median(saving) if saving else 0:.3f}",
+        )
+    )
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from cairn import bench
+
+    return bench.main(argv, suite="quality")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,695 @@
+"""The quality bench's corpus: seeded agent sessions, as cairn events, with planted facts of known kinds.
+
+Every session is a list of real log records (`events.kinds`: session-started,
+user-message, turn-started, assistant-message with tool calls, tool-result,
+turn-completed), so it folds with the same `replay`/`evolve` as a live log
+and goes through the real compactor. `corpus(per_kind, seed)` builds
+`per_kind` sessions of each of the eight kinds, from one `random.Random(seed)`
+in a fixed order: the same seed always gives byte-identical sessions.
+
+Kinds (the shapes agents produce):
+
+| kind              | shape                                                                      |
+|-------------------|----------------------------------------------------------------------------|
+| coding            | one turn: reads, edits (write effect), test runs, a benchmark              |
+| debugging         | one turn: the same test failing 4-7 times with one error, then the fix     |
+| research          | one turn: 25-40 reads, greps and web fetches; findings, then a decision    |
+| task-change       | turn 1 on task A, then the user replaces it with task B (A is superseded)  |
+| steering          | one turn with 2-3 user messages sent mid-turn (a correction among them)    |
+| images            | screenshots (image parts) from the user with captions, then coding         |
+| huge-output       | two or three tool outputs of 30,000-90,000 chars, facts near their end     |
+| multi-compaction  | a long coding turn compacted three times (after 35 %, 65 % and 100 %)      |
+
+Every other kind is compacted once, at its end, while its turn is still open
+(as a threshold compaction happens: before the next request).
+
+Planted facts (`Fact`), each with anchors that filler text never contains
+(a per-session 4-hex suffix, or a number with a unit that filler never
+prints):
+
+| kind        | planted as                                                 | anchors                    |
+|-------------|------------------------------------------------------------|----------------------------|
+| task        | first line of the turn's user request                      | function, goal phrase      |
+| constraint  | a line of the request (or a steering message)              | identifier, rule phrase    |
+| identifier  | a path written by an edit, a class found by grep           | the path / the name        |
+| decision    | an assistant line "Decision: X rather than Y because R"    | X, the reason phrase       |
+| error       | a failing test's error line                                | the exact error text       |
+| fix         | an assistant line naming the error and the fixed function  | error text, function       |
+| number      | a measured or configured value in tool output              | value with its unit        |
+| next-action | an assistant line "Next: run `<command>` ..." left pending | the exact command          |
+| superseded  | a value, task or decision later replaced by another fact   | the old value              |
+
+A superseded fact names the fact that replaced it (`replaced_by`); the newer
+one is probed as a fact of its own kind. Some sessions (every third) also
+state the pending next action as an exact continuation record (C8), so the
+host keeps it whatever the summary says.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Literal
+
+import msgspec
+
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import (
+    AssistantMessage,
+    EventBase,
+    FileAccess,
+    SessionStarted,
+    ToolResult,
+    TurnCompleted,
+    TurnStarted,
+    UserMessage,
+)
+from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
+
+SEED = 20_261_203
+_Q_TASK = "Which function does the current task ask to change?"
+KINDS = (
+    "coding",
+    "debugging",
+    "research",
+    "task-change",
+    "steering",
+    "images",
+    "huge-output",
+    "multi-compaction",
+)
+FactKind = Literal[
+    "task", "constraint", "identifier", "decision", "error", "fix", "number", "next-action", "superseded"
+]
+FACT_KINDS: tuple[FactKind, ...] = (
+    "task",
+    "constraint",
+    "identifier",
+    "decision",
+    "error",
+    "fix",
+    "number",
+    "next-action",
+    "superseded",
+)
+#: fact kinds whose anchors are statements (all anchors within one line), not bare strings
+STATEMENT_KINDS = frozenset({"task", "constraint", "decision", "fix", "next-action"})
+WINDOW = 200_000
+WORKSPACE = "/bench/ws"
+
+_MODULES = ("ledger", "journal", "budget", "segment", "lease", "replay", "index", "router", "cache")
+_WORDS = [
+    "parser",
+    "module",
+    "config",
+    "retry",
+    "cache",
+    "index",
+    "token",
+    "buffer",
+    "handler",
+    "schema",
+    "request",
+    "session",
+    "journal",
+    "segment",
+    "offset",
+    "commit",
+    "replay",
+    "checkpoint",
+    "summary",
+    "budget",
+    "window",
+    "fixture",
+    "value",
+    "payload",
+    "record",
+    "entry",
+    "frame",
+    "reader",
+    "writer",
+    "stream",
+    "queue",
+    "worker",
+    "state",
+    "event",
+    "field",
+]
+_VERBS = ("validate", "normalize", "flush", "resolve", "encode", "split", "merge", "rotate")
+_GOALS = (
+    "reject empty frames",
+    "keep the byte order stable",
+    "return the reserve in tokens",
+    "stop reading past the last commit",
+    "count images once",
+    "retry only idempotent calls",
+    "drop stale leases on restart",
+    "report the first bad offset",
+)
+_RULES = (
+    "do not change the on-disk format of",
+    "keep the public signature of",
+    "add no new dependency to",
+    "never call the network from",
+    "keep thread safety of",
+)
+_REASONS = (
+    "the fsync per batch dominates the write path",
+    "the lease can expire while replay runs",
+    "msgspec decodes the envelope without a copy",
+    "the old index cannot be rebuilt from the log",
+    "the provider reuses call ids across turns",
+    "an image would otherwise count its base64 length",
+    "the segment header already carries the length",
+    "a second lock would invert the acquisition order",
+)
+_ALTERNATIVES = ("a sorted list", "a second index", "a background thread", "the json module", "an LRU dict")
+_ERRORS = ("KeyError", "ValueError", "AssertionError", "TypeError", "IndexError")
+_FIXES = ("guarding against an empty segment", "copying the buffer first", "re-reading the lease")
+_UNITS = (("ms", 2), ("MiB", 1), ("%", 2), ("s", 3))
+_CAPTIONS = ("the dashboard", "the failing CI job", "the profiler flame graph", "the terminal")
+
+
+class Fact(msgspec.Struct, frozen=True):
+    """One planted fact: its kind, the strings that carry it, and the log seq that planted it."""
+
+    key: str
+    kind: FactKind
+    anchors: tuple[str, ...]
+    seq: int
+    #: for a superseded fact: the key of the fact that replaced it
+    replaced_by: str = ""
+    #: the judge's question (`--provider openai` with `CAIRN_BENCH_JUDGE=1`) and the exact string a
+    #: right answer contains; a superseded fact asks its replacement's question, answered with the old
+    question: str = ""
+    answer: str = ""
+
+
+class Session(msgspec.Struct, frozen=True):
+    """One generated session: its records, where it compacts, and the facts planted in it."""
+
+    name: str
+    kind: str
+    records: tuple[Record, ...]
+    #: compaction points: a compaction runs right after the record of each of these seqs
+    compact_after: tuple[int, ...]
+    facts: tuple[Fact, ...]
+
+
+class _Builder:
+    """Appends events as records and remembers the facts they plant."""
+
+    def __init__(self, name: str, rng: random.Random, window: int = WINDOW) -> None:
+        self.name = name
+        self.rng = rng
+        self.sfx = f"{rng.randrange(16**4):04x}"
+        self.records: list[Record] = []
+        self.facts: list[Fact] = []
+        self.compact_after: list[int] = []
+        self.turn: str | None = None
+        self.n = 0
+        self.add(SessionStarted(workspace=WORKSPACE, model="bench", context_window=window))
+
+    # -- events ---------------------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        return len(self.records)
+
+    def add(self, event: EventBase) -> int:
+        seq = len(self.records) + 1
+        self.records.append(Record(seq - 1, self.name, seq, 1000 * seq, GENESIS, event))  # type: ignore[arg-type]
+        return seq
+
+    def ident(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def start_turn(self, text: str) -> int:
+        if self.turn is not None:
+            self.add(TurnCompleted(turn_id=self.turn, requests=1))
+        mid = self.ident("u")
+        seq = self.add(UserMessage(message_id=mid, content=(TextPart(text),)))
+        self.turn = self.ident("t")
+        self.add(TurnStarted(turn_id=self.turn, message_id=mid))
+        return seq
+
+    def user(self, parts: tuple[Part, ...]) -> int:
+        """A user message inside the open turn (steering: it joins the turn's task)."""
+        return self.add(UserMessage(message_id=self.ident("u"), content=parts))
+
+    def say(self, text: str) -> int:
+        return self.add(AssistantMessage(message_id=self.ident("a"), request_id=self.ident("r"), text=text))
+
+    def tool(
+        self,
+        name: str,
+        arguments: str,
+        output: str,
+        *,
+        text: str = "",
+        status: ToolStatus = "ok",
+        effect: ToolEffect = "read",
+        path: str | None = None,
+    ) -> int:
+        """One tool turn: the assistant's call (with `text`), then its result; the result's seq."""
+        call = ToolCall(self.ident("c"), name, arguments)
+        self.add(
+            AssistantMessage(
+                message_id=self.ident("a"), request_id=self.ident("r"), text=text, tool_calls=(call,)
+            )
+        )
+        files = (FileAccess(path, "write" if effect == "write" else "read"),) if path else ()
+        return self.add(
+            ToolResult(
+                call_id=call.id,
+                tool_name=name,
+                status=status,
+                effect=effect,
+                content=(TextPart(output),),
+                files=files,
+            )
+        )
+
+    def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, question: str, answer: str) -> str:
+        key = f"{kind}-{len(self.facts)}"
+        self.facts.append(Fact(key, kind, anchors, seq, question=question, answer=answer))
+        return key
+
+    def supersede(self, old_key: str, new_key: str) -> None:
+        """`old_key` was replaced by `new_key`: it becomes a superseded fact asking the new one's question."""
+        question = next(f.question for f in self.facts if f.key == new_key)
+        self.facts = [
+            msgspec.structs.replace(f, kind="superseded", replaced_by=new_key, question=question)
+            if f.key == old_key
+            else f
+            for f in self.facts
+        ]
+
+    def compact_here(self) -> None:
+        self.compact_after.append(self.seq)
+
+    def session(self, kind: str) -> Session:
+        return Session(self.name, kind, tuple(self.records), tuple(self.compact_after), tuple(self.facts))
+
+    # -- filler ---------------------------------------------------------------------------------
+
+    def prose(self, words: int) -> str:
+        return " ".join(self.rng.choice(_WORDS) for _ in range(words))
+
+    def code(self, lines: int) -> str:
+        out = []
+        for i in range(lines):
+            a, b = self.rng.choice(_WORDS), self.rng.choice(_WORDS)
+            out.append(
+                self.rng.choice(
+                    (
+                        f"def {a}_{b}(self, {b}):",
+                        f"    {a} = self.{b}.get({b!r})",
+                        f"    if not {a}:",
+                        f"        return {b}",
+                        f"class {a.title()}{b.title()}:",
+                        f"    # {self.prose(6)}",
+                        f"    self.{a}.append({b})",
+                        "",
+                    )
+                )
+                if i
+                else f'"""{self.prose(8)}."""'
+            )
+        return "\n".join(out)
+
+    def filler_path(self) -> str:
+        return f"src/app/{self.rng.choice(_WORDS)}_{self.rng.choice(_WORDS)}.py"
+
+    def read_filler(self) -> int:
+        path = self.filler_path()
+        return self.tool(
+            "read",
+            f'{{"path": "{path}"}}',
+            self.code(self.rng.randrange(40, 160)),
+            text=self.maybe_text(),
+            path=path,
+        )
+
+    def grep_filler(self) -> int:
+        word = self.rng.choice(_WORDS)
+        hits = "\n".join(
+            f"{self.filler_path()}:{self.rng.randrange(1, 400)}: {self.prose(7)}" for _ in range(12)
+        )
+        return self.tool("grep", f'{{"pattern": "{word}"}}', hits, text=self.maybe_text())
+
+    def test_filler(self, passed: int | None = None) -> int:
+        count = passed if passed is not None else self.rng.randrange(5, 60)
+        lines = [
+            f"tests/test_{self.rng.choice(_WORDS)}.py ....{'.' * self.rng.randrange(1, 9)}" for _ in range(6)
+        ]
+        lines.append(f"===== {count} passed =====")
+        return self.tool("bash", '{"cmd": "pytest -q"}', "\n".join(lines), text=self.maybe_text())
+
+    def edit_filler(self) -> int:
+        path = self.filler_path()
+        return self.tool(
+            "edit",
+            f'{{"path": "{path}"}}',
+            f"edited {path}: {self.prose(10)}",
+            effect="write",
+            text=self.maybe_text(),
+            path=path,
+        )
+
+    def maybe_text(self) -> str:
+        return self.prose(self.rng.randrange(6, 20)).capitalize() + "." if self.rng.random() < 0.6 else ""
+
+    def filler(self, steps: int) -> None:
+        for _ in range(steps):
+            pick = self.rng.random()
+            if pick < 0.45:
+                self.read_filler()
+            elif pick < 0.65:
+                self.grep_filler()
+            elif pick < 0.85:
+                self.edit_filler()
+            else:
+                self.test_filler()
+
+
+# -- fact templates: each plants one fact (or a pair) and returns its key ----------------------
+
+
+class _Names:
+    """The per-session names facts use; every one carries the session's suffix."""
+
+    def __init__(self, b: _Builder) -> None:
+        rng, s = b.rng, b.sfx
+        self.mod = rng.choice(_MODULES)
+        self.func = f"{rng.choice(_VERBS)}_{self.mod}_{s}"
+        self.func2 = f"{rng.choice(_VERBS)}_{rng.choice(_MODULES)}_{s}b"
+        self.cls = f"{self.mod.title()}Index{s.upper()}"
+        self.cls2 = f"{rng.choice(_MODULES).title()}Reader{s.upper()}"
+        self.path = f"src/cairn_{self.mod}/{self.mod}_{s}.py"
+        self.test = f"tests/test_{self.mod}_{s}.py"
+        self.const = f"{self.mod.upper()}_LIMIT_{s.upper()}"
+        self.case = f"{rng.choice(_WORDS)}_{s}"
+        self.goal = rng.choice(_GOALS)
+        self.goal2 = rng.choice([g for g in _GOALS if g != self.goal])
+        self.rule = rng.choice(_RULES)
+        self.reasons = rng.sample(_REASONS, 3)
+        self.error = f"{rng.choice(_ERRORS)}: 'seg_{s}'"
+        self.done = f"DONE-{s}"
+
+
+def _value(rng: random.Random) -> str:
+    unit, digits = rng.choice(_UNITS)
+    return f"{rng.uniform(10, 900):.{digits}f} {unit}"
+
+
+def _task(b: _Builder, nm: _Names, extra: str = "") -> str:
+    """Start a turn with a task and two constraints; plants task + constraints."""
+    text = (
+        f"Task: change `{nm.func}` so that it will {nm.goal}.\n"
+        f"Constraint: {nm.rule} `{nm.cls}`.\n"
+        f"Constraint: the final answer must end with the line {nm.done}.{extra}"
+    )
+    seq = b.start_turn(text)
+    key = b.plant("task", (nm.func, nm.goal), seq, _Q_TASK, nm.func)
+    b.plant("constraint", (nm.rule, nm.cls), seq, "Which class does the user's constraint protect?", nm.cls)
+    b.plant("constraint", (nm.done,), seq, "Which exact line must the final answer end with?", nm.done)
+    return key
+
+
+def _identifier(b: _Builder, nm: _Names) -> None:
+    seq = b.tool(
+        "edit",
+        f'{{"path": "{nm.path}"}}',
+        f"wrote {nm.path} (+{b.rng.randrange(3, 40)} -{b.rng.randrange(1, 20)} lines)",
+        effect="write",
+        text="Apply the change to the module.",
+        path=nm.path,
+    )
+    b.plant("identifier", (nm.path,), seq, "Which file did the edit to the module write?", nm.path)
+    hits = f"{b.filler_path()}:{b.rng.randrange(10, 300)}: class {nm.cls2}(Base):\n" + "\n".join(
+        f"{b.filler_path()}:{b.rng.randrange(1, 400)}: {b.prose(6)}" for _ in range(5)
+    )
+    seq = b.tool("grep", '{"pattern": "class .*Reader"}', hits, text="Find the reader class.")
+    b.plant("identifier", (nm.cls2,), seq, "What is the name of the reader class that grep found?", nm.cls2)
+
+
+def _decision(b: _Builder, nm: _Names, reason: str, choice: str | None = None) -> str:
+    choice = choice or f"`{nm.cls}.lookup`"
+    alternative = b.rng.choice(_ALTERNATIVES)
+    seq = b.say(f"Decision: use {choice} rather than {alternative} because {reason}.")
+    name = choice.strip("`")
+    question = f"Which method did the assistant decide to use because {reason}?"
+    return b.plant("decision", (name, reason), seq, question, name)
+
+
+def _number(b: _Builder, label: str) -> str:
+    value = _value(b.rng)
+    out = f"{b.prose(30)}\n{label}: {value}\n{b.prose(20)}"
+    seq = b.tool("bash", f'{{"cmd": "python -m bench {label.split()[0]}"}}', out, text="Measure it.")
+    return b.plant("number", (f"{label}: {value}",), seq, f"What was the measured {label}?", value)
+
+
+def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
+    old, new = b.rng.randrange(100, 5000), b.rng.randrange(5000, 9999)
+    seq = b.tool(
+        "read",
+        f'{{"path": "{nm.path}"}}',
+        f"{b.code(10)}\n{nm.const} = {old}\n{b.code(10)}",
+        text="Read the current limit.",
+        path=nm.path,
+    )
+    old_key = b.plant("number", (f"{nm.const} = {old}",), seq, "", str(old))
+    b.filler(b.rng.randrange(2, 6))
+    if by_user:
+        seq = b.user((TextPart(f"Correction: set {nm.const} = {new}, the old value was too small."),))
+    else:
+        seq = b.tool(
+            "edit",
+            f'{{"path": "{nm.path}"}}',
+            f"wrote {nm.path}: {nm.const} = {new}",
+            effect="write",
+            text="Raise the limit.",
+            path=nm.path,
+        )
+    question = f"What is the current value of {nm.const}?"
+    new_key = b.plant("number", (f"{nm.const} = {new}",), seq, question, str(new))
+    b.supersede(old_key, new_key)
+
+
+def _error_and_fix(b: _Builder, nm: _Names, failures: int) -> None:
+    command = f"pytest {nm.test} -k {nm.case}"
+    first = 0
+    for attempt in range(failures):
+        out = (
+            f"{nm.test}::test_{nm.case} FAILED\n{b.code(6)}\nE   {nm.error}\n"
+            f"===== 1 failed, {b.rng.randrange(5, 40)} passed ====="
+        )
+        seq = b.tool("bash", f'{{"cmd": "{command}"}}', out, status="error", text=b.maybe_text())
+        first = first or seq
+        if attempt < failures - 1:
+            b.filler(b.rng.randrange(1, 4))
+    b.plant("error", (nm.error,), first, "What exact error did the failing test raise?", nm.error)
+    fix = b.rng.choice(_FIXES)
+    seq = b.say(f"Fixed {nm.error} by {fix} in `{nm.func2}`.")
+    b.plant("fix", (nm.error, nm.func2), seq, "Which function was changed to fix the failing test?", nm.func2)
+    b.test_filler()
+
+
+def _next_action(b: _Builder, nm: _Names, *, record: bool) -> None:
+    command = f"pytest {nm.test} -k {nm.case} --maxfail=1"
+    text = f"Next: run `{command}` once the fixture is regenerated."
+    if record:
+        text += f"\nEXACT CONTINUATION RECORD [Exact next action] :: {command}"
+    seq = b.say(text)
+    b.plant("next-action", (command,), seq, "What exact command is the pending next action?", command)
+
+
+# -- the eight shapes ---------------------------------------------------------------------------
+
+
+def _coding(b: _Builder, index: int, *, steps: int = 1) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(4, 9))
+    _identifier(b, nm)
+    b.filler(b.rng.randrange(3, 8))
+    _decision(b, nm, nm.reasons[0])
+    b.filler(b.rng.randrange(3, 8))
+    _superseded_value(b, nm, by_user=False)
+    _error_and_fix(b, nm, 2)
+    _number(b, "p99 latency")
+    b.filler(b.rng.randrange(3, 8))
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 14))
+    b.compact_here()
+
+
+def _debugging(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(2, 5))
+    hypothesis = _decision(b, nm, nm.reasons[0], choice=f"`{nm.cls}.retry`")
+    _error_and_fix(b, nm, b.rng.randrange(4, 8))
+    new = _decision(b, nm, nm.reasons[1], choice=f"`{nm.cls}.rebuild`")
+    b.supersede(hypothesis, new)
+    _identifier(b, nm)
+    _number(b, "peak memory")
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 14))
+    b.compact_here()
+
+
+def _research(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    for i in range(b.rng.randrange(25, 40)):
+        if i in (5, 14, 22):
+            _number(b, ("max frame", "median fetch", "cache hit rate")[(5, 14, 22).index(i)])
+            continue
+        if i == 10:
+            _identifier(b, nm)
+            continue
+        url = f"https://docs.example.org/{b.rng.choice(_WORDS)}/{b.rng.choice(_WORDS)}"
+        if b.rng.random() < 0.4:
+            b.tool(
+                "web-fetch", f'{{"url": "{url}"}}', b.prose(b.rng.randrange(200, 700)), text=b.maybe_text()
+            )
+        else:
+            b.read_filler() if b.rng.random() < 0.6 else b.grep_filler()
+    _superseded_value(b, nm, by_user=False)
+    _decision(b, nm, nm.reasons[0])
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(6, 10))
+    b.compact_here()
+
+
+def _task_change(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    old_task = _task(b, nm)
+    b.filler(b.rng.randrange(4, 8))
+    _identifier(b, nm)
+    _decision(b, nm, nm.reasons[0])
+    b.filler(b.rng.randrange(3, 6))
+    b.say("Stopping here as asked.")
+    seq = b.start_turn(
+        f"Change of plan: leave that work; instead make `{nm.func2}` {nm.goal2}.\n"
+        f"Constraint: the final answer must end with the line {nm.done}."
+    )
+    new_task = b.plant("task", (nm.func2, nm.goal2), seq, _Q_TASK, nm.func2)
+    b.supersede(old_task, new_task)
+    b.filler(b.rng.randrange(4, 8))
+    _error_and_fix(b, nm, 2)
+    _number(b, "throughput")
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 12))
+    b.compact_here()
+
+
+def _steering(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(4, 8))
+    seq = b.user((TextPart(f"Also: keep `{nm.cls2}` thread-safe while you are at it."),))
+    b.plant("constraint", (nm.cls2, "thread-safe"), seq, "Which class must be kept thread-safe?", nm.cls2)
+    _identifier(b, nm)
+    _superseded_value(b, nm, by_user=True)
+    _decision(b, nm, nm.reasons[0])
+    _error_and_fix(b, nm, 2)
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 12))
+    b.compact_here()
+
+
+def _images(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    for n in range(b.rng.randrange(2, 4)):
+        value = _value(b.rng)
+        caption = (
+            f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route /v2/{nm.mod}{n}_{b.sfx}"
+        )
+        seq = b.user((TextPart(caption), ImagePart(data="iVBORw0KGgo" * 400)))
+        route = f"/v2/{nm.mod}{n}_{b.sfx}"
+        question = f"What error rate did the screenshot show on {route}?"
+        b.plant("number", (f"error rate {value}",), seq, question, value)
+        b.say(f"The screenshot shows {b.prose(12)}.")
+        b.filler(b.rng.randrange(2, 5))
+    _identifier(b, nm)
+    _decision(b, nm, nm.reasons[0])
+    _error_and_fix(b, nm, 2)
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 12))
+    b.compact_here()
+
+
+def _huge_output(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(3, 6))
+    for n in range(b.rng.randrange(2, 4)):
+        value = _value(b.rng)
+        log = "\n".join(f"[{i:06d}] {b.prose(10)}" for i in range(b.rng.randrange(500, 1400)))
+        label = f"total records scanned {n}"
+        out = f"{log}\n{label}: {value}\n{b.prose(15)}"
+        seq = b.tool("bash", '{"cmd": "cairn verify --all"}', out, text="Run the full verification.")
+        b.plant("number", (f"{label}: {value}",), seq, f"What was the {label}?", value)
+        b.filler(b.rng.randrange(2, 4))
+    _identifier(b, nm)
+    _decision(b, nm, nm.reasons[0])
+    _superseded_value(b, nm, by_user=False)
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(8, 12))
+    b.compact_here()
+
+
+def _multi(b: _Builder, index: int) -> None:
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(6, 10))
+    _identifier(b, nm)
+    _decision(b, nm, nm.reasons[0])
+    _number(b, "p50 latency")
+    b.filler(b.rng.randrange(10, 16))
+    b.compact_here()
+    _superseded_value(b, nm, by_user=False)
+    _error_and_fix(b, nm, 3)
+    _decision(b, nm, nm.reasons[1], choice=f"`{nm.cls2}.scan`")
+    b.filler(b.rng.randrange(10, 16))
+    b.compact_here()
+    _number(b, "p99 latency")
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(10, 16))
+    b.compact_here()
+
+
+_SHAPES = {
+    "coding": _coding,
+    "debugging": _debugging,
+    "research": _research,
+    "task-change": _task_change,
+    "steering": _steering,
+    "images": _images,
+    "huge-output": _huge_output,
+    "multi-compaction": _multi,
+}
+
+
+def build_session(kind: str, index: int, rng: random.Random) -> Session:
+    """The `index`-th session of `kind`, drawn from `rng`."""
+    b = _Builder(f"{kind}-{index}", rng)
+    _SHAPES[kind](b, index)
+    return b.session(kind)
+
+
+def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
+    """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator."""
+    rng = random.Random(seed)
+    return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
+
+
+def iter_facts(sessions: list[Session]) -> Iterator[tuple[Session, Fact]]:
+    for session in sessions:
+        for fact in session.facts:
+            yield session, fact

@@ -1,0 +1,128 @@
+"""The quality bench's judge: a model answers each probe's question before and after compaction.
+
+Only with a real model (`cairn bench --only quality --provider openai` and
+`CAIRN_BENCH_JUDGE=1`); the same `CAIRN_*` endpoint answers. For every
+session, two requests: the full uncompacted context (before) and the
+summarizer's effective context after its last compaction (after), each
+rendered as a `[i] role: text` transcript (X1-X2 applied, tool calls shown,
+images as the M4 placeholder), followed by the session's probe questions,
+numbered. The model answers one numbered line per question.
+
+An answer is right when it contains the fact's `answer` string
+(case-insensitive). A superseded fact asks its replacement's question; it
+is *answered stale* when the line contains the old value and not the new
+one. The figure is accuracy after over accuracy before: what compaction
+cost the model, measured by the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cairn.actors.compactor.prompt import render_message
+from cairn.actors.provider.base import Provider, ProviderRequest, TextDelta
+from cairn.actors.session.tool_budget import render_context
+from cairn.bench.quality_corpus import Fact, Session
+from cairn.bench.quality_probe import Probe, Run
+from cairn.events.model import Message
+
+JUDGE_ENV = "CAIRN_BENCH_JUDGE"
+JUDGE_SYSTEM = (
+    "You answer questions about the working conversation of a coding agent shown below, using only "
+    "what it says. Answer each numbered question on one line that starts with its number, quoting "
+    "exact names, paths, commands and numbers. When a value changed, give the latest one. When the "
+    "conversation does not say, answer 'unknown'."
+)
+#: chars of one message in the judge's transcript (a context already fits the window)
+JUDGE_CHAR_CAP = 20_000
+_ANSWER_RE = re.compile(r"^\s*(\d+)\s*[.):]\s*(.*)$")
+
+
+@dataclass
+class JudgeScore:
+    """Right answers before (full context) and after (compacted) compaction, and stale ones."""
+
+    asked: int = 0
+    before: int = 0
+    after: int = 0
+    superseded: int = 0
+    stale_before: int = 0
+    stale_after: int = 0
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [asked, before, after]
+
+    def ratio(self) -> float:
+        """Accuracy after over accuracy before (1.0 when nothing was right before)."""
+        return self.after / self.before if self.before else 1.0
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    return "\n".join(render_message(i, m, JUDGE_CHAR_CAP) for i, m in enumerate(render_context(messages)))
+
+
+def parse_answers(text: str, count: int) -> list[str]:
+    """Line `n.` of the reply for each question 1..count ('' when missing)."""
+    answers = [""] * count
+    for line in text.splitlines():
+        match = _ANSWER_RE.match(line)
+        if match is not None and 1 <= int(match.group(1)) <= count:
+            answers[int(match.group(1)) - 1] = match.group(2).strip()
+    return answers
+
+
+def ask(
+    provider: Provider, model: str, context: Sequence[Message], questions: Sequence[str], rid: str
+) -> list[str]:
+    """One judge request: the transcript of `context`, then the numbered questions."""
+    numbered = "\n".join(f"{n}. {q}" for n, q in enumerate(questions, start=1))
+    body = f"Conversation:\n{transcript(context)}\n\nQuestions:\n{numbered}"
+    request = ProviderRequest(
+        model=model,
+        messages=(
+            Message(role="system", content=JUDGE_SYSTEM, id="judge-instructions"),
+            Message(role="user", content=body, id="judge-questions"),
+        ),
+        purpose="turn",
+        temperature=0.0,
+        max_output_tokens=2_000,
+        request_id=rid,
+    )
+    text = "".join(out.text for out in provider.stream(request) if isinstance(out, TextDelta))
+    return parse_answers(text, len(questions))
+
+
+def _right(fact: Fact, answer: str) -> bool:
+    return bool(fact.answer) and fact.answer.lower() in answer.lower()
+
+
+def judge_session(
+    score: JudgeScore,
+    provider: Provider,
+    model: str,
+    session: Session,
+    probes: Sequence[Probe],
+    runs: dict[str, Run],
+) -> None:
+    """Ask `session`'s probe questions of the full context and of the summarizer's; add to `score`."""
+    asked = [p.fact for p in probes if p.fact.question]
+    if not asked:
+        return
+    by_key = {f.key: f for f in session.facts}
+    questions = [f.question for f in asked]
+    before = ask(provider, model, runs["ceiling"].context, questions, f"judge:{session.name}:before")
+    after = ask(provider, model, runs["summarizer"].context, questions, f"judge:{session.name}:after")
+    for fact, old, new in zip(asked, before, after, strict=True):
+        if fact.kind == "superseded":
+            replacing = by_key.get(fact.replaced_by)
+            score.superseded += 1
+            score.stale_before += _right(fact, old) and not (replacing is not None and _right(replacing, old))
+            score.stale_after += _right(fact, new) and not (replacing is not None and _right(replacing, new))
+            continue
+        score.asked += 1
+        score.before += _right(fact, old)
+        score.after += _right(fact, new)
+        counts = score.by_kind.setdefault(fact.kind, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += _right(fact, old)
+        counts[2] += _right(fact, new)

@@ -1,0 +1,347 @@
+"""The quality bench's strategies and probes: what the effective context still carries after compaction.
+
+Each session of the corpus (`quality_corpus`) is folded record by record
+with the real `evolve`; at each of its compaction points one strategy
+replaces the effective context, through the real compactor where it can:
+
+| strategy     | replacement                                                                    |
+|--------------|--------------------------------------------------------------------------------|
+| ceiling      | none: the full uncompacted context                                             |
+| blank        | the compactor with a summary of seven headings, each "- No evidence observed." |
+| truncation   | the newest whole units (one cut to fit) after a one-line marker, no summary and |
+|              | no task checkpoint, to the tokens of the summarizer's replacement at that point |
+| fallback     | the compactor whose summary call fails (HTTP 400): the deterministic F1-F5     |
+| summarizer   | the compactor with the provider under test (offline: the scripted provider)    |
+
+The blank summary goes through the real pipeline, so the host still adds
+the retained tail (C9), the exact records (C8) and the active task (C11):
+what it carries, the summary did not.
+
+Probes. The *probed* facts of a session are those planted at or before its
+last compaction point and not carried by the retained tail (C9: the newest
+20 % of the summarizer's source at the last compaction), where they survive
+anyway. Each is checked against the model-visible text of the effective
+context (`render_context`, X1-X2; tool calls as `name arguments` lines,
+images as the M4 placeholder) with one rule:
+
+- a fact is carried when all its anchors occur within one line of one
+  message; identifiers, paths, error texts and numbers exactly (case
+  included), statement anchors (task, constraint, decision, fix, next
+  action) case-insensitively;
+- a superseded fact is *presented as current* when its old value is carried
+  by a line that does not mark it as replaced (`superseded`, `no longer`,
+  `replaced by`, `instead of`, `was changed`, `outdated`, case-insensitive)
+  and the fact that replaced it is absent or only carried earlier in the
+  context (a reader taking the newest mention as true would take the old).
+
+The ceiling is the model-visible context too: a fact inside a tool output
+over 100,000 chars is out of the 2,000-char preview (X1) and missing even
+there (two numbers of the huge-output sessions).
+
+A probed fact is *summary-only* when neither the active task (C11, the open
+turn's request and steering) nor an exact continuation record (C8) carries
+it: only a summary could keep it past compaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
+from cairn.actors.compactor.active_task import task_text
+from cairn.actors.compactor.checkpoint import strip_handoff
+from cairn.actors.compactor.errors import CompactionIneffective
+from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.gates import effect_target
+from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.replacement import retained_tail
+from cairn.actors.provider.base import Provider
+from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
+from cairn.actors.session.tool_budget import render_context
+from cairn.actors.tokens import TokenCounter
+from cairn.bench.quality_corpus import FACT_KINDS, STATEMENT_KINDS, WORKSPACE, Fact, Session
+from cairn.events.codec import GENESIS, Record
+from cairn.events.kinds import CHECKPOINT_VERSION, CheckpointCommitted, EventBase
+from cairn.events.model import Message, text_of
+from cairn.events.protocol import HEADINGS
+from cairn.events.state import SessionState, carried_for_checkpoint, evolve
+
+STRATEGIES = ("ceiling", "blank", "truncation", "fallback", "summarizer")
+BLANK_SUMMARY = (
+    "<summary>\n" + "\n\n".join(f"## {h}\n- No evidence observed." for h in HEADINGS) + "\n</summary>"
+)
+TRUNCATION_MARKER = "[Earlier messages were truncated to fit the context window.]"
+SUPERSESSION_MARKERS = ("superseded", "no longer", "replaced by", "instead of", "was changed", "outdated")
+
+#: makes the summary provider of the strategy under test (the scripted one offline)
+ProviderFactory = Callable[[], Provider]
+
+
+@dataclass
+class Run:
+    """One strategy over one session: the effective context after its last compaction."""
+
+    context: tuple[Message, ...] = ()
+    tokens: int = 0
+    compactions: int = 0
+    #: compactions that committed nothing (the compactor found nothing smaller)
+    refused: int = 0
+    #: the strategy of each committed checkpoint (`llm` or `fallback`)
+    used: list[str] = field(default_factory=list)
+    replacement_tokens: list[int] = field(default_factory=list)
+    #: the summarizer only: C9's tail, the task and the records at the last compaction
+    tail: tuple[Message, ...] = ()
+    task: str = ""
+    records: tuple[str, ...] = ()
+
+
+def _record(state: SessionState, event: EventBase) -> Record:
+    seq = state.last_seq + 1
+    return Record(seq - 1, state.sid, seq, 1000 * seq, GENESIS, event)  # type: ignore[arg-type]
+
+
+def _apply(state: SessionState, events: Sequence[EventBase]) -> SessionState:
+    for event in events:
+        state = evolve(state, _record(state, event))
+    return state
+
+
+def _compactor(provider: Provider, counter: TokenCounter) -> Compactor:
+    config = CompactionConfig(restore_files=False)  # the bench workspace has no files on disk
+    return Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter, config=config)
+
+
+def _truncate(state: SessionState, budget: int, counter: TokenCounter) -> CheckpointCommitted:
+    """Plain truncation: the marker, then the newest units that fit `budget` tokens (one cut to fit)."""
+    source = strip_handoff(state.context)
+    marker = Message(role="user", content=TRUNCATION_MARKER, id=f"trunc-{state.epoch + 1}")
+    plan = plan_fallback(source, summary=marker, task_message=None, task="", target=budget, counter=counter)
+    return CheckpointCommitted(
+        version=CHECKPOINT_VERSION,
+        epoch=state.epoch + 1,
+        through_seq=state.last_seq,
+        trigger="threshold",
+        strategy="fallback",
+        source_tokens=counter.messages(source),
+        replacement_tokens=plan.tokens,
+        replacement_messages=plan.replacement,
+        carried=carried_for_checkpoint(state, reset_breaker=False),
+    )
+
+
+def run_strategy(
+    session: Session,
+    strategy: str,
+    counter: TokenCounter,
+    *,
+    summarizer: ProviderFactory = ScriptedProvider,
+    budgets: Sequence[int] = (),
+) -> Run:
+    """Fold `session`, compacting with `strategy` at each of its points (see the module doc).
+
+    `budgets`: truncation's token budget at each point (the summarizer's replacement tokens).
+    """
+    run = Run()
+    state = SessionState()
+    points = set(session.compact_after)
+    last = max(session.compact_after)
+    for record in session.records:
+        state = _apply(state, [record.event])
+        if record.seq not in points or strategy == "ceiling":
+            continue
+        index = run.compactions
+        run.compactions += 1
+        if strategy == "summarizer" and record.seq == last:
+            source = strip_handoff(state.context)
+            run.tail = retained_tail(source)
+            run.task = task_text(state.carried.open_turn)
+            run.records = tuple(r.payload for r in extract_records(record_texts(source)).records)
+        if strategy == "truncation":
+            window = state.info.context_window if state.info is not None else None
+            budget = (
+                budgets[index]
+                if index < len(budgets)
+                else effect_target(counter.messages(state.context), window)
+            )
+            checkpoint = _truncate(state, budget, counter)
+            state = _apply(state, [checkpoint])
+            run.used.append("truncation")
+            run.replacement_tokens.append(checkpoint.replacement_tokens)
+            continue
+        provider: Provider
+        if strategy == "blank":
+            provider = ScriptedProvider(default=Reply(text=BLANK_SUMMARY))
+        elif strategy == "fallback":
+            provider = ScriptedProvider(default=http_error(400))
+        else:
+            provider = summarizer()
+        request = CompactionRequest(state=state, workspace=WORKSPACE, trigger="threshold", now_ms=10**12)
+        try:
+            outcome = _compactor(provider, counter).compact(request)
+        except CompactionIneffective as exc:
+            state = _apply(state, exc.events)
+            run.refused += 1
+            continue
+        state = _apply(state, outcome.events)
+        run.used.append(outcome.strategy)
+        run.replacement_tokens.append(outcome.checkpoint.replacement_tokens)
+    run.context = state.context
+    run.tokens = counter.messages(state.context)
+    return run
+
+
+# -- probes -------------------------------------------------------------------------------------
+
+
+class Lines:
+    """The model-visible lines of a context, in order, with a lowered copy for statements."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        lines: list[str] = []
+        for message in render_context(messages):
+            lines.extend(text_of(message).splitlines())
+            lines.extend(f"{call.name} {call.arguments}" for call in message.tool_calls)
+        self.lines = lines
+        self.lowered = [line.lower() for line in lines]
+
+
+def last_line(fact: Fact, lines: Lines, *, unmarked: bool = False) -> int | None:
+    """The index of the last line carrying `fact` (the rule in the module doc), or None.
+
+    `unmarked`: skip lines that mark a value as replaced (for superseded facts).
+    """
+    statement = fact.kind in STATEMENT_KINDS or (fact.kind == "superseded" and len(fact.anchors) > 1)
+    anchors = tuple(a.lower() for a in fact.anchors) if statement else fact.anchors
+    pool = lines.lowered if statement else lines.lines
+    for index in range(len(pool) - 1, -1, -1):
+        line = pool[index]
+        if all(anchor in line for anchor in anchors):
+            if unmarked and any(marker in lines.lowered[index] for marker in SUPERSESSION_MARKERS):
+                continue
+            return index
+    return None
+
+
+def presented_as_current(fact: Fact, replacing: Fact | None, lines: Lines) -> bool:
+    """A superseded fact's old value shown as if it still held (the rule in the module doc)."""
+    old = last_line(fact, lines, unmarked=True)
+    if old is None:
+        return False
+    new = last_line(replacing, lines) if replacing is not None else None
+    return new is None or old > new
+
+
+class Probe(msgspec.Struct, frozen=True):
+    """One probed fact of one session: its kind and what carries it besides a summary."""
+
+    session: str
+    fact: Fact
+    #: `task` (C11), `record` (C8) or `summary` (only a summary can carry it)
+    carrier: str
+
+
+def probes_of(session: Session, reference: Run) -> list[Probe]:
+    """The probed facts of `session`, given the summarizer's run (its tail, task and records)."""
+    last = max(session.compact_after)
+    tail = Lines(reference.tail)
+    task = Lines([Message(role="user", content=reference.task)])
+    records = Lines([Message(role="user", content="\n".join(reference.records))])
+    out = []
+    for fact in session.facts:
+        if fact.seq > last or last_line(fact, tail) is not None:
+            continue
+        carrier = "summary"
+        if last_line(fact, task) is not None:
+            carrier = "task"
+        elif last_line(fact, records) is not None:
+            carrier = "record"
+        out.append(Probe(session.name, fact, carrier))
+    return out
+
+
+@dataclass
+class Score:
+    """What one strategy carried of the probed facts, over the corpus."""
+
+    carried: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FACT_KINDS, 0))
+    probed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FACT_KINDS, 0))
+    summary_only: int = 0
+    summary_only_carried: int = 0
+    superseded: int = 0
+    stale: int = 0
+    tokens: int = 0
+    ceiling_tokens: int = 0
+    compactions: int = 0
+    refused: int = 0
+    fallbacks: int = 0
+
+    def overall(self) -> float:
+        probed = sum(self.probed.values())
+        return 100.0 * sum(self.carried.values()) / probed if probed else 100.0
+
+    def kind(self, kind: str) -> float | None:
+        return 100.0 * self.carried[kind] / self.probed[kind] if self.probed[kind] else None
+
+    def summary_only_pct(self) -> float:
+        return 100.0 * self.summary_only_carried / self.summary_only if self.summary_only else 100.0
+
+    def stale_pct(self) -> float:
+        return 100.0 * self.stale / self.superseded if self.superseded else 0.0
+
+
+def score_run(score: Score, session: Session, probes: Sequence[Probe], run: Run) -> None:
+    """Add one strategy's run of `session` to `score`."""
+    lines = Lines(run.context)
+    by_key = {fact.key: fact for fact in session.facts}
+    for probe in probes:
+        fact = probe.fact
+        ok = last_line(fact, lines) is not None
+        score.probed[fact.kind] += 1
+        score.carried[fact.kind] += ok
+        if probe.carrier == "summary":
+            score.summary_only += 1
+            score.summary_only_carried += ok
+        if fact.kind == "superseded":
+            score.superseded += 1
+            score.stale += presented_as_current(fact, by_key.get(fact.replaced_by), lines)
+    score.tokens += run.tokens
+    score.compactions += run.compactions
+    score.refused += run.refused
+    score.fallbacks += sum(1 for used in run.used if used == "fallback")
+
+
+#: sees each session's probes and runs by strategy (the judge's hook)
+SessionHook = Callable[[Session, list[Probe], dict[str, Run]], None]
+
+
+def evaluate(
+    sessions: Sequence[Session],
+    counter: TokenCounter,
+    *,
+    summarizer: ProviderFactory = ScriptedProvider,
+    on_session: SessionHook | None = None,
+) -> tuple[dict[str, Score], list[Probe]]:
+    """Every strategy over every session: the scores by strategy and the probes.
+
+    `on_session(session, probes, runs)`: called with each session's runs by strategy (the judge).
+    """
+    scores = {name: Score() for name in STRATEGIES}
+    probes_all: list[Probe] = []
+    for session in sessions:
+        reference = run_strategy(session, "summarizer", counter, summarizer=summarizer)
+        probes = probes_of(session, reference)
+        probes_all.extend(probes)
+        runs = {"summarizer": reference}
+        for name in STRATEGIES:
+            if name not in runs:
+                runs[name] = run_strategy(session, name, counter, budgets=reference.replacement_tokens)
+        for name, run in runs.items():
+            score_run(scores[name], session, probes, run)
+        for score in scores.values():
+            score.ceiling_tokens += runs["ceiling"].tokens
+        if on_session is not None:
+            on_session(session, probes, runs)
+    return scores, probes_all

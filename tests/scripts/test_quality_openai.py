@@ -1,0 +1,132 @@
+"""The quality bench against an OpenAI-compatible endpoint (`--provider openai`, the `CAIRN_*` settings):
+a chat-completions server on 127.0.0.1 plays the model, through the real OpenAI adapter.
+
+The server's model answers each summary request with the ledger the scripted
+provider would write for the same transcript, so the harness must give the
+same scores over the wire as offline; a model that answers in free text is
+refused (C7), every compaction falls back, and the figures say so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from cairn.actors.provider.scripted import scripted_summary
+from cairn.bench import quality
+from cairn.bench.quality_corpus import corpus
+from cairn.events.model import Message
+from tests.provider.chat_server import ChatServer, Received, Reply, text_reply
+from tests.provider.conftest import SECRET_KEY
+
+
+def _ledger_model(received: Received) -> Reply:
+    messages = [
+        Message(role=m["role"], content=m.get("content") or "") for m in received.body.get("messages") or []
+    ]
+    return text_reply(scripted_summary(messages))
+
+
+def _free_text_model(received: Received) -> Reply:
+    return text_reply("<summary>All good, carry on.</summary>")
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    before = set(threading.enumerate())
+    yield
+    leaked = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"
+
+
+def _env(server: ChatServer) -> dict[str, str]:
+    return {"CAIRN_BASE_URL": server.url, "CAIRN_MODEL": "judge-model", "CAIRN_API_KEY": SECRET_KEY}
+
+
+def _figures(items: list[dict[str, object]]) -> dict[str, dict[str, object]]:
+    return {str(f["name"]): f for f in items}
+
+
+def test_a_ledger_model_over_the_wire_scores_as_the_scripted_provider_does() -> None:
+    offline = _figures(quality.run_with(True, "scripted", {}, longrun=False))
+    with ChatServer(responder=_ledger_model) as server:
+        online = _figures(quality.run_with(True, "openai", _env(server), longrun=False))
+        summaries = len(server.requests)
+    assert summaries == 20  # one summary call per compaction point of the quick corpus
+    for name in ("facts_kept", "summary_only_kept", "superseded_as_current"):
+        assert online[f"quality.summarizer.{name}"]["value"] == offline[f"quality.summarizer.{name}"]["value"]
+    verdict = online["quality.summarizer.meets_quality_target"]
+    assert (verdict["value"], verdict["met"]) == ("yes", True)  # a real provider: the target applies
+    assert "judge-model" in str(online["quality.summarizer.facts_kept"]["detail"])
+    assert SECRET_KEY not in repr(online)
+
+
+def test_a_model_that_ignores_the_ledger_falls_back_everywhere_and_fails_the_target() -> None:
+    with ChatServer(responder=_free_text_model) as server:
+        online = _figures(quality.run_with(True, "openai", _env(server), longrun=False))
+    assert "20 fell back" in str(online["quality.summarizer.facts_kept"]["detail"])
+    verdict = online["quality.summarizer.meets_quality_target"]
+    assert (verdict["value"], verdict["met"]) == ("no", False)  # it kept the history, not a summary
+
+
+def test_a_missing_setting_is_one_failed_figure_naming_it() -> None:
+    figures = quality.run_with(True, "openai", {"CAIRN_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert [(f["name"], f["met"]) for f in figures] == [("quality.provider", False)]
+    assert "CAIRN_MODEL" in str(figures[0]["detail"])
+
+
+def test_cairn_bench_takes_the_provider_flag() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cairn.bench.quality", "--provider", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "scripted" in done.stderr and "openai" in done.stderr
+
+
+def _reading_judge() -> ChatServer:
+    """A server whose model writes the scripted ledger for summaries and, as the judge, answers each
+    question with the candidate answer mentioned last in the conversation (a perfect reader)."""
+    candidates: dict[str, set[str]] = {}
+    for session in corpus(2):
+        for fact in session.facts:
+            if fact.question:
+                candidates.setdefault(fact.question, set()).add(fact.answer)
+
+    def model(received: Received) -> Reply:
+        messages = received.body.get("messages") or []
+        if not str(messages[-1].get("content", "")).startswith("Conversation:"):
+            return _ledger_model(received)
+        conversation, questions = str(messages[-1]["content"]).split("\nQuestions:\n", 1)
+        lines = []
+        for line in questions.splitlines():
+            number, question = line.split(". ", 1)
+            seen = [(conversation.rfind(a), a) for a in candidates.get(question, ()) if a in conversation]
+            lines.append(f"{number}. {max(seen)[1] if seen else 'unknown'}")
+        return text_reply("\n".join(lines))
+
+    return ChatServer(responder=model)
+
+
+def test_the_judge_answers_every_probe_from_the_full_and_the_compacted_context() -> None:
+    with _reading_judge() as server:
+        env = {**_env(server), "CAIRN_BENCH_JUDGE": "1"}
+        figures = _figures(quality.run_with(True, "openai", env, longrun=False))
+        calls = len(server.requests)
+    assert calls == 20 + 2 * 16  # the summaries, then two judge requests a session
+    judged = figures["quality.judge.accuracy_after_over_before"]
+    # a perfect reader: every answer from the full context, and from the compacted one exactly
+    # what the string probes found (92 = 16 + 32 + 2 + 0 + 10 + 10 + 8 + 14 of the summarizer)
+    assert judged["value"] == 0.535
+    assert "right 92 vs 172 of 172; superseded answered stale 0 vs 0 of 14" in str(judged["detail"])
+
+
+def test_the_judge_asks_nothing_offline() -> None:
+    figures = _figures(quality.run_with(True, "scripted", {"CAIRN_BENCH_JUDGE": "1"}, longrun=False))
+    assert "quality.judge.accuracy_after_over_before" not in figures
