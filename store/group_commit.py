@@ -61,7 +61,20 @@ log = logging.getLogger("cairn.store")
 class _Pending:
     """One queued append call; resolved by a writer thread exactly once."""
 
-    __slots__ = ("done", "error", "events", "expected", "future", "lock", "result", "sid", "tails", "ts")
+    __slots__ = (
+        "abandoned",
+        "done",
+        "error",
+        "events",
+        "expected",
+        "future",
+        "lock",
+        "relay",
+        "result",
+        "sid",
+        "tails",
+        "ts",
+    )
 
     def __init__(
         self,
@@ -82,6 +95,9 @@ class _Pending:
         self.result: list[Record] = []
         self.error: BaseException | None = error  # set here: the call was refused on the caller's thread
         self.done = False
+        #: the waiters of its batch still to wake, when it was acknowledged in a relay (`_acknowledge`)
+        self.relay: collections.deque[_Pending] | None = None
+        self.abandoned = False  # its caller stopped waiting (AppendTimeout)
         if future is None:
             self.lock: Any = threading.Lock()
             self.lock.acquire()
@@ -185,9 +201,19 @@ class GroupCommit:
         """`Journal.append`: queue the call and wait for the writer's answer."""
         if threading.get_ident() in self._writer_idents:
             raise InputError("append from the journal's writer thread would deadlock; use append_async")
-        pending = self.submit(sid, events, expected_seq, ts_ms, None)
+        return self.wait(self.submit(sid, events, expected_seq, ts_ms, None), timeout)
+
+    def wait(self, pending: _Pending, timeout: float | None) -> list[Record]:
+        """Wait for the answer to a call `submit` queued without a future; return its records or raise."""
         if not pending.lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise AppendTimeout(f"session {sid}: no acknowledgement within {timeout} s")
+            # no baton will come from us: pass one now if we are in a relay already, else the
+            # syncer skips us (it reads `abandoned` after setting `relay`; we, the other way round)
+            pending.abandoned = True
+            if pending.relay is not None:
+                _wake_next(pending.relay)
+            raise AppendTimeout(f"session {pending.sid}: no acknowledgement within {timeout} s")
+        if pending.relay is not None:
+            _wake_next(pending.relay)  # the baton: wake the next caller of our batch
         if pending.error is not None:
             raise pending.error
         return pending.result
@@ -495,23 +521,44 @@ class GroupCommit:
 
 
 def _acknowledge(batch: _Batch) -> None:
-    """Resolve a batch's calls in one pass: those written with their records, those refused with their errors.
+    """Resolve a batch's calls: those written with their records, those refused with their errors.
 
-    A woken caller needs the GIL, which this thread holds until it waits
-    again: the pass does no more per caller than store the answer and
-    release its lock (or set its future), so the callers run as soon as the
-    syncer goes back to waiting.
+    Callers waiting in `append` are woken in a relay: every answer is stored
+    first, then the syncer wakes the first caller, and each caller, once
+    awake, wakes the next (`_wake_next`). Waking them all at once would put
+    every one of them on the GIL at the same moment (each lock release
+    wakes a thread that then sleeps again on the GIL, and preempts this one
+    to do so); one at a time, each finds it free, or soon. A caller that
+    stopped waiting (`AppendTimeout`) passes its turn on instead (see
+    `GroupCommit.append`), so the relay always reaches the last caller.
     """
+    waiters: collections.deque[_Pending] = collections.deque()
     for pending, records in batch.done:
         pending.done = True
+        pending.result = records
         future = pending.future
         if future is None:
-            pending.result = records
-            pending.lock.release()
+            waiters.append(pending)
         else:
             future.set_result(records)
     for pending, error in batch.rejected:
         _resolve(pending, None, error)
+    if waiters:
+        for pending in waiters:
+            pending.relay = waiters
+        for pending in list(waiters):
+            if pending.abandoned:  # its caller will pass nothing on: wake one more for it
+                _wake_next(waiters)
+        _wake_next(waiters)
+
+
+def _wake_next(relay: collections.deque[_Pending]) -> None:
+    """Wake the next caller of a relay (none when it is done); `popleft` gives each one once."""
+    try:
+        pending = relay.popleft()
+    except IndexError:
+        return
+    pending.lock.release()
 
 
 def _refuse(batch: _Batch, failure: StorageFailed) -> None:

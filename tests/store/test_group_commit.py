@@ -13,7 +13,7 @@ from cairn.events.codec import GENESIS, Record, encode_line
 from cairn.events.errors import InvalidEvent
 from cairn.events.kinds import EventBase, TurnStarted, Usage
 from cairn.store import Journal, SeqConflict
-from cairn.store.errors import StorageFailed
+from cairn.store.errors import AppendTimeout, StorageFailed
 from tests.store.helpers import checkpoint, msg, segment_files, started, usage
 
 CLOCK = 1_700_000_000_000
@@ -221,3 +221,46 @@ def test_records_of_many_threads_equal_what_a_read_gives_back_and_chain_from_gen
             assert got[0].prev == GENESIS and [r.seq for r in got] == list(range(1, 12))
         positions = sorted(r.pos for got in results.values() for r in got)
         assert positions == list(range(24 * 11))
+
+
+class _HeldClock:
+    """A fixed clock the test can hold: the preparer stops at the start of framing a batch."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.go.set()
+
+    def __call__(self) -> int:
+        self.entered.set()
+        assert self.go.wait(30)
+        return CLOCK
+
+
+def test_a_caller_that_stopped_waiting_does_not_stall_the_wake_of_its_batch(tmp_path: Path) -> None:
+    gate, clock = _Gate(), _HeldClock()
+    with Journal.open(tmp_path / "store", fsync=gate, clock_ms=clock) as journal:
+        writer = journal._writer
+        assert writer is not None
+        for sid in ("a", "b", "c"):
+            journal.append(sid, [started()], expected_seq=0)
+        gate.hold()
+        blocker = journal.append_async("a", [msg(2)], expected_seq=1)
+        assert gate.entered.wait(30)  # batch 1 in its fsync
+        clock.go.clear()
+        clock.entered.clear()
+        quitter = writer.submit("b", [msg(2)], 1, None, None)  # queued: the first of batch 2
+        assert clock.entered.wait(30)  # the preparer took it and stands at framing it
+        with pytest.raises(AppendTimeout):
+            writer.wait(quitter, 0.05)  # its caller gives up before batch 2 is even framed
+        patient = writer.submit("c", [msg(2)], 1, None, None)  # queued behind it
+        clock.go.set()  # framed into the same batch: the syncer is still busy with batch 1
+        outcome: list[list[Record]] = []
+        waiting = threading.Thread(target=lambda: outcome.append(writer.wait(patient, None)))
+        waiting.start()
+        gate.release.set()
+        waiting.join(30)
+        assert not waiting.is_alive()
+        assert [[r.seq for r in records] for records in outcome] == [[2]]
+        assert [r.seq for r in blocker.result(30)] == [2]
+        assert journal.last_seq("b") == 2  # the call that timed out may still become durable
