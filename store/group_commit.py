@@ -285,16 +285,15 @@ class GroupCommit:
         try:
             while True:
                 if self._open is not None and self._in_flight is None:
-                    self._hand_over()
+                    if queue:  # what queued while the syncer was busy joins the batch: fewer fsyncs
+                        self._prepare(_drain(queue))
+                    if self._open is not None:
+                        self._hand_over()
                 elif queue:
-                    calls: list[_Pending] = []
-                    take = queue.popleft
-                    while queue:
-                        calls.append(take())
-                    self._prepare(calls)
+                    self._prepare(_drain(queue))
                 elif self._open is not None:
                     # prepared while the syncer is busy: wait for it alone, not for each call that
-                    # queues meanwhile (those join the batch after this one, in one drain)
+                    # queues meanwhile (those join this batch, in one drain, when the syncer is free)
                     free.clear()
                     if self._in_flight is not None:
                         free.wait()
@@ -518,6 +517,15 @@ class GroupCommit:
         self._segment.close()
         with contextlib.suppress(OSError):  # the log is the truth: a mark left behind only lags
             self._ack_mark.close()
+
+
+def _drain(queue: collections.deque[_Pending]) -> list[_Pending]:
+    """Everything queued, in order (`popleft` is atomic: a call queued meanwhile is taken or left whole)."""
+    calls: list[_Pending] = []
+    take = queue.popleft
+    while queue:
+        calls.append(take())
+    return calls
 
 
 def _acknowledge(batch: _Batch) -> None:
