@@ -168,6 +168,45 @@ def frame_line(
 
 _HASH_PIECE = 2047
 
+#: the part of a line's content that depends on its place in the log: envelope up to `prev`
+_HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
+#: the part that does not: kind and body (`_HEAD_FORMAT` + `_TAIL_FORMAT` is `_PREFIX_FORMAT`)
+_TAIL_FORMAT = b',"kind":%s,"event":%s'
+
+
+def encode_tail(kind: bytes, body: bytes) -> bytes:
+    """The end of a line's content that does not depend on where the line goes: its kind and body.
+
+    `kind` is the kind's JSON string token (`TAG_JSON`), `body` the checked
+    body (`checked_body`). What a caller can encode before the writer knows
+    the line's pos, seq, ts and prev; `frame_tail` completes the line.
+    """
+    return _TAIL_FORMAT % (kind, body)
+
+
+def frame_tail(
+    pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, tail: bytes
+) -> tuple[bytes, str]:
+    """`frame_line` of a body already encoded as its line's tail (`encode_tail`): the same line, byte
+    for byte, and its chain digest.
+
+    The writer's hot path: positional arguments, no checks of the event;
+    `kind` (its JSON token) only names the event when the line is too large.
+    Raises LineTooLarge for a line over MAX_LINE_BYTES.
+    """
+    prefix = _HEAD_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev)) + tail
+    size = len(prefix) + _CRC_SUFFIX_LEN + 1
+    if size > MAX_LINE_BYTES:
+        raise LineTooLarge(
+            f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "
+            f"over the {MAX_LINE_BYTES}-byte line limit"
+        )
+    if size <= _HASH_PIECE:
+        digest = _sha256(prefix)
+        digest.update(b"}")
+        return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
+    return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
+
 
 def chain_digest_of_content(content: bytes) -> str:
     # hashlib lets go of the GIL for inputs of 2 KiB and more; on the journal's

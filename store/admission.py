@@ -1,17 +1,19 @@
-"""What may be appended: a call's arguments, its large parts moved to blobs, each event checked.
+"""What may be appended: a call's arguments, its large parts moved to blobs, each event checked and encoded.
 
-An append call is refused whole, before anything of it is written, unless
-it passes two checks:
+All of it runs on the caller's thread, so that the journal's one writer
+thread is left only what depends on the order of the log (see
+`store.group_commit`). An append call is refused whole, before anything of
+it is written, unless it passes two checks:
 
-- on the caller's thread (`Admission.prepare`): the session id,
+- its arguments (`Admission.check_args`, raised at once): the session id,
   `expected_seq` and `ts_ms`, and that every item is an instance of one of
-  the event classes themselves (a subclass would encode another tag). A
-  call that may hold a part for the blob store is checked whole there
-  (below), then its large parts are written to the blob store (fsynced) and
-  replaced by blob parts;
-- on the writer thread (`Admission.check_call`), for every event not
-  checked yet: it must read back equal (`events.body_check.checked_body`),
-  and every blob part it names must be a blob of this store of its size.
+  the event classes themselves (a subclass would encode another tag);
+- its events (`Admission.encode`): each must read back equal
+  (`events.body_check.checked_body`), and every blob part it names must be a
+  blob of this store of its size. Only then are its large parts written to
+  the blob store (fsynced) and replaced by blob parts. Each event leaves
+  with the part of its line that does not depend on its place in the log
+  (`events.codec.encode_tail`).
 
 Refusals are `InvalidSessionId`, `InputError`, or `InvalidEvent` naming
 the event's index in the call and the field's `$.path`.
@@ -23,10 +25,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from cairn.events.body_check import checked_body
-from cairn.events.codec import validate_session_id
+from cairn.events.codec import encode_tail, validate_session_id
 from cairn.events.errors import InputError, InvalidEvent
-from cairn.events.kinds import TAG_OF, EventBase, ToolResult, UserMessage
-from cairn.events.model import BlobPart, ImagePart, TextPart
+from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase, ToolResult, UserMessage
+from cairn.events.model import BlobPart
 from cairn.store.blobs import BLOB_CARRIERS, BlobStore, externalize
 from cairn.store.errors import BlobError
 
@@ -37,8 +39,8 @@ class Admission:
     """The checks of append calls for one store (see the module doc).
 
     `put_blob` writes a blob and returns its SHA-256 (the journal's, which
-    turns an I/O error into the store's failure). Thread-safety: `prepare`
-    runs on any caller's thread, `check_call` on the writer thread only.
+    turns an I/O error into the store's failure). Thread-safety: both steps
+    run on any caller's thread, at once (they read only the blob store).
     """
 
     def __init__(
@@ -49,14 +51,10 @@ class Admission:
         self._blob_threshold = threshold
         self._put_blob = put_blob
 
-    def prepare(
+    def check_args(
         self, sid: str, events: Sequence[EventBase], expected_seq: int, ts_ms: int | None
-    ) -> tuple[list[EventBase], list[bytes | None]]:
-        """Runs on the caller's thread: the call's events, and their bodies where already checked (else None).
-
-        Raises `InvalidSessionId`, `InputError` or `InvalidEvent` (nothing is
-        queued then); writes the blobs of a call that holds large parts.
-        """
+    ) -> list[EventBase]:
+        """The call's events, its arguments checked (`InvalidSessionId`, `InputError`, `InvalidEvent`)."""
         validate_session_id(sid)
         if type(expected_seq) is not int or expected_seq < 0:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
@@ -66,28 +64,37 @@ class Admission:
             isinstance(events, EventBase | str | bytes) or not isinstance(events, Iterable)
         ):
             raise InvalidEvent(f"events must be a sequence of events, got {type(events).__name__}")
-        prepared: list[EventBase] = list(events)
-        # None: not checked yet. The writer checks each event (`check_call`), warm and batched;
-        # a call that may hold a part for the blob store is checked here, all of it, before
-        # any of its blobs is written.
-        bodies: list[bytes | None] = [None] * len(prepared)
+        listed: list[EventBase] = list(events)
+        for index, event in enumerate(listed):
+            if type(event) not in TAG_OF:  # the event classes themselves: a subclass would encode another tag
+                raise InvalidEvent(f"event {index} of the call: not an event: {type(event).__name__}")
+        return listed
+
+    def encode(self, events: list[EventBase]) -> tuple[list[EventBase], list[bytes]]:
+        """Check every event of the call, move its large parts to blobs: the events as a read gives them
+        back, and each one's line tail (`encode_tail`).
+
+        Raises `InvalidEvent` for the first bad event, before any blob of the
+        call is written; a blob store's I/O error raises the store's failure
+        (`put_blob`). `events` is the list `check_args` returned, updated in place.
+        """
+        bodies: list[bytes] = []
         threshold = self._blob_threshold
-        blobs = False
-        for index, event in enumerate(prepared):
-            kind = type(event)
-            if kind not in TAG_OF:  # the event classes themselves: a subclass would encode another tag
-                raise InvalidEvent(f"event {index} of the call: not an event: {kind.__name__}")
-            if kind in BLOB_CARRIERS and not blobs:
-                blobs = _may_hold_a_blob_part(event, threshold)
-        if blobs:
-            for index, event in enumerate(prepared):
-                prepared[index], bodies[index] = self._checked_event(index, event)
+        large = False
+        for index, event in enumerate(events):
+            events[index], body = self._checked_event(index, event)
+            bodies.append(body)
+            if len(body) > threshold:  # only then can a part be over it
+                large = True
+        if large:
             for index, body in enumerate(bodies):
-                if body is not None and len(body) > threshold:  # only then can a part be over it
-                    moved = externalize(prepared[index], self._put_blob, threshold)
-                    if moved is not prepared[index]:
-                        prepared[index], bodies[index] = checked_body(moved)
-        return prepared, bodies
+                if len(body) > threshold:
+                    moved = externalize(events[index], self._put_blob, threshold)
+                    if moved is not events[index]:
+                        events[index], bodies[index] = checked_body(moved)
+        tags = TAG_JSON
+        tails = [encode_tail(tags[type(event)], body) for event, body in zip(events, bodies, strict=True)]
+        return events, tails
 
     def _checked_event(self, index: int, event: EventBase) -> tuple[EventBase, bytes]:
         """`checked_body`, and every blob part it names present; InvalidEvent naming the event's index."""
@@ -97,6 +104,10 @@ class Admission:
                 self._check_blob_parts(stored)
         except InvalidEvent as exc:
             raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
+        except Exception as exc:  # anything else a value does when checked is its own call's refusal
+            raise InvalidEvent(
+                f"event {index} of the call cannot be checked ({type(exc).__name__}: {exc})"
+            ) from None
         return stored, body
 
     def _check_blob_parts(self, event: EventBase) -> None:
@@ -118,49 +129,3 @@ class Admission:
                         f"no {part.size}-byte blob {part.sha256} in the store at {self.root}",
                         path=f"$.content[{position}]",
                     )
-
-    def check_call(self, events: list[EventBase], bodies: list[bytes | None]) -> None:
-        """Runs on the writer thread: check each event of the call `prepare` left unchecked.
-
-        Raises InvalidEvent for the first bad one (the call is then refused
-        whole, nothing of it written). Here rather than on the caller's thread
-        because there it would run cold: with hundreds of appending threads,
-        each switch evicts the caches, and the same encode and decode cost a
-        caller several times what they cost the writer, which runs them back
-        to back.
-        """
-        check = checked_body
-        carriers = BLOB_CARRIERS
-        for index, body in enumerate(bodies):
-            if body is None:
-                try:
-                    stored, bodies[index] = check(events[index])
-                    if type(stored) in carriers:
-                        self._check_blob_parts(stored)
-                except InvalidEvent as exc:
-                    raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
-                events[index] = stored
-
-
-def _may_hold_a_blob_part(event: EventBase, threshold: int) -> bool:
-    """Whether `externalize` might move a part of this unchecked event: a cheap superset of its test.
-
-    A part's JSON is at most six bytes a character plus its keys, so a part
-    whose strings are short enough cannot be over the threshold. (Exact
-    types and no getattr defaults: a missing attribute costs an exception.)
-    """
-    content = event.content  # type: ignore[attr-defined]  # a blob carrier
-    if type(content) is not tuple:  # not checked yet: the writer refuses anything but a tuple
-        return False
-    for part in content:
-        kind = type(part)
-        if kind is TextPart:
-            values: tuple[object, ...] = (part.text,)
-        elif kind is ImagePart:
-            values = (part.data, part.url, part.media_type)
-        else:
-            continue
-        chars = sum(len(value) for value in values if type(value) is str)
-        if chars * 6 + 64 > threshold:
-            return True
-    return False

@@ -1,22 +1,31 @@
-"""Group commit: the queue of append calls and the one writer thread that commits them in batches.
+"""Group commit: the queue of append calls and the two writer threads that commit them in batches.
 
 The write path of a store opened for writing (`store.journal` is its
-facade). `append` checks the call on the caller's thread and queues it
-(`store.admission`: arguments, events, large parts moved to blobs). The
-writer thread drains everything queued as one batch: it checks each call's
-events (each must read back equal, `events.body_check.checked_body`; a bad
-event refuses its whole call), its `expected_seq` against the session's
-head (`store.index_builder`: the writer's cache of each session's running
-summary), assigns pos, seq, ts and the hash chain, and frames the lines.
-Then it writes them with one `os.write` per segment and one `fsync`,
-rewrites the acknowledgement mark (`ACKED`, no fsync: evidence of what was
-acknowledged, see `store.loss`), commits the index in one LMDB transaction,
-and only then resolves the callers. A call's events are all written or
-none, and a call never straddles two segments.
+facade). `append` checks the call on the caller's thread (`store.admission`:
+arguments, events, large parts moved to blobs) and encodes what of its lines
+does not depend on their place in the log (the kind and body, `encode_tail`),
+then queues it. Two threads commit the queue, a pipeline of two stages:
+
+- the *preparer* drains everything queued into a batch: it checks each
+  call's `expected_seq` against the session's head (`store.index_builder`:
+  the writer's cache of each session's running summary), assigns pos, seq,
+  ts and the hash chain, frames the lines (`frame_tail`: envelope, CRC,
+  chain digest) and builds the batch's index entries;
+- the *syncer* takes the prepared batch and writes it with one `os.write`
+  per segment and one `fsync`, rewrites the acknowledgement mark (`ACKED`,
+  no fsync: evidence of what was acknowledged, see `store.loss`), commits
+  the index in one LMDB transaction, and only then resolves the callers.
+
+While the syncer is in batch N's fsync, the preparer frames batch N+1 (and
+keeps adding to it what arrives until the syncer is free): one batch in
+flight, one being prepared. A call's events are all written or none, a call
+never straddles two segments, and the bytes on disk are those of framing
+the batches one after the other.
 
 An I/O error is fatal (fsyncgate): the one path for it (`_fail`) makes
 pending and later appends fail with `StorageFailed` until the store is
-reopened, and reopening recovers from the log.
+reopened -- the batch in flight, the batch being prepared and the queue --
+and reopening recovers from the log.
 """
 
 from __future__ import annotations
@@ -28,18 +37,18 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
-from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_line, json_string
-from cairn.events.errors import InputError, InvalidEvent
+from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_tail, json_string
+from cairn.events.errors import InputError
 from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase
 from cairn.store.admission import Admission
 from cairn.store.blobs import BlobStore
 from cairn.store.errors import AppendTimeout, SeqConflict, StorageFailed, StoreClosed
 from cairn.store.index import Index
-from cairn.store.index_builder import IndexBuilder
+from cairn.store.index_builder import IndexBatch, IndexBuilder
 from cairn.store.index_records import IndexMeta
 from cairn.store.loss import AckMarkWriter
 from cairn.store.recovery import Recovery
@@ -50,54 +59,78 @@ log = logging.getLogger("cairn.store")
 
 
 class _Pending:
-    """One queued append call; resolved by the writer thread exactly once."""
+    """One queued append call; resolved by a writer thread exactly once."""
 
-    __slots__ = ("bodies", "done", "error", "events", "expected", "future", "lock", "result", "sid", "ts")
+    __slots__ = (
+        "abandoned",
+        "done",
+        "error",
+        "events",
+        "expected",
+        "future",
+        "lock",
+        "relay",
+        "result",
+        "sid",
+        "tails",
+        "ts",
+    )
 
     def __init__(
         self,
         sid: str,
         events: list[EventBase],
-        bodies: list[bytes | None],
+        tails: list[bytes],
         expected: int,
         ts: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
+        error: InputError | None,
     ) -> None:
         self.sid = sid
-        self.events = events  # once checked, as `checked_body` decoded them: what a read gives back
-        self.bodies = bodies  # their JSON once checked (None before: see `Admission.check_call`)
+        self.events = events  # checked: as `checked_body` decoded them, what a read gives back
+        self.tails = tails  # each one's line tail (`encode_tail`), encoded by the caller
         self.expected = expected
         self.ts = ts
         self.future = future
         self.result: list[Record] = []
-        self.error: BaseException | None = None
+        self.error: BaseException | None = error  # set here: the call was refused on the caller's thread
         self.done = False
+        #: the waiters of its batch still to wake, when it was acknowledged in a relay (`_acknowledge`)
+        self.relay: collections.deque[_Pending] | None = None
+        self.abandoned = False  # its caller stopped waiting (AppendTimeout)
         if future is None:
             self.lock: Any = threading.Lock()
             self.lock.acquire()
 
 
-class _Framed(NamedTuple):
-    """A batch framed and indexed, not yet written: what `_commit` writes and `_acknowledge` resolves."""
+class _Batch:
+    """A batch the preparer frames (and may extend while the syncer is busy), then the syncer commits."""
 
-    #: the lines, per segment: (the segment's first pos, its lines); the first is the active segment
-    chunks: list[tuple[int, list[bytes]]]
-    done: list[tuple[_Pending, list[Record]]]
-    rejected: list[tuple[_Pending, BaseException]]
-    #: the position after the batch's last line, and that line's place (segment, offset, length)
-    next_pos: int
-    last: tuple[int, int, int]
+    __slots__ = ("chunks", "done", "index", "last", "next_pos", "rejected")
+
+    def __init__(self, first_pos: int, next_pos: int, last: tuple[int, int, int]) -> None:
+        #: the lines, per segment: (the segment's first pos, its lines); the first is the active segment
+        self.chunks: list[tuple[int, list[bytes]]] = [(first_pos, [])]
+        self.done: list[tuple[_Pending, list[Record]]] = []
+        self.rejected: list[tuple[_Pending, BaseException]] = []
+        #: the position after the batch's last line, and that line's place (segment, offset, length)
+        self.next_pos = next_pos
+        self.last = last
+        #: the index entries of `done`, taken when the batch is handed to the syncer
+        self.index: IndexBatch | None = None
 
 
 class GroupCommit:
-    """The writer of one store: its queue, its writer thread, the active segment, the index's heads.
+    """The writer of one store: its queue, its two writer threads, the active segment, the index's heads.
 
     Built by the journal once recovery ran and the acknowledgement mark is
-    open, and it starts the writer thread. Thread-safety: `append` and
-    `submit` may be called from any thread (not the writer's own: a
-    synchronous `append` there is refused, it would wait on itself); done
-    callbacks of their futures run on the writer thread. `close` is called
-    once, by the journal.
+    open, and it starts the threads. Thread-safety: `append` and `submit`
+    may be called from any thread (not the writer threads': a synchronous
+    `append` there is refused, it would wait on itself); done callbacks of
+    their futures run on the syncer thread. `close` is called once, by the
+    journal. The preparer owns the heads (`IndexBuilder`) and the planned
+    end of the log (`_next_pos`, `_plan_first`, `_plan_size`); the syncer
+    owns the segment file, the mark and the index's transactions.
     """
 
     def __init__(
@@ -121,11 +154,14 @@ class GroupCommit:
         self._ack_mark = ack_mark
         self._admission = Admission(root, blobs, blob_threshold, self._put_blob)
         self._queue: collections.deque[_Pending] = collections.deque()
-        self._work = threading.Event()
+        self._work = threading.Event()  # the preparer's: a call was queued, or the syncer is free
+        self._ready = threading.Event()  # the syncer's: a batch was handed over, or it should stop
+        self._free = threading.Event()  # the preparer's, with a batch prepared: the syncer is free
         self._closing = False
+        self._stopping = False
         self._drained = False
         self._failed: StorageFailed | None = None
-        self._writer_ident = -1
+        self._writer_idents: tuple[int, ...] = ()
         self.batches = 0  # batches written (for benchmarks and tests)
         meta = index.meta()
         assert meta is not None
@@ -135,10 +171,17 @@ class GroupCommit:
             fsync=fsync,
         )
         self._next_pos = recovery.next_pos
+        self._plan_first = self._segment.first_pos
+        self._plan_size = self._segment.size
         self._builder = IndexBuilder(index.summary, meta)
         self._write_mark = ack_mark.write
+        self._open: _Batch | None = None  # the batch being prepared (the preparer's)
+        self._in_flight: _Batch | None = None  # handed to the syncer; None when it is free
+        self._syncer = threading.Thread(target=self._sync_run, name="cairn-journal-syncer", daemon=True)
         self._thread = threading.Thread(target=self._run, name="cairn-journal-writer", daemon=True)
+        self._syncer.start()
         self._thread.start()
+        self._writer_idents = (self._thread.ident or 0, self._syncer.ident or 0)
 
     @property
     def failed(self) -> StorageFailed | None:
@@ -156,11 +199,21 @@ class GroupCommit:
         timeout: float | None,
     ) -> list[Record]:
         """`Journal.append`: queue the call and wait for the writer's answer."""
-        if threading.get_ident() == self._writer_ident:
+        if threading.get_ident() in self._writer_idents:
             raise InputError("append from the journal's writer thread would deadlock; use append_async")
-        pending = self.submit(sid, events, expected_seq, ts_ms, None)
+        return self.wait(self.submit(sid, events, expected_seq, ts_ms, None), timeout)
+
+    def wait(self, pending: _Pending, timeout: float | None) -> list[Record]:
+        """Wait for the answer to a call `submit` queued without a future; return its records or raise."""
         if not pending.lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise AppendTimeout(f"session {sid}: no acknowledgement within {timeout} s")
+            # no baton will come from us: pass one now if we are in a relay already, else the
+            # syncer skips us (it reads `abandoned` after setting `relay`; we, the other way round)
+            pending.abandoned = True
+            if pending.relay is not None:
+                _wake_next(pending.relay)
+            raise AppendTimeout(f"session {pending.sid}: no acknowledgement within {timeout} s")
+        if pending.relay is not None:
+            _wake_next(pending.relay)  # the baton: wake the next caller of our batch
         if pending.error is not None:
             raise pending.error
         return pending.result
@@ -173,17 +226,26 @@ class GroupCommit:
         ts_ms: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
     ) -> _Pending:
-        """Check and queue a call (`Admission.prepare`); the writer resolves `future`, or the call's lock.
+        """Check, encode and queue a call; the writer resolves `future`, or the call's lock.
 
-        `Journal.append_async` calls it directly with its future (one call
-        less on the append path, which the store bench measures).
+        Bad arguments raise here (`Admission.check_args`); a bad event is the
+        call's own refusal, queued with it so that it is answered in order,
+        as the writer answers a conflict. `Journal.append_async` calls it
+        directly with its future (one call less on the append path, which
+        the store bench measures).
         """
         if self._failed is not None:
             raise _own_copy(self._failed)
         if self._closing:
             raise StoreClosed(f"the journal of {self.root} is closed")
-        prepared, bodies = self._admission.prepare(sid, events, expected_seq, ts_ms)
-        pending = _Pending(sid, prepared, bodies, expected_seq, ts_ms, future)
+        admission = self._admission
+        listed = admission.check_args(sid, events, expected_seq, ts_ms)
+        try:
+            stored, tails = admission.encode(listed)
+            refused = None
+        except InputError as exc:
+            stored, tails, refused = listed, [], exc
+        pending = _Pending(sid, stored, tails, expected_seq, ts_ms, future, refused)
         queue = self._queue
         queue.append(pending)
         if not self._work.is_set():
@@ -203,31 +265,6 @@ class GroupCommit:
             failure = self._fail(exc, "writing a blob")
             raise failure from exc
 
-    # -- the writer thread ---------------------------------------------------------------
-
-    def _run(self) -> None:
-        self._writer_ident = threading.get_ident()
-        queue = self._queue
-        work = self._work
-        while True:
-            if not queue:
-                work.clear()
-                if not queue:
-                    if self._closing:
-                        break
-                    work.wait()
-                    continue
-            batch: list[_Pending] = []
-            take = queue.popleft
-            while queue:
-                batch.append(take())
-            try:
-                self._write_batch(batch)
-            except BaseException as exc:  # never leave a caller hanging
-                failure = self._fail(exc, "writing a batch")
-                for pending in batch:
-                    _resolve(pending, None, failure)
-
     def _fail(self, exc: BaseException, doing: str) -> StorageFailed:
         """The one path for I/O errors: the store refuses appends from now on."""
         if self._failed is None:
@@ -239,67 +276,120 @@ class GroupCommit:
             log.error("cairn: %s", self._failed)
         return self._failed
 
-    def _write_batch(self, batch: list[_Pending]) -> None:
-        """Runs on the writer thread: frame the calls, write, fsync, index, then resolve them."""
+    # -- the preparer thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        queue = self._queue
+        work = self._work
+        free = self._free
+        try:
+            while True:
+                if self._open is not None and self._in_flight is None:
+                    if queue:  # what queued while the syncer was busy joins the batch: fewer fsyncs
+                        self._prepare(_drain(queue))
+                    if self._open is not None:
+                        self._hand_over()
+                elif queue:
+                    self._prepare(_drain(queue))
+                elif self._open is not None:
+                    # prepared while the syncer is busy: wait for it alone, not for each call that
+                    # queues meanwhile (those join this batch, in one drain, when the syncer is free)
+                    free.clear()
+                    if self._in_flight is not None:
+                        free.wait()
+                else:  # idle: a call, or the syncer done (closing waits for it), wakes it
+                    work.clear()
+                    if queue:
+                        continue
+                    if self._closing and self._in_flight is None:
+                        break
+                    work.wait()
+        finally:
+            self._stopping = True
+            self._ready.set()
+            self._syncer.join()
+
+    def _prepare(self, calls: list[_Pending]) -> None:
+        """Frame `calls` into the open batch (opening one); a failed store refuses them instead."""
         failed = self._failed
         if failed is not None:
-            for pending in batch:
+            for pending in calls:
                 _resolve(pending, None, failed)
             return
-        framed = self._frame(batch)
-        if framed.done:
-            try:
-                self._commit(framed)
-            except BaseException as exc:
-                failure = self._fail(exc, "writing and syncing the log")
-                for pending, _ in framed.done:
-                    _resolve(pending, None, failure)
-                for pending, error in framed.rejected:
-                    _resolve(pending, None, error)
-                return
-            self.batches += 1
-        _acknowledge(framed)
+        batch = self._open
+        if batch is None:
+            meta = self._builder.meta
+            batch = self._open = _Batch(
+                self._plan_first, self._next_pos, (meta.last_segment, meta.last_offset, meta.last_length)
+            )
+        try:
+            self._frame(calls, batch)
+        except BaseException as exc:  # never leave a caller hanging
+            failure = self._fail(exc, "framing a batch")
+            for pending in calls:
+                _resolve(pending, None, failure)
+            self._open = None
+            _refuse(batch, failure)
 
-    def _frame(self, batch: list[_Pending]) -> _Framed:
-        """Check each call, assign its pos, seq, ts and chain, frame its lines and index them (uncommitted).
+    def _hand_over(self) -> None:
+        """Give the open batch, with its index entries, to the (free) syncer; a failed store refuses it."""
+        batch = self._open
+        assert batch is not None
+        self._open = None
+        failed = self._failed
+        if failed is not None:  # the batch in flight failed: so does the one prepared behind it
+            _refuse(batch, failed)
+            return
+        if batch.done:
+            builder = self._builder
+            last = batch.last
+            builder.meta = IndexMeta(
+                segment=self._plan_first,
+                offset=self._plan_size,
+                next_pos=batch.next_pos,
+                last_segment=last[0],
+                last_offset=last[1],
+                last_length=last[2],
+            )
+            batch.index = builder.take()
+        self._in_flight = batch
+        self._ready.set()
+
+    def _frame(self, calls: list[_Pending], batch: _Batch) -> None:
+        """Check each call's seq, give it pos, seq, ts and chain, frame and index its lines (uncommitted).
 
         One loop, long on purpose: it runs once per appended event under heavy
         concurrency (the store bench measures it), so it keeps everything in
         locals, calls positionally and makes no per-event objects beyond the
         line and the Record; a function per call would cost a call per append.
-        A call that fails its checks (a bad event, `expected_seq`, a broken
-        session, a line too large) is rejected alone, nothing of it framed.
-        Lines go in chunks, one per segment: a call that would take the
-        segment past `segment_bytes` starts the next one.
+        The callers encoded each event's tail (`encode_tail`); what is left
+        here is what depends on the order: the envelope, the CRC and the
+        chain digest (`frame_tail`). A call that fails its checks (its event
+        refused on its thread, `expected_seq`, a broken session, a line too
+        large) is rejected alone, nothing of it framed. Lines go in chunks,
+        one per segment: a call that would take the segment past
+        `segment_bytes` starts the next one.
         """
         builder = self._builder
         head_of = builder.head
         add = builder.add
-        segment = self._segment
         limit = self.segment_bytes
         now = self._clock_ms()
-        pos = self._next_pos
-        seg_first = segment.first_pos
-        chunks: list[tuple[int, list[bytes]]] = [(seg_first, [])]
-        chunk_lines = chunks[0][1]
-        chunk_size = segment.size
-        done: list[tuple[_Pending, list[Record]]] = []
-        rejected: list[tuple[_Pending, BaseException]] = []
-        meta = builder.meta
-        last = (meta.last_segment, meta.last_offset, meta.last_length)
+        pos = batch.next_pos
+        chunks = batch.chunks
+        seg_first, chunk_lines = chunks[-1]
+        chunk_size = self._plan_size
+        done = batch.done
+        rejected = batch.rejected
+        last = batch.last
         tag_of = TAG_OF
         tag_json = TAG_JSON
-        check = self._admission.check_call
-        frame = frame_line
+        frame = frame_tail
         version = SCHEMA_VERSION
 
-        for pending in batch:
-            try:
-                check(pending.events, pending.bodies)
-            except Exception as exc:  # bad input must never reach `_fail`: it fails its own call only
-                if not isinstance(exc, InputError):
-                    exc = InvalidEvent(f"an event of the call cannot be checked ({type(exc).__name__})")
-                rejected.append((pending, exc))
+        for pending in calls:
+            if pending.error is not None:  # its event was refused on the caller's thread
+                rejected.append((pending, pending.error))
                 continue
             sid = pending.sid
             head = head_of(sid)
@@ -319,14 +409,13 @@ class GroupCommit:
             call_pos = pos
             size = 0
             try:
-                for event, body in zip(pending.events, pending.bodies, strict=True):
+                for event, tail in zip(pending.events, pending.tails, strict=True):
                     seq += 1
                     kind = type(event)
-                    tag = tag_of[kind]
-                    line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], body)  # type: ignore[arg-type]
+                    line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], tail)
                     lines.append(line)
                     digests.append(digest)
-                    records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag))  # type: ignore[arg-type]
+                    records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag_of[kind]))  # type: ignore[arg-type]
                     size += len(line)
                     prev = digest
                     call_pos += 1
@@ -335,8 +424,8 @@ class GroupCommit:
                 continue
             if chunk_size and chunk_size + size > limit:
                 seg_first = pos  # roll before this call: calls never straddle segments
-                chunks.append((seg_first, []))
-                chunk_lines = chunks[-1][1]
+                chunk_lines = []
+                chunks.append((seg_first, chunk_lines))
                 chunk_size = 0
             for line, digest, record in zip(lines, digests, records, strict=True):
                 length = len(line)
@@ -358,35 +447,66 @@ class GroupCommit:
             chunk_lines += lines
             pos = call_pos
             done.append((pending, records))
-        return _Framed(chunks, done, rejected, pos, last)
+        batch.next_pos = pos
+        batch.last = last
+        self._next_pos = pos
+        self._plan_first = seg_first
+        self._plan_size = chunk_size
 
-    def _commit(self, framed: _Framed) -> None:
+    # -- the syncer thread ---------------------------------------------------------------
+
+    def _sync_run(self) -> None:
+        ready = self._ready
+        work = self._work
+        while True:
+            ready.wait()
+            ready.clear()
+            batch = self._in_flight
+            if batch is None:
+                if self._stopping:
+                    return
+                continue
+            try:
+                self._sync(batch)
+            except BaseException as exc:  # never leave a caller hanging
+                _refuse(batch, self._fail(exc, "acknowledging a batch"))
+            self._in_flight = None
+            self._free.set()
+            if not work.is_set():
+                work.set()
+
+    def _sync(self, batch: _Batch) -> None:
+        """Write, fsync, mark and index a batch, then resolve its callers; a failure fails them all."""
+        failed = self._failed
+        if failed is not None:
+            _refuse(batch, failed)
+            return
+        if batch.done:
+            try:
+                self._commit(batch)
+            except BaseException as exc:
+                _refuse(batch, self._fail(exc, "writing and syncing the log"))
+                return
+            self.batches += 1
+        _acknowledge(batch)
+
+    def _commit(self, batch: _Batch) -> None:
         """Write the chunks (rolling segments between them) and fsync, rewrite the mark, commit the index."""
         segment = self._segment
-        builder = self._builder
-        pos, last = framed.next_pos, framed.last
-        for number, (first_pos, lines_of_chunk) in enumerate(framed.chunks):
+        for number, (first_pos, lines_of_chunk) in enumerate(batch.chunks):
             if number:
                 segment.roll(first_pos)
             if lines_of_chunk:
                 segment.write(b"".join(lines_of_chunk))
                 segment.sync()
-        self._next_pos = pos
-        self._write_mark(pos, segment.first_pos, segment.size)  # evidence of what is acknowledged
-        builder.meta = IndexMeta(
-            segment=segment.first_pos,
-            offset=segment.size,
-            next_pos=pos,
-            last_segment=last[0],
-            last_offset=last[1],
-            last_length=last[2],
-        )
-        self._index.commit(builder.take())
+        self._write_mark(batch.next_pos, segment.first_pos, segment.size)  # evidence of what is acknowledged
+        assert batch.index is not None
+        self._index.commit(batch.index)
 
     # -- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Finish the queued appends, stop the writer thread, refuse what came after, close the files."""
+        """Finish the queued appends, stop the writer threads, refuse what came after, close the files."""
         self._closing = True
         self._work.set()
         self._thread.join()
@@ -399,16 +519,62 @@ class GroupCommit:
             self._ack_mark.close()
 
 
-def _acknowledge(framed: _Framed) -> None:
-    """Resolve a batch's calls: those written with their records, those refused with their errors."""
-    for pending, records in framed.done:
+def _drain(queue: collections.deque[_Pending]) -> list[_Pending]:
+    """Everything queued, in order (`popleft` is atomic: a call queued meanwhile is taken or left whole)."""
+    calls: list[_Pending] = []
+    take = queue.popleft
+    while queue:
+        calls.append(take())
+    return calls
+
+
+def _acknowledge(batch: _Batch) -> None:
+    """Resolve a batch's calls: those written with their records, those refused with their errors.
+
+    Callers waiting in `append` are woken in a relay: every answer is stored
+    first, then the syncer wakes the first caller, and each caller, once
+    awake, wakes the next (`_wake_next`). Waking them all at once would put
+    every one of them on the GIL at the same moment (each lock release
+    wakes a thread that then sleeps again on the GIL, and preempts this one
+    to do so); one at a time, each finds it free, or soon. A caller that
+    stopped waiting (`AppendTimeout`) passes its turn on instead (see
+    `GroupCommit.append`), so the relay always reaches the last caller.
+    """
+    waiters: collections.deque[_Pending] = collections.deque()
+    for pending, records in batch.done:
         pending.done = True
-        if pending.future is None:
-            pending.result = records
-            pending.lock.release()
+        pending.result = records
+        future = pending.future
+        if future is None:
+            waiters.append(pending)
         else:
-            pending.future.set_result(records)
-    for pending, error in framed.rejected:
+            future.set_result(records)
+    for pending, error in batch.rejected:
+        _resolve(pending, None, error)
+    if waiters:
+        for pending in waiters:
+            pending.relay = waiters
+        for pending in list(waiters):
+            if pending.abandoned:  # its caller will pass nothing on: wake one more for it
+                _wake_next(waiters)
+        _wake_next(waiters)
+
+
+def _wake_next(relay: collections.deque[_Pending]) -> None:
+    """Wake the next caller of a relay (none when it is done); `popleft` gives each one once."""
+    try:
+        pending = relay.popleft()
+    except IndexError:
+        return
+    pending.lock.release()
+
+
+def _refuse(batch: _Batch, failure: StorageFailed) -> None:
+    """Fail a batch that will not be written: its framed calls with the store's failure, the refused
+    ones with their own errors."""
+    for pending, _ in batch.done:
+        _resolve(pending, None, failure)
+    for pending, error in batch.rejected:
         _resolve(pending, None, error)
 
 

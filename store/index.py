@@ -270,7 +270,7 @@ class Index:
                     rows.append((name.decode(), bytes(key), bytes(value)))
         return rows
 
-    # -- writes (the writer thread only) ----------------------------------------
+    # -- writes (the writer's syncing thread only) -------------------------------
 
     def commit(self, batch: IndexBatch) -> None:
         """Apply a batch and its `through` position in one transaction.

@@ -15,11 +15,13 @@ Disk contract (under the store root):
 Directories are made 0700 and files 0600 whatever the umask, and nothing
 inside the store is opened through a link (see `store.files`).
 
-Write path: `store.group_commit` -- the calls checked (`store.admission`),
-queued, and committed in batches by one writer thread: one `os.write` per
-segment and one `fsync` a batch, the index committed after, the callers
-resolved last. A call's events are all written or none; an I/O error is
-fatal until the store is reopened, and reopening recovers from the log
+Write path: `store.group_commit` -- the calls checked and encoded on the
+callers' threads (`store.admission`), queued, and committed in batches by
+two writer threads, a pipeline: one frames a batch (pos, seq, ts, chain)
+while the other writes the batch before it, with one `os.write` per segment
+and one `fsync` a batch, the index committed after, the callers resolved
+last. A call's events are all written or none; an I/O error is fatal until
+the store is reopened, and reopening recovers from the log
 (`store.recovery`).
 
 Read path: `store.session_reader` -- `read`, `load` and the listings go
@@ -75,10 +77,11 @@ class Journal:
     """The durable, append-only event log of every session of one store.
 
     Thread-safety: every public method may be called from any thread. Appends
-    are serialized by the single writer thread; reads run on the caller's
-    thread with short index transactions and never block appends. Done
-    callbacks of `append_async` futures run on the writer thread: they must
-    not block on the journal (a synchronous `append` from there is refused).
+    are serialized by the writer (a framing thread, then a syncing one);
+    reads run on the caller's thread with short index transactions and never
+    block appends. Done callbacks of `append_async` futures run on the
+    syncing thread: they must not block on the journal (a synchronous
+    `append` from either writer thread is refused).
 
     Open for writing takes the store's lock file (a second writer gets
     `StoreLocked`), runs recovery (`self.recovery`) and starts the writer.

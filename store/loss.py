@@ -95,7 +95,7 @@ def read_ack_mark(root: Path) -> tuple[AckMark | None, str]:
 
 
 class AckMarkWriter:
-    """The writer's handle on `ACKED`. Not thread-safe: the journal's opening thread, then its writer thread.
+    """The writer's handle on `ACKED`. Not thread-safe: the journal's opening thread, then its syncing thread.
 
     `write` is the group commit's step: one `pwrite` of a fixed-size record
     at offset 0, no fsync (see the module doc). `close` fsyncs it.

@@ -254,9 +254,9 @@ class SegmentReader:
 
 
 class SegmentWriter:
-    """The active segment, open for appending (O_APPEND) by the writer thread.
+    """The active segment, open for appending (O_APPEND) by the writer's syncing thread.
 
-    Not thread-safe: only the journal's writer thread calls it. `fsync` is the
+    Not thread-safe: only the journal's syncing thread calls it. `fsync` is the
     injected function used for every fsync (file and directory), the
     fault-injection seam; an exception from it or from a write propagates and
     the journal treats it as fatal.
