@@ -1,0 +1,46 @@
+"""The `cairn export --format parquet|csv` command: arguments, the store, progress and the report."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, cluster_url, store_root
+from cairn._cli_output import print_json, progress_bar, warn
+
+
+def cmd_export_tables(args: argparse.Namespace) -> int:
+    """Write the local store's log as tables in `--to`; exit 1 when a session was skipped as corrupt."""
+    from cairn.audit.export import export_tables
+    from cairn.store import Journal
+
+    if cluster_url(args) is not None:
+        raise UsageError(
+            "--format reads a local store (--store): "
+            "copy a cluster's first with `cairn export --nats URL --to DIR`"
+        )
+    if args.since is not None and args.since < 0:
+        raise UsageError(f"--since must be a position (0 or more), got {args.since}")
+    root = store_root(args)
+    target = Path(args.to)
+    with Journal.open(root, readonly=True) as journal, progress_bar("exporting", not args.json) as progress:
+        report = export_tables(
+            journal,
+            target,
+            args.format,
+            session=args.session,
+            since=args.since,
+            progress=progress,
+            warn=None if args.json else warn,
+        )
+    if args.json:
+        print_json(asdict(report))
+    else:
+        rows = sum(report.rows.values())
+        print(
+            f"exported {report.sessions} sessions, {report.rows.get('events', 0)} events ({rows} rows) "
+            f"at positions {report.since}..{report.until - 1} as {report.format} part {report.part} "
+            f"to {target}" + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
+        )
+    return EXIT_PROBLEMS if report.skipped else EXIT_OK
