@@ -58,6 +58,13 @@ def cmd_export_any(args: argparse.Namespace) -> int:
     return cmd_export(args)
 
 
+def cmd_timeline_lazy(args: argparse.Namespace) -> int:
+    """`cairn timeline`: `cairn.audit.command.cmd_timeline` (imported only when used)."""
+    from cairn.audit.command import cmd_timeline
+
+    return cmd_timeline(args)
+
+
 # --- parser ----------------------------------------------------------------------------
 
 
@@ -140,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--since", type=int, default=None, metavar="POS", help="with --format: lines from this position"
     )
     p.set_defaults(func=cmd_export_any)
+
+    p = sub.add_parser("timeline", parents=reads, help="a session's token curve and events as a picture")
+    p.add_argument("session")
+    p.add_argument("--out", required=True, metavar="FILE", help="a .png or .svg file (needs the audit extra)")
+    p.set_defaults(func=cmd_timeline_lazy)
 
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)

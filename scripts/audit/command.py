@@ -44,3 +44,33 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
             f"to {target}" + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
         )
     return EXIT_PROBLEMS if report.skipped else EXIT_OK
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """Draw one session's timeline into `--out` (.png or .svg)."""
+    from cairn._cli_base import open_store
+    from cairn.audit import require
+    from cairn.audit.timeline import save, timeline_data
+    from cairn.events.codec import validate_session_id
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--out must name a .png or .svg file, got {out}")
+    if out.is_symlink() or out.is_dir():
+        raise UsageError(f"{out} is a link or a directory: name a new or regular file")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out.parent} is not a directory")
+    sid = validate_session_id(args.session)
+    require("matplotlib")
+    with open_store(args) as journal:
+        if journal.session(sid) is None:
+            raise UsageError(f"no session {sid!r} in {args.store}")
+        data = timeline_data(sid, journal.read(sid))
+    save(data, out)
+    if args.json:
+        print_json(
+            {"session": sid, "out": str(out), "requests": len(data.projected), "markers": len(data.markers)}
+        )
+    else:
+        print(f"drew {len(data.projected)} requests and {len(data.markers)} markers of {sid} into {out}")
+    return EXIT_OK

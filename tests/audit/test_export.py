@@ -332,3 +332,24 @@ def test_duckdb_reads_every_field_of_the_raw_log(pristine: Path) -> None:
         f"from read_json('{pristine}/log/*.jsonl', format='newline_delimited', sample_size=-1)"
     )
     assert got == [(len(lines), 1, 7)]
+
+
+def test_duckdb_reads_the_raw_log_with_explicit_columns(pristine: Path) -> None:
+    """The README's other raw-JSONL reading: the envelope typed, the body as JSON (no inference at all)."""
+    got = sql(
+        "select count(*), sum((event->>'total_tokens')::BIGINT) filter (where kind = 'usage'), "
+        "count(*) filter (where event->>'host_id' = 'host-b') "
+        f"from read_json('{pristine}/log/*.jsonl', format='newline_delimited', "
+        "columns={sid: 'VARCHAR', seq: 'BIGINT', pos: 'BIGINT', ts: 'BIGINT', kind: 'VARCHAR', "
+        "event: 'JSON'})"
+    )
+    with Journal.open(pristine, readonly=True) as journal:
+        lines = sum(s.last_seq for s in journal.sessions())
+        total = sum(
+            r.event.total_tokens or 0
+            for s in journal.sessions()
+            if s.sid != BROKEN
+            for r in journal.read(s.sid)
+            if isinstance(r.event, Usage)
+        )
+    assert got == [(lines, total + 109, 1)]  # 109: the broken session's one usage line (105 + 4)
