@@ -20,6 +20,48 @@ with the session.
 Column types are fixed: integers are int64 (null where the log has null),
 flags bool, timestamps timestamp[ms, UTC], text string; a nested structure
 is a JSON text column (`*_json`) beside the columns analysts filter on.
+
+Tables and their columns after the keys (`json`: JSON text in a string column):
+
+    events                one row per line: kind, request_id (of the kinds that carry one), prev
+    session_started       workspace, model, context_window int64, max_output_tokens int64,
+                          parent_session (a fork's parent), parent_seq int64, system_prompt,
+                          tool_count int64, tool_schemas_json, read_only_tools_json
+    user_message          message_id, text (its text parts joined), parts int64, images int64,
+                          blobs int64, content_json
+    turn_started          message_id
+    turn_completed        requests int64
+    turn_failed           phase, error_class, error
+    request               request_id, attempt int64, fingerprint, history_revision int64,
+                          projected_tokens int64, phase, message_count int64, history_length int64,
+                          model, fixed_tokens int64, projection_source, handoff_included bool
+    assistant_message     message_id, request_id, text, reasoning, finish_reason,
+                          tool_call_count int64, tool_calls_json
+    tool_calls            one row per tool call of an assistant message: request_id, message_id,
+                          call_index int64, call_id, tool_name, arguments_json (as the model sent it)
+    usage                 request_id, prompt_tokens, completion_tokens, total_tokens,
+                          cached_prompt_tokens (int64, null when the provider gave none)
+    tool_result           call_id, tool_name, status, effect, text, original_chars int64,
+                          truncated bool, blobs int64, files_json, content_json
+    provider_error        request_id, error_class, output_delivered bool, message,
+                          status_code int64, retry_after_ms int64, retry_wait_ms int64
+    context_slimmed       mode, removed_count int64, tokens_saved int64, marker_id, marker_text,
+                          removed_call_ids_json
+    handoff               epoch int64, message_id, observed_tokens int64, input_budget int64,
+                          handoff_threshold int64, compaction_threshold int64 (from the record),
+                          record_json
+    compaction_failed     epoch int64, attempt int64, reason, consecutive_failures int64, trigger,
+                          detail, workspace
+    checkpoint_committed  epoch int64, through_seq int64, trigger, strategy, source_tokens int64,
+                          replacement_tokens int64, reduction_tokens int64 (source - replacement),
+                          replacement_message_count int64, attempts int64, target_tokens int64,
+                          model_usage_tokens int64 (these three from its diagnostics),
+                          source_hash, prompt_version, raw_summary, files_restored_json,
+                          diagnostics_json, carried_json, replacement_messages_json
+    owner_changed         host_id, lease_revision int64, previous_host
+    blobs                 one row per blob a line references: kind, location (`content[2]`,
+                          `replacement_messages[0].content[1]`), sha256, size int64 (bytes),
+                          media_type, chars int64; the bytes are at STORE/blobs/<sha256[:2]>/<sha256[2:]>
 """
 
 from __future__ import annotations

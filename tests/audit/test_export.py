@@ -353,3 +353,13 @@ def test_duckdb_reads_the_raw_log_with_explicit_columns(pristine: Path) -> None:
             if isinstance(r.event, Usage)
         )
     assert got == [(lines, total + 109, 1)]  # 109: the broken session's one usage line (105 + 4)
+
+
+def test_the_module_doc_names_every_table_and_column() -> None:
+    from cairn.audit import tables
+
+    doc = tables.__doc__ or ""
+    for table in TABLES:
+        assert f"\n    {table} " in doc, table
+        for name, _kind in columns(table):
+            assert name in doc, (table, name)
