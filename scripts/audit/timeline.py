@@ -195,12 +195,20 @@ def render(data: Timeline) -> Any:
             label=f"{label} ({len(chosen)})",
         )
         for m in chosen:
-            if m.y_after is not None:
+            if m.y_after is not None:  # a checkpoint: an arrow from before to after, and its label
                 ax.annotate(
                     "",
                     xy=(m.seq, m.y_after),
                     xytext=(m.seq, m.y),
                     arrowprops={"arrowstyle": "->", "color": colour},
+                )
+                ax.annotate(
+                    m.label.removeprefix("checkpoint "),
+                    xy=(m.seq, m.y),
+                    xytext=(4, 6),
+                    textcoords="offset points",
+                    fontsize="x-small",
+                    color=colour,
                 )
     ax.set_xlabel("event seq in the session")
     ax.set_ylabel("tokens")

@@ -84,6 +84,8 @@ def test_the_data_of_a_handmade_session() -> None:
         Marker("interrupted", 9, "turn failed (interrupted)", 100),
     ]
     assert data.last_seq == 11
+    labels = [text.get_text() for text in render(data).axes[0].texts if text.get_text()]
+    assert labels == ["threshold/fallback: 1000 → 100"]
 
 
 def test_the_data_of_every_session_equals_its_log(pristine: Path) -> None:
@@ -147,6 +149,7 @@ def test_the_figure_draws_the_data() -> None:
     assert list(lines["context window (100000)"].get_ydata()) == [100_000, 100_000]
     assert list(lines["compaction threshold (72000)"].get_ydata()) == [72_000, 72_000]
     assert list(lines["hand-off threshold (63000)"].get_ydata()) == [63_000, 63_000]
+    assert [text.get_text() for text in ax.texts] == []  # no checkpoint, no checkpoint label
     legend = [text.get_text() for text in ax.get_legend().get_texts()]
     assert "output reserve (10000)" in legend and "turn start" in legend
     assert ax.get_title() == "session s · model m-2"
