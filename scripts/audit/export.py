@@ -11,7 +11,8 @@ Layout of the target directory::
 
 Every run writes one file per table (an empty one when it has no rows, so a
 glob over a table always finds its schema); a Parquet file holds row groups
-of at most `BATCH_ROWS` rows. Read a table with `DIR/<table>/*.parquet`.
+of at most `BATCH_ROWS` rows (fewer when their text passes `BATCH_CHARS`).
+Read a table with `DIR/<table>/*.parquet`.
 
 A run exports the lines with `since <= pos < until`, where `until` is one
 past the highest position the store's index held when the run began;
@@ -26,12 +27,15 @@ frame, CRC, envelope, seq, position and hash chain, as replay and
 `cairn log` read it): once to check it whole, then to write its rows. A
 session that fails the check (a corrupt line, a broken chain, a line of an
 unknown kind) is reported (in the manifest, on stderr, in --json) and
-none of its rows are written. Each run writes into a staging directory
+none of its rows are written (the command exits 1). A session that breaks
+after an earlier run exported it keeps that run's rows and gets none
+newer. Each run writes into a staging directory
 (`DIR/.part-NNNNNN.tmp`) and moves its files into place only when it is
 complete; the manifest is replaced last (write, fsync, rename).
 
 Memory is flat in the number of events: rows are buffered per table up to
-`BATCH_ROWS` and written as record batches; the turn fold keeps one turn.
+`BATCH_ROWS` rows or `BATCH_CHARS` characters and written as record
+batches; the turn fold keeps one turn.
 The tables and their columns are in `cairn.audit.tables`.
 """
 
@@ -56,6 +60,8 @@ MANIFEST = "cairn-export.json"
 FORMATS = ("parquet", "csv")
 #: rows buffered per table before they are written as one record batch (one Parquet row group)
 BATCH_ROWS = 1024
+#: ... or fewer, when their text passes this many characters (checkpoints carry up to 16 MiB each)
+BATCH_CHARS = 8 * 1024 * 1024
 _PROGRESS_EVERY = 256
 
 Progress = Callable[[int, int], None]
@@ -96,6 +102,7 @@ class _Sink:
         self.schema = _arrow_schema(pa, table)
         self.rows = 0
         self._buffer: list[dict[str, Any]] = []
+        self._chars = 0
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -107,7 +114,8 @@ class _Sink:
 
     def add(self, row: dict[str, Any]) -> None:
         self._buffer.append(row)
-        if len(self._buffer) >= BATCH_ROWS:
+        self._chars += sum(len(value) for value in row.values() if isinstance(value, str))
+        if len(self._buffer) >= BATCH_ROWS or self._chars >= BATCH_CHARS:
             self.flush()
 
     def flush(self) -> None:
@@ -116,6 +124,7 @@ class _Sink:
             self._writer.write_batch(batch)
             self.rows += len(self._buffer)
             self._buffer = []
+            self._chars = 0
 
     def close(self) -> None:
         self.flush()

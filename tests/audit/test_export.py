@@ -363,3 +363,15 @@ def test_the_module_doc_names_every_table_and_column() -> None:
         assert f"\n    {table} " in doc, table
         for name, _kind in columns(table):
             assert name in doc, (table, name)
+
+
+def test_rows_are_written_in_batches(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cairn.audit import export as export_module
+
+    monkeypatch.setattr(export_module, "BATCH_ROWS", 100)
+    to = tmp_path / "batched"
+    assert export(pristine, to) == 1
+    events = pq.ParquetFile(to / "events" / "part-000001.parquet")
+    groups = [events.metadata.row_group(i).num_rows for i in range(events.metadata.num_row_groups)]
+    assert max(groups) == 100 and len(groups) > 20
+    assert sum(groups) == sql(f"select count(*) from {t(to, 'events')}")[0][0]
