@@ -375,3 +375,11 @@ def test_rows_are_written_in_batches(pristine: Path, tmp_path: Path, monkeypatch
     groups = [events.metadata.row_group(i).num_rows for i in range(events.metadata.num_row_groups)]
     assert max(groups) == 100 and len(groups) > 20
     assert sum(groups) == sql(f"select count(*) from {t(to, 'events')}")[0][0]
+
+
+def test_tables_come_from_a_local_store_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    to = tmp_path / "t"
+    argv = ["export", "--nats", "nats://127.0.0.1:1", "--format", "parquet", "--to", str(to)]
+    assert cli.main(argv) == 2
+    assert "--format reads a local store" in capsys.readouterr().err
+    assert not to.exists()
