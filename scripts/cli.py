@@ -47,6 +47,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench.main(argv)
 
 
+def cmd_export_any(args: argparse.Namespace) -> int:
+    """`cairn export`: tables of the local store with --format (`cairn.audit`), else a cluster's copy."""
+    if args.format is not None:
+        from cairn.audit.command import cmd_export_tables
+
+        return cmd_export_tables(args)
+    if args.session is not None or args.since is not None:
+        raise UsageError("--session and --since go with --format parquet|csv")
+    return cmd_export(args)
+
+
+def cmd_timeline_lazy(args: argparse.Namespace) -> int:
+    """`cairn timeline`: `cairn.audit.command.cmd_timeline` (imported only when used)."""
+    from cairn.audit.command import cmd_timeline
+
+    return cmd_timeline(args)
+
+
 # --- parser ----------------------------------------------------------------------------
 
 
@@ -112,9 +130,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", parents=reads, help="check checksums, seqs, chains, blobs, index")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("export", parents=reads, help="write a cluster's store (--nats) as a local store")
-    p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) directory")
-    p.set_defaults(func=cmd_export)
+    p = sub.add_parser(
+        "export",
+        parents=reads,
+        help="a cluster's store (--nats) as a local store, or a store's log as tables (--format)",
+    )
+    p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) directory, or an export's")
+    p.add_argument(
+        "--format",
+        choices=("parquet", "csv"),
+        default=None,
+        help="write the local store's log as typed tables (needs the audit extra)",
+    )
+    p.add_argument("--session", default=None, metavar="S", help="with --format: only this session")
+    p.add_argument(
+        "--since", type=int, default=None, metavar="POS", help="with --format: lines from this position"
+    )
+    p.set_defaults(func=cmd_export_any)
+
+    p = sub.add_parser("timeline", parents=reads, help="a session's token curve and events as a picture")
+    p.add_argument("session")
+    p.add_argument("--out", required=True, metavar="FILE", help="a .png or .svg file (needs the audit extra)")
+    p.set_defaults(func=cmd_timeline_lazy)
 
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)

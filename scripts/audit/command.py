@@ -1,0 +1,107 @@
+"""The `cairn export --format parquet|csv` command: arguments, the store, progress and the report."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, cluster_url, store_root
+from cairn._cli_output import print_json, warn
+
+
+@contextlib.contextmanager
+def line_progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback (done, total) counting lines read, drawn on a terminal only, else None."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def cmd_export_tables(args: argparse.Namespace) -> int:
+    """Write the local store's log as tables in `--to`; exit 1 when a session was skipped as corrupt."""
+    from cairn.audit.export import export_tables
+    from cairn.store import Journal
+
+    if cluster_url(args) is not None:
+        raise UsageError(
+            "--format reads a local store (--store): "
+            "copy a cluster's first with `cairn export --nats URL --to DIR`"
+        )
+    if args.since is not None and args.since < 0:
+        raise UsageError(f"--since must be a position (0 or more), got {args.since}")
+    root = store_root(args)
+    target = Path(args.to)
+    with (
+        Journal.open(root, readonly=True) as journal,
+        line_progress("exporting: lines read (checked, then written)", not args.json) as progress,
+    ):
+        report = export_tables(
+            journal,
+            target,
+            args.format,
+            session=args.session,
+            since=args.since,
+            progress=progress,
+            warn=None if args.json else warn,
+        )
+    if args.json:
+        print_json(asdict(report))
+    else:
+        rows = sum(report.rows.values())
+        print(
+            f"exported {report.sessions} sessions, {report.rows.get('events', 0)} events ({rows} rows) "
+            f"at positions {report.since}..{report.until - 1} as {report.format} part {report.part} "
+            f"to {target}" + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
+        )
+    return EXIT_PROBLEMS if report.skipped else EXIT_OK
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """Draw one session's timeline into `--out` (.png or .svg)."""
+    from cairn._cli_base import open_store
+    from cairn.audit import require
+    from cairn.audit.timeline import save, timeline_data
+    from cairn.events.codec import validate_session_id
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--out must name a .png or .svg file, got {out}")
+    if out.is_symlink() or out.is_dir():
+        raise UsageError(f"{out} is a link or a directory: name a new or regular file")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out.parent} is not a directory")
+    sid = validate_session_id(args.session)
+    require("matplotlib")
+    with open_store(args) as journal:
+        if journal.session(sid) is None:
+            raise UsageError(f"no session {sid!r} in {args.store}")
+        data = timeline_data(sid, journal.read(sid))
+    save(data, out)
+    if args.json:
+        print_json(
+            {"session": sid, "out": str(out), "requests": len(data.projected), "markers": len(data.markers)}
+        )
+    else:
+        print(f"drew {len(data.projected)} requests and {len(data.markers)} markers of {sid} into {out}")
+    return EXIT_OK

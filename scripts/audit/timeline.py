@@ -1,0 +1,225 @@
+"""`cairn timeline SESSION --out FILE.png|.svg`: one picture of a session's life, and the data it draws.
+
+`timeline_data` is pure: it folds a session's records (in seq order) into
+what the picture shows, keeping O(requests + markers), never the records.
+`render` draws it with matplotlib's Agg backend (no display needed).
+
+The x axis is the event seq in the session, so every fact sits where it
+happened. Drawn:
+- per `request`: the local projection (`projected_tokens`) as a line, and
+  the provider's figure (`prompt_tokens` of the `usage` with that
+  request id) as dots at the request's seq;
+- the context window, the input budget (window minus the output reserve,
+  shaded between them: the reserve), and the hand-off (70 %) and compaction
+  (80 %) thresholds of the budget, from the latest `session-started`
+  (CONTEXT-RULES B1-B3, `actors.session.budget`);
+- markers: hand-offs, slimming (micro/snip, tokens saved), checkpoints
+  (an arrow from source to replacement tokens; trigger and strategy in
+  the label), compaction failures, provider errors, failed and interrupted
+  turns; and a thin vertical line at each turn start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn.actors.session.budget import budget_for
+from cairn.events.codec import Record
+from cairn.events.kinds import (
+    CheckpointCommitted,
+    CompactionFailed,
+    ContextSlimmed,
+    Handoff,
+    ProviderError,
+    Request,
+    SessionStarted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+)
+
+#: marker kinds, in legend order: (matplotlib marker, colour, legend label)
+MARKER_STYLES: dict[str, tuple[str, str, str]] = {
+    "handoff": ("D", "tab:purple", "hand-off"),
+    "slimmed": ("v", "tab:cyan", "slimming"),
+    "checkpoint": ("s", "tab:green", "checkpoint (before → after)"),
+    "compaction-failed": ("X", "tab:olive", "compaction failed"),
+    "provider-error": ("x", "tab:red", "provider error"),
+    "turn-failed": ("P", "tab:red", "failed turn"),
+    "interrupted": ("P", "tab:gray", "interrupted turn"),
+}
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: str
+    seq: int
+    label: str
+    #: where it is drawn: the checkpoint's source tokens, else the latest projection at its seq
+    y: int
+    #: a checkpoint's replacement tokens (the arrow's end), else None
+    y_after: int | None = None
+
+
+@dataclass
+class Timeline:
+    sid: str
+    model: str = ""
+    window: int | None = None
+    reserve: int | None = None
+    input_budget: int | None = None
+    handoff_threshold: int | None = None
+    compaction_threshold: int | None = None
+    #: (request seq, projected tokens) for each request with a projection
+    projected: list[tuple[int, int]] = field(default_factory=list)
+    #: (request seq, provider prompt tokens) for each request whose usage reported them
+    provider: list[tuple[int, int]] = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    last_seq: int = 0
+
+    @property
+    def title(self) -> str:
+        return f"session {self.sid}" + (f" · model {self.model}" if self.model else "")
+
+
+def timeline_data(sid: str, records: Iterable[Record]) -> Timeline:
+    """What `render` draws for one session (see the module doc); `records` in seq order."""
+    data = Timeline(sid=sid)
+    request_seq: dict[str, int] = {}
+    level = 0  # the latest context figure, where markers without their own height sit
+
+    def mark(kind: str, seq: int, label: str) -> None:
+        data.markers.append(Marker(kind, seq, label, level))
+
+    for record in records:
+        event, seq = record.event, record.seq
+        data.last_seq = seq
+        if isinstance(event, SessionStarted):
+            budget = budget_for(event.context_window, event.max_output_tokens)
+            data.model = event.model
+            data.window = event.context_window
+            data.reserve = budget.reserve
+            data.input_budget = budget.input_budget
+            data.handoff_threshold = budget.handoff_threshold
+            data.compaction_threshold = budget.compaction_threshold
+        elif isinstance(event, TurnStarted):
+            data.turn_starts.append(seq)
+            request_seq.clear()
+        elif isinstance(event, Request):
+            request_seq[event.request_id] = seq
+            if event.model:
+                data.model = event.model
+            if event.projected_tokens is not None:
+                data.projected.append((seq, event.projected_tokens))
+                level = event.projected_tokens
+        elif isinstance(event, Usage):
+            at = request_seq.get(event.request_id)
+            if at is not None and event.prompt_tokens is not None:
+                data.provider.append((at, event.prompt_tokens))
+        elif isinstance(event, Handoff):
+            mark("handoff", seq, f"hand-off (epoch {event.epoch})")
+        elif isinstance(event, ContextSlimmed):
+            mark("slimmed", seq, f"{event.mode} −{event.tokens_saved}")
+        elif isinstance(event, CheckpointCommitted):
+            label = (
+                f"checkpoint {event.trigger}/{event.strategy}: "
+                f"{event.source_tokens} → {event.replacement_tokens}"
+            )
+            data.markers.append(
+                Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens)
+            )
+            level = event.replacement_tokens
+        elif isinstance(event, CompactionFailed):
+            mark("compaction-failed", seq, f"compaction failed: {event.reason}")
+        elif isinstance(event, ProviderError):
+            mark("provider-error", seq, f"provider error: {event.error_class}")
+        elif isinstance(event, TurnFailed):
+            kind = "interrupted" if event.phase == "interrupted" else "turn-failed"
+            mark(kind, seq, f"turn failed ({event.phase})")
+    return data
+
+
+def render(data: Timeline) -> Any:
+    """The figure of `data` (a matplotlib Figure, Agg canvas): series, lines, markers, legend."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(12, 6), layout="constrained")
+    ax = figure.add_subplot()
+    if data.window is not None:
+        ax.axhline(data.window, color="black", linewidth=1.2, label=f"context window ({data.window})")
+    if data.window is not None and data.input_budget is not None:
+        ax.axhspan(
+            data.input_budget,
+            data.window,
+            color="lightgray",
+            alpha=0.5,
+            label=f"output reserve ({data.reserve})",
+        )
+    if data.compaction_threshold is not None:
+        ax.axhline(
+            data.compaction_threshold,
+            color="tab:orange",
+            linestyle="--",
+            label=f"compaction threshold ({data.compaction_threshold})",
+        )
+    if data.handoff_threshold is not None:
+        ax.axhline(
+            data.handoff_threshold,
+            color="tab:purple",
+            linestyle=":",
+            label=f"hand-off threshold ({data.handoff_threshold})",
+        )
+    for index, seq in enumerate(data.turn_starts):
+        ax.axvline(seq, color="gray", linewidth=0.4, alpha=0.6, label="turn start" if index == 0 else None)
+    if data.projected:
+        xs, ys = zip(*data.projected, strict=True)
+        ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
+    if data.provider:
+        xs, ys = zip(*data.provider, strict=True)
+        ax.plot(xs, ys, linestyle="none", marker=".", color="tab:red", label="context tokens, provider")
+    for kind, (symbol, colour, label) in MARKER_STYLES.items():
+        chosen = [m for m in data.markers if m.kind == kind]
+        if not chosen:
+            continue
+        ax.plot(
+            [m.seq for m in chosen],
+            [m.y for m in chosen],
+            linestyle="none",
+            marker=symbol,
+            color=colour,
+            markersize=7,
+            label=f"{label} ({len(chosen)})",
+        )
+        for m in chosen:
+            if m.y_after is not None:  # a checkpoint: an arrow from before to after, and its label
+                ax.annotate(
+                    "",
+                    xy=(m.seq, m.y_after),
+                    xytext=(m.seq, m.y),
+                    arrowprops={"arrowstyle": "->", "color": colour},
+                )
+                ax.annotate(
+                    m.label.removeprefix("checkpoint "),
+                    xy=(m.seq, m.y),
+                    xytext=(4, 6),
+                    textcoords="offset points",
+                    fontsize="x-small",
+                    color=colour,
+                )
+    ax.set_xlabel("event seq in the session")
+    ax.set_ylabel("tokens")
+    ax.set_title(data.title)
+    ax.set_xlim(0, max(data.last_seq, 1) + 1)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return figure
+
+
+def save(data: Timeline, out: Path) -> None:
+    """Draw `data` into `out` (.png or .svg, by its suffix)."""
+    figure = render(data)
+    figure.savefig(out, format=out.suffix.lstrip(".").lower(), dpi=120)
