@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from cairn.events.codec import Record, chain_digest, decode_line, decode_run
+from cairn.events.codec import Record, chain_digest, decode_line, decode_run, decode_session_run
 from cairn.events.errors import DecodeError
 from cairn.events.state import Replayer, SessionState
 from cairn.store.errors import CorruptionError
@@ -28,6 +28,8 @@ from cairn.store.segments import SegmentReader, segment_name
 #: seqs past every session's last: "to the end"
 MAX_SEQ = (1 << 63) - 1
 _READ_PAGE = 256
+#: seqs per index transaction on the replay hot path
+_SCAN_PAGE = 8192
 
 
 class SessionReader:
@@ -80,11 +82,15 @@ class SessionReader:
     def replay_pages(self, sid: str, from_seq: int, to_seq: int = MAX_SEQ) -> Iterator[list[Record]]:
         """The replay hot path: the session's records in pages, checked like `read` minus the chain.
 
-        Each run of adjacent lines is read with one pread and decoded with one
-        `decode_lines` call; every line's frame, CRC, envelope, seq, position
-        and session are checked, and any problem raises `CorruptionError`
-        naming segment, offset and session (found by re-reading the run line
-        by line). The hash chain is `read` and `verify`'s business.
+        The index is walked for locations only (`Index.dense_locations`, one
+        short transaction per page of `_SCAN_PAGE` seqs, no per-entry key
+        work), each run of adjacent lines is read with one pread, decoded with
+        one msgspec call and checked in one pass (`decode_session_run`):
+        every line's frame, CRC, envelope, seq, position and session. At any
+        doubt (a run that does not check, an index with holes) the same seqs
+        are read again the exact way (`_exact_pages`), which names the bad
+        line in a `CorruptionError` (segment, offset, session) or gives what
+        the index holds. The hash chain is `read` and `verify`'s business.
         """
         summary = self._index.summary(sid)
         if summary is None or from_seq > to_seq:
@@ -93,6 +99,48 @@ class SessionReader:
         to_seq = min(to_seq, summary.last_seq)
         if broken and from_seq >= broken:
             raise broken_session(self._index, sid, broken)
+        end = min(to_seq, broken - 1) if broken else to_seq
+        cursor = from_seq
+        while cursor <= end:
+            last = min(end, cursor + _SCAN_PAGE - 1)
+            places = self._index.dense_locations(sid, cursor, last - cursor + 1)
+            if places is None:
+                yield from self._exact_pages(sid, cursor, last)
+            else:
+                yield from self._checked_runs(sid, cursor, places)
+            cursor = last + 1
+        if broken and from_seq <= broken <= to_seq:
+            raise broken_session(self._index, sid, broken)
+
+    def _checked_runs(
+        self, sid: str, first_seq: int, places: list[tuple[int, int, int, int]]
+    ) -> Iterator[list[Record]]:
+        """The records at `places` (seqs from `first_seq`), a run of adjacent lines at a time."""
+        read = self._segments.read
+        i, count = 0, len(places)
+        while i < count:
+            segment, offset, length, _ = places[i]
+            end, stop = i + 1, offset + length
+            while end < count:
+                next_segment, next_offset, next_length, _ = places[end]
+                if next_segment != segment or next_offset != stop:
+                    break
+                stop += next_length
+                end += 1
+            try:
+                blob = read(segment, offset, stop - offset)
+            except OSError:
+                blob = b""
+            records = decode_session_run(blob, places[i:end], sid, first_seq + i)
+            if records is None:
+                yield from self._exact_pages(sid, first_seq + i, first_seq + end - 1)
+            else:
+                yield records
+            i = end
+
+    def _exact_pages(self, sid: str, from_seq: int, to_seq: int) -> Iterator[list[Record]]:
+        """The seqs from_seq..to_seq (none past a broken seq) read the exact way: what the index
+        holds of them, one entry at a time, runs decoded by `decode_run`, a bad line named."""
         cursor = from_seq
         read = self._segments.read
         raw_locations = self._index.raw_locations
@@ -101,8 +149,6 @@ class SessionReader:
             page = raw_locations(sid, cursor, to_seq, page_size)
             if not page:
                 break
-            if broken and page[-1][0] >= broken:
-                page = [entry for entry in page if entry[0] < broken]
             i, count = 0, len(page)
             while i < count:
                 _, segment, offset, _, _ = page[i]
@@ -114,12 +160,8 @@ class SessionReader:
                 yield self._decode_run(sid, run, read, segment, offset, stop)
                 cursor = run[-1][0] + 1
                 i = end
-            if broken and cursor >= broken:
-                raise broken_session(self._index, sid, broken)
             if count < page_size:
                 break
-        if broken and from_seq <= broken <= to_seq and cursor <= broken:
-            raise broken_session(self._index, sid, broken)
 
     def _decode_run(
         self,
