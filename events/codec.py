@@ -306,9 +306,10 @@ def decode_run(
 
 def decode_session_run(
     run: bytes,
-    places: Sequence[tuple[int, int, int, int]],
+    lengths: Sequence[int],
     sid: str,
     first_seq: int,
+    first_pos: int,
     *,
     _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
     _suffix: bytes = _CRC_SUFFIX_FORMAT,
@@ -317,24 +318,26 @@ def decode_session_run(
 ) -> list[Record] | None:
     """The records of a run of one session's adjacent lines, all checked; None at any doubt.
 
-    `places` are the lines' (segment, offset, length, pos) as an index holds
-    them, the first at seq `first_seq`. One msgspec call decodes the run,
-    then one pass checks, for every line, what `decode_run` checks (frame,
-    CRC, version, kind) and that its record is the one the index names
-    (session, seq, pos). Never raises for bad input: a caller that gets
-    None reads the run again line by line to name the bad one.
+    `lengths` are the lines' lengths as an index holds them; the first line
+    is at seq `first_seq` and pos `first_pos`, each next one at the next seq
+    and pos. One msgspec call decodes the run, then one pass checks, for
+    every line, what `decode_run` checks (frame, CRC, version, kind) and
+    that its record is the one the index names (session, seq, pos). Never
+    raises for bad input: a caller that gets None reads the run again line
+    by line to name the bad one.
     """
     try:
         records = _decode_many(run)
     except (msgspec.DecodeError, RecursionError):
         return None
-    if len(records) != len(places):
+    if len(records) != len(lengths):
         return None
     view = memoryview(run)
     ends_with = run.startswith
     start = 0
     seq = first_seq
-    for record, (_, _, length, pos) in zip(records, places, strict=True):
+    pos = first_pos
+    for record, length in zip(records, lengths, strict=True):
         cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
         if not (
             record.seq == seq
@@ -348,6 +351,7 @@ def decode_session_run(
             return None
         start += length
         seq += 1
+        pos += 1
     return records if start == len(run) else None
 
 

@@ -172,18 +172,18 @@ class Index:
                     break
         return result
 
-    def dense_locations(self, sid: str, from_seq: int, count: int) -> list[tuple[int, int, int, int]] | None:
-        """(segment, offset, length, pos) of the session's seqs from_seq .. from_seq + count - 1, or None.
+    def dense_values(self, sid: str, from_seq: int, count: int) -> bytes | None:
+        """The `events` values (`LOC`, packed back to back) of the session's seqs from_seq ..
+        from_seq + count - 1, or None unless the index holds every one of them.
 
-        None unless the index holds every one of those seqs: the replay hot
-        path, which reads the values alone (no per-entry key check). That is
-        sound because keys are unique and sorted, and no other session's key
-        starts with this one's prefix (a session id holds no NUL): `count`
-        entries from key (sid, from_seq) through key (sid, from_seq + count -
-        1) can only be those seqs.
+        The replay hot path: values alone, no per-entry work in Python. Sound
+        because keys are unique and sorted, and no other session's key starts
+        with this one's prefix (a session id holds no NUL): `count` entries
+        from key (sid, from_seq) through key (sid, from_seq + count - 1) can
+        only be those seqs.
         """
         if count <= 0:
-            return []
+            return b""
         prefix = session_prefix(sid)
         first = prefix + U64.pack(from_seq)
         last = prefix + U64.pack(from_seq + count - 1)
@@ -194,7 +194,7 @@ class Index:
             values = list(islice(cursor.iternext(keys=False, values=True), count))
             if len(values) != count or cursor.key() != last:
                 return None
-        return list(LOC.iter_unpack(b"".join(values)))
+        return b"".join(values)
 
     def seqs_at_positions(self, sid: str, first_pos: int, last_pos: int) -> tuple[int, int] | None:
         """The first and last seq of the session's lines with first_pos <= pos <= last_pos (None: none).

@@ -15,6 +15,8 @@ read transactions and preads, and never blocks the writer.
 
 from __future__ import annotations
 
+import operator
+import struct
 from collections.abc import Callable, Iterator
 
 from cairn.events.codec import Record, chain_digest, decode_line, decode_run, decode_session_run
@@ -22,7 +24,7 @@ from cairn.events.errors import DecodeError
 from cairn.events.state import Replayer, SessionState
 from cairn.store.errors import CorruptionError
 from cairn.store.index import Index
-from cairn.store.index_records import Loc
+from cairn.store.index_records import LOC, Loc
 from cairn.store.segments import SegmentReader, segment_name
 
 #: seqs past every session's last: "to the end"
@@ -103,35 +105,40 @@ class SessionReader:
         cursor = from_seq
         while cursor <= end:
             last = min(end, cursor + _SCAN_PAGE - 1)
-            places = self._index.dense_locations(sid, cursor, last - cursor + 1)
-            if places is None:
+            values = self._index.dense_values(sid, cursor, last - cursor + 1)
+            if values is None:
                 yield from self._exact_pages(sid, cursor, last)
             else:
-                yield from self._checked_runs(sid, cursor, places)
+                yield from self._checked_runs(sid, cursor, values)
             cursor = last + 1
         if broken and from_seq <= broken <= to_seq:
             raise broken_session(self._index, sid, broken)
 
-    def _checked_runs(
-        self, sid: str, first_seq: int, places: list[tuple[int, int, int, int]]
-    ) -> Iterator[list[Record]]:
-        """The records at `places` (seqs from `first_seq`), a run of adjacent lines at a time."""
+    def _checked_runs(self, sid: str, first_seq: int, values: bytes) -> Iterator[list[Record]]:
+        """The records whose index values are `values` (seqs from `first_seq`), a run at a time.
+
+        A run is as many next seqs as hold the next positions of one segment
+        (found by bisection over the values: positions grow with seqs), so
+        the lines of a session written alone make one run per page; the
+        lengths the index gives each line must cover the run's bytes.
+        """
+        count = len(values) // LOC.size
+        lengths = list(map(_first, _LENGTH.iter_unpack(values)))
         read = self._segments.read
-        i, count = 0, len(places)
+        at = LOC.unpack_from
+        i = 0
         while i < count:
-            segment, offset, length, _ = places[i]
-            end, stop = i + 1, offset + length
-            while end < count:
-                next_segment, next_offset, next_length, _ = places[end]
-                if next_segment != segment or next_offset != stop:
-                    break
-                stop += next_length
-                end += 1
-            try:
-                blob = read(segment, offset, stop - offset)
-            except OSError:
-                blob = b""
-            records = decode_session_run(blob, places[i:end], sid, first_seq + i)
+            segment, offset, _, pos = at(values, i * LOC.size)
+            end = _run_end(values, i, count, segment, pos)
+            _, last_offset, last_length, _ = at(values, (end - 1) * LOC.size)
+            size = last_offset + last_length - offset
+            records = None
+            if size == sum(lengths[i:end]):
+                try:
+                    blob = read(segment, offset, size)
+                except OSError:
+                    blob = b""
+                records = decode_session_run(blob, lengths[i:end], sid, first_seq + i, pos)
             if records is None:
                 yield from self._exact_pages(sid, first_seq + i, first_seq + end - 1)
             else:
@@ -284,6 +291,28 @@ class SessionReader:
         for page in self.replay_pages(sid, from_seq):
             replayer.feed(page)
         return replayer.state()
+
+
+#: the length in an index value (`LOC`: >QQIQ)
+_LENGTH = struct.Struct(">16xI8x")
+_first = operator.itemgetter(0)
+
+
+def _run_end(values: bytes, first: int, count: int, segment: int, pos: int) -> int:
+    """The end of the run from entry `first`: the entries after it in `segment` at the next positions."""
+    at = LOC.unpack_from
+    last_segment, _, _, last_pos = at(values, (count - 1) * LOC.size)
+    if last_segment == segment and last_pos - pos == count - 1 - first:
+        return count
+    low, high = first, count - 1  # entry `low` is in the run, entry `high` is not
+    while high - low > 1:
+        mid = (low + high) // 2
+        mid_segment, _, _, mid_pos = at(values, mid * LOC.size)
+        if mid_segment == segment and mid_pos - pos == mid - first:
+            low = mid
+        else:
+            high = mid
+    return high
 
 
 def broken_session(index: Index, sid: str, seq: int) -> CorruptionError:

@@ -11,23 +11,18 @@ from cairn.events.kinds import Usage
 from tests.strategies import events as event_strategies
 
 
-def _run(events, *, sid="s1", first_seq=1, first_pos=10):
-    lines = [
+def _lines(events, *, sid="s1", first_seq=1, first_pos=10):
+    return [
         encode_line(pos=first_pos + i, sid=sid, seq=first_seq + i, ts=1, prev=GENESIS, event=e)[0]
         for i, e in enumerate(events)
     ]
-    places = []
-    offset = 0
-    for i, line in enumerate(lines):
-        places.append((0, offset, len(line), first_pos + i))
-        offset += len(line)
-    return b"".join(lines), places
 
 
 @given(st.lists(event_strategies(), min_size=1, max_size=12))
 def test_a_sound_run_decodes_as_decode_run_decodes_it(events_):
-    run, places = _run(events_, first_seq=5)
-    assert decode_session_run(run, places, "s1", 5) == decode_run(run, [p[2] for p in places])
+    lines = _lines(events_, first_seq=5, first_pos=7)
+    run, lengths = b"".join(lines), [len(line) for line in lines]
+    assert decode_session_run(run, lengths, "s1", 5, 7) == decode_run(run, lengths)
 
 
 def _reframed(line: bytes, change: bytes, into: bytes) -> bytes:
@@ -36,28 +31,25 @@ def _reframed(line: bytes, change: bytes, into: bytes) -> bytes:
 
 
 def test_any_doubt_gives_none():
-    events = [Usage(request_id=f"r{n}") for n in range(4)]
-    run, places = _run(events, first_seq=3)
-    assert decode_session_run(run, places, "s1", 3) is not None
-    assert decode_session_run(run, places, "s2", 3) is None  # another session's
-    assert decode_session_run(run, places, "s1", 4) is None  # other seqs
-    shifted = [(s, o, n, p + 1) for s, o, n, p in places]
-    assert decode_session_run(run, shifted, "s1", 3) is None  # other positions
+    lines = _lines([Usage(request_id=f"r{n}") for n in range(4)], first_seq=3, first_pos=10)
+    run, lengths = b"".join(lines), [len(line) for line in lines]
+    assert decode_session_run(run, lengths, "s1", 3, 10) is not None
+    assert decode_session_run(run, lengths, "s2", 3, 10) is None  # another session's
+    assert decode_session_run(run, lengths, "s1", 4, 10) is None  # other seqs
+    assert decode_session_run(run, lengths, "s1", 3, 11) is None  # other positions
     flipped = bytearray(run)
-    flipped[places[2][1] + 40] ^= 0x01
-    assert decode_session_run(bytes(flipped), places, "s1", 3) is None  # a bad crc
-    assert decode_session_run(run[:-1], places, "s1", 3) is None  # a line cut short
-    assert decode_session_run(run, places[:3], "s1", 3) is None  # more lines than places
-    lines = run.splitlines(keepends=True)
+    flipped[lengths[0] + 40] ^= 0x01
+    assert decode_session_run(bytes(flipped), lengths, "s1", 3, 10) is None  # a bad crc
+    assert decode_session_run(run[:-1], lengths, "s1", 3, 10) is None  # a line cut short
+    assert decode_session_run(run, lengths[:3], "s1", 3, 10) is None  # more lines than lengths
+    moved = [lengths[0] + 1, lengths[1] - 1, *lengths[2:]]
+    assert decode_session_run(run, moved, "s1", 3, 10) is None  # lengths that split lines elsewhere
     for change, into in (
         (b'"v":1', b'"v":2'),  # another version
         (b'"kind":"usage"', b'"kind":"usagf"'),  # an unknown kind
         (b'"kind":"usage","event"', b'"kind":"turn-started","event"'),  # an envelope not the body's
     ):
-        forged = b"".join([*lines[:1], _reframed(lines[1], change, into), *lines[2:]])
-        moved = [
-            (0, o + (len(forged) - len(run)) * (i > 1), n + (len(forged) - len(run)) * (i == 1), p)
-            for i, (_, o, n, p) in enumerate(places)
-        ]
-        assert decode_session_run(forged, moved, "s1", 3) is None, change
-    assert decode_session_run(b"{not json\n", [(0, 0, 10, 10)], "s1", 3) is None
+        forged = [lines[0], _reframed(lines[1], change, into), *lines[2:]]
+        forged_run = b"".join(forged)
+        assert decode_session_run(forged_run, [len(line) for line in forged], "s1", 3, 10) is None, change
+    assert decode_session_run(b"{not json\n", [10], "s1", 3, 10) is None
