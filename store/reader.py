@@ -198,7 +198,7 @@ def scan_log(
 
 
 #: bytes per chunk of a segment scan (a longer line makes its chunk longer)
-_CHUNK_BYTES = 4 << 20
+_CHUNK_BYTES = 128 << 10
 #: a chunk longer than this (a line near MAX_LINE_BYTES) goes piece by piece
 _CHUNK_LIMIT = MAX_LINE_BYTES
 _LINE_HEAD = b'{"v":%d,' % SCHEMA_VERSION

@@ -32,6 +32,9 @@ MAX_SEQ = (1 << 63) - 1
 _READ_PAGE = 256
 #: seqs per index transaction on the replay hot path
 _SCAN_PAGE = 8192
+#: bytes of lines read, decoded and checked at a time on the replay hot path (the first line's
+#: bytes are still in cache when its crc is checked)
+_RUN_BYTES = 128 << 10
 
 
 class SessionReader:
@@ -132,6 +135,10 @@ class SessionReader:
             end = _run_end(values, i, count, segment, pos)
             _, last_offset, last_length, _ = at(values, (end - 1) * LOC.size)
             size = last_offset + last_length - offset
+            if size > _RUN_BYTES and end - i > 1:  # a shorter run, whose bytes stay in cache while checked
+                end = i + max(1, (end - i) * _RUN_BYTES // size)
+                _, last_offset, last_length, _ = at(values, (end - 1) * LOC.size)
+                size = last_offset + last_length - offset
             records = None
             if size == sum(lengths[i:end]):
                 try:

@@ -20,7 +20,7 @@ import pytest
 from cairn.events.kinds import EventBase
 from cairn.events.model import BlobPart
 from cairn.events.state import Replayer, replay
-from cairn.store import Journal, verify_store
+from cairn.store import Journal, session_reader, verify_store
 from cairn.store import reader as reader_module
 from cairn.store import verify as verify_module
 from cairn.store.blobs import BlobStore
@@ -100,9 +100,16 @@ def _exact_state(journal: Journal, sid: str) -> object:
     return replayer.state()
 
 
-def test_replay_in_runs_equals_the_line_by_line_paths(tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_bytes", [128 << 10, 1_500])
+def test_replay_in_runs_equals_the_line_by_line_paths(
+    tmp_path: Path, run_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_reader, "_RUN_BYTES", run_bytes)
     root = _store(tmp_path / "store")
-    with Journal.open(root) as journal:
+    with Journal.open(root, segment_bytes=40_000) as journal:  # "d", written alone: long runs
+        journal.append("d", [started(), *_events(300)], expected_seq=0)
+        assert journal.replay_full("d") == replay(journal.read("d")) == journal.load("d")
+        assert journal.replay_full("d").last_seq == 301
         assert len(list_segments(root / "log")) > 10
         for sid in SIDS:
             full = journal.replay_full(sid)
