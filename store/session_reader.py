@@ -118,7 +118,7 @@ class SessionReader:
             raise broken_session(self._index, sid, broken)
 
     def _checked_runs(self, sid: str, first_seq: int, values: bytes) -> Iterator[list[Record]]:
-        """The records whose index values are `values` (seqs from `first_seq`), a run at a time.
+        """The records whose index values are `values` (seqs from `first_seq`), in pages.
 
         A run is as many next seqs as hold the next positions of one segment
         (found by bisection over the values: positions grow with seqs), so
@@ -129,6 +129,7 @@ class SessionReader:
         lengths = list(map(_first, _LENGTH.iter_unpack(values)))
         read = self._segments.read
         at = LOC.unpack_from
+        checked: list[Record] = []  # the runs checked so far, fed to the fold in one page
         i = 0
         while i < count:
             segment, offset, _, pos = at(values, i * LOC.size)
@@ -147,10 +148,17 @@ class SessionReader:
                     blob = b""
                 records = decode_session_run(blob, lengths[i:end], sid, first_seq + i, pos)
             if records is None:
+                if checked:
+                    yield checked
+                    checked = []
                 yield from self._exact_pages(sid, first_seq + i, first_seq + end - 1)
+            elif checked:
+                checked += records
             else:
-                yield records
+                checked = records
             i = end
+        if checked:
+            yield checked
 
     def _exact_pages(self, sid: str, from_seq: int, to_seq: int) -> Iterator[list[Record]]:
         """The seqs from_seq..to_seq (none past a broken seq) read the exact way: what the index
@@ -306,12 +314,25 @@ _first = operator.itemgetter(0)
 
 
 def _run_end(values: bytes, first: int, count: int, segment: int, pos: int) -> int:
-    """The end of the run from entry `first`: the entries after it in `segment` at the next positions."""
+    """The end of the run from entry `first`: the entries after it in `segment` at the next positions.
+
+    Whether entry k is in the run holds up to some k and fails after (positions grow with seqs),
+    so the end is found by trying the last entry, then galloping from `first` and bisecting: a
+    few lookups for a short run of an interleaved session as for a whole page.
+    """
     at = LOC.unpack_from
     last_segment, _, _, last_pos = at(values, (count - 1) * LOC.size)
     if last_segment == segment and last_pos - pos == count - 1 - first:
         return count
-    low, high = first, count - 1  # entry `low` is in the run, entry `high` is not
+    low, high, step = first, count - 1, 1  # entry `low` is in the run, entry `high` is not
+    while low + step < high:
+        probe = low + step
+        probe_segment, _, _, probe_pos = at(values, probe * LOC.size)
+        if probe_segment != segment or probe_pos - pos != probe - first:
+            high = probe
+            break
+        low = probe
+        step *= 2
     while high - low > 1:
         mid = (low + high) // 2
         mid_segment, _, _, mid_pos = at(values, mid * LOC.size)
