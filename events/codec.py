@@ -343,6 +343,57 @@ def decode_run(
     return out
 
 
+def decode_session_run(
+    run: bytes,
+    lengths: Sequence[int],
+    sid: str,
+    first_seq: int,
+    first_pos: int,
+    *,
+    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
+    _suffix: bytes = _CRC_SUFFIX_FORMAT,
+    _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
+    _tags: dict[type[EventBase], str] = TAG_OF,
+) -> list[Record] | None:
+    """The records of a run of one session's adjacent lines, all checked; None at any doubt.
+
+    `lengths` are the lines' lengths as an index holds them; the first line
+    is at seq `first_seq` and pos `first_pos`, each next one at the next seq
+    and pos. One msgspec call decodes the run, then one pass checks, for
+    every line, what `decode_run` checks (frame, CRC, version, kind) and
+    that its record is the one the index names (session, seq, pos). Never
+    raises for bad input: a caller that gets None reads the run again line
+    by line to name the bad one.
+    """
+    try:
+        records = _decode_many(run)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if len(records) != len(lengths):
+        return None
+    view = memoryview(run)
+    ends_with = run.startswith
+    start = 0
+    seq = first_seq
+    pos = first_pos
+    for record, length in zip(records, lengths, strict=True):
+        cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
+        if not (
+            record.seq == seq
+            and record.pos == pos
+            and record.sid == sid
+            and length > _CRC_SUFFIX_LEN + 1
+            and ends_with(_suffix % _crc(view[start:cut]), cut)
+            and record.v == SCHEMA_VERSION
+            and record.line_kind == _tags[type(record.event)]
+        ):
+            return None
+        start += length
+        seq += 1
+        pos += 1
+    return records if start == len(run) else None
+
+
 def _decode_slowly(line: bytes, where: str) -> Record:
     """The checks of `decode_lines` one at a time, raising the precise error for a bad line."""
     _checked_prefix(line, where)
@@ -373,3 +424,8 @@ def _explain(line: bytes, exc: Exception, where: str) -> Exception:
     if isinstance(exc, msgspec.ValidationError):
         return MalformedEvent(f"{env.kind} event: {text}", where=where)
     return CorruptLine(f"not JSON: {text}", where=where)
+
+
+#: for readers that check lines in bulk (`store.reader`): the record decoder and a line's crc field
+record_decoder = _record_decoder
+CRC_SUFFIX_FORMAT: bytes = _CRC_SUFFIX_FORMAT

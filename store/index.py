@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,30 @@ class Index:
                 if len(result) >= limit:
                     break
         return result
+
+    def dense_values(self, sid: str, from_seq: int, count: int) -> bytes | None:
+        """The `events` values (`LOC`, packed back to back) of the session's seqs from_seq ..
+        from_seq + count - 1, or None unless the index holds every one of them.
+
+        The replay hot path: values alone, no per-entry work in Python. Sound
+        because keys are unique and sorted, and no other session's key starts
+        with this one's prefix (a session id holds no NUL): `count` entries
+        from key (sid, from_seq) through key (sid, from_seq + count - 1) can
+        only be those seqs.
+        """
+        if count <= 0:
+            return b""
+        prefix = session_prefix(sid)
+        first = prefix + U64.pack(from_seq)
+        last = prefix + U64.pack(from_seq + count - 1)
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs[b"events"])
+            if not cursor.set_range(first) or cursor.key() != first:
+                return None
+            values = list(islice(cursor.iternext(keys=False, values=True), count))
+            if len(values) != count or cursor.key() != last:
+                return None
+        return b"".join(values)
 
     def seqs_at_positions(self, sid: str, first_pos: int, last_pos: int) -> tuple[int, int] | None:
         """The first and last seq of the session's lines with first_pos <= pos <= last_pos (None: none).

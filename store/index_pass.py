@@ -13,6 +13,7 @@ torn tail (`split_tail`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from cairn.store.index import Index
@@ -63,60 +64,82 @@ class IndexPass:
         stop: tuple[int, int] | None = None,
     ) -> None:
         """Index every piece from `start` (segment, offset) to the end of `segments` (or to `stop`)."""
+        self.feed(
+            scan_log(
+                log_dir,
+                start_segment=start[0],
+                start_offset=start[1],
+                progress=progress,
+                segments=segments,
+                stop=stop,
+            ),
+            start[0],
+        )
+
+    def feed(self, lines: Iterable[LogLine], current: int) -> None:
+        """Index `lines`, pieces of the log in order, the first of them in segment `current`."""
         builder, pending = self.builder, self.pending
-        current = start[0]
-        for line in scan_log(
-            log_dir,
-            start_segment=start[0],
-            start_offset=start[1],
-            progress=progress,
-            segments=segments,
-            stop=stop,
-        ):
-            if line.segment != current:
-                self.flush_corrupt()  # invalid bytes at the end of a rolled segment are never a tail
-                current = line.segment
-            self.end = (line.segment, line.offset + line.length)
-            if not line.framed:
-                pending.append(line)
-                continue
-            self.flush_corrupt()
+        # how many entries may come before `builder.pending` is looked at again: a sound line adds
+        # at most two (its event; a corrupt entry when its body is bad), so the commits fall where a
+        # look after every line puts them
+        budget = _COMMIT_EVERY - builder.pending
+        for line in lines:
+            segment, offset, raw = line.segment, line.offset, line.raw
+            length = len(raw)
+            if segment != current:
+                if pending:
+                    self.flush_corrupt()  # invalid bytes at the end of a rolled segment are never a tail
+                current = segment
+            self.end = (segment, offset + length)
             env = line.envelope
-            if env is None:  # framed, but the envelope is unreadable: a durable bad line
-                pending.append(line)
+            if env is None:
+                if not line.framed:
+                    pending.append(line)
+                    continue
+                if pending:
+                    self.flush_corrupt()
+                pending.append(line)  # framed, but the envelope is unreadable: a durable bad line
                 self.flush_corrupt()
+                budget = _COMMIT_EVERY - builder.pending
                 continue
-            head = builder.head(env.sid)
-            event = line.record.event if line.record is not None else None
+            if pending:
+                self.flush_corrupt()
+                budget = _COMMIT_EVERY - builder.pending
+            record = line.record
             builder.add(
-                head,
+                builder.head(env.sid),
                 env.seq,
                 env.pos,
                 env.ts,
                 env.prev,
                 line.digest,
                 env.kind,
-                event,
-                line.segment,
-                line.offset,
-                line.length,
+                record.event if record is not None else None,
+                segment,
+                offset,
+                length,
             )
-            if line.record is None:
+            if record is None:
                 entry = CorruptEntry(
-                    segment=line.segment,
-                    offset=line.offset,
-                    length=line.length,
+                    segment=segment,
+                    offset=offset,
+                    length=length,
                     sid=env.sid,
                     seq=env.seq,
                     reason=line.error,
                 )
                 builder.add_corrupt(entry)
                 self.corruptions.append(entry)
-            self.next_pos = max(self.next_pos, env.pos + 1)
-            self.last = (line.segment, line.offset, line.length)
+                budget -= 1  # its corrupt entry, besides its event
+            if env.pos >= self.next_pos:
+                self.next_pos = env.pos + 1
+            self.last = (segment, offset, length)
             self.indexed += 1
-            if builder.pending >= _COMMIT_EVERY:
-                self.commit(self.end)
+            budget -= 1
+            if budget <= 0:
+                if builder.pending >= _COMMIT_EVERY:
+                    self.commit(self.end)
+                budget = _COMMIT_EVERY - builder.pending
 
     def commit(self, point: tuple[int, int]) -> None:
         """Commit the entries built so far, with `point` (segment, byte offset) as the recovery point."""
@@ -148,7 +171,13 @@ class IndexPass:
         return torn
 
 
-def rebuild_through(root: Path, index: Index, segments: list[int], point: tuple[int, int]) -> None:
+def rebuild_through(
+    root: Path,
+    index: Index,
+    segments: list[int],
+    point: tuple[int, int],
+    lines: Iterable[LogLine] | None = None,
+) -> None:
     """Rebuild `index` from nothing with the lines of the log up to `point` (segment, byte offset) only.
 
     What an index whose recovery point is `point` must hold: `verify`
@@ -158,7 +187,10 @@ def rebuild_through(root: Path, index: Index, segments: list[int], point: tuple[
     index.reset()
     first = segments[0] if segments else 0
     scan = IndexPass(index, IndexMeta(segment=first, next_pos=first))
-    scan.run(root / "log", [s for s in segments if s <= point[0]], (first, 0), None, stop=point)
+    if lines is None:
+        scan.run(root / "log", [s for s in segments if s <= point[0]], (first, 0), None, stop=point)
+    else:
+        scan.feed(lines, first)
     torn = scan.end_of_log(point[0])
     scan.pending[:] = torn  # a point never lies past a torn tail: bytes before it were judged corrupt
     scan.flush_corrupt()

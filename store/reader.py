@@ -14,24 +14,31 @@ being written shows up as an unterminated final piece).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import crc32c
 import msgspec
 
 from cairn.events.codec import (
+    CRC_SUFFIX_FORMAT,
+    MAX_LINE_BYTES,
+    SCHEMA_VERSION,
     Envelope,
     Record,
     chain_digest_of_content,
     decode_envelope,
     decode_line,
     line_content,
+    record_decoder,
     validate_session_id,
 )
 from cairn.events.errors import DecodeError, InputError
-from cairn.store.segments import iter_lines, list_segments, segment_name
+from cairn.events.kinds import TAG_OF, EventBase
+from cairn.store.segments import iter_chunks, list_segments, segment_name
 
 Progress = Callable[[int, int], None]
 
@@ -42,8 +49,7 @@ _WHOLE_END_LEN = 19
 _SEQ_RE = re.compile(rb'"seq":(\d{1,19})[,}]')
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
+class LogLine(msgspec.Struct, frozen=True, gc=False):
     """One piece of a segment: a line, or an invalid run of bytes.
 
     `record` is set for a sound line of a known kind; `envelope` for any line
@@ -163,6 +169,11 @@ def scan_log(
     `segments` is the list of segments to read (default: those there now), so
     that a caller that listed them already scans exactly what it listed.
     `stop` (segment, byte offset) ends the scan there instead of at the end.
+
+    One pass over each segment's bytes, a chunk of whole lines at a time
+    (`_chunk_lines`: one msgspec call per chunk); a chunk that does not
+    check whole goes piece by piece through `classify`, so every piece is
+    what `classify` says of it.
     """
     segments = list(segments) if segments is not None else list_segments(log_dir)
     if start_segment is not None:
@@ -174,13 +185,96 @@ def scan_log(
     for first in segments:
         begin = start_offset if first == start_segment else 0
         end = stop[1] if stop is not None and first == stop[0] else None
-        for offset, raw in iter_lines(log_dir / segment_name(first), begin, end):
-            yield classify(first, offset, raw)
-            done += len(raw)
+        for offset, data in iter_chunks(log_dir / segment_name(first), begin, end, _CHUNK_BYTES):
+            lines = _chunk_lines(first, offset, data) if len(data) <= _CHUNK_LIMIT else None
+            if lines is None:
+                lines = [classify(first, offset + start, raw) for start, raw in _pieces(data)]
+            yield from lines
+            done += len(data)
             if progress is not None:
                 progress(done, max(total, done))
     if progress is not None:
         progress(done, max(total, done))
+
+
+#: bytes per chunk of a segment scan (a longer line makes its chunk longer)
+_CHUNK_BYTES = 128 << 10
+#: a chunk longer than this (a line near MAX_LINE_BYTES) goes piece by piece
+_CHUNK_LIMIT = MAX_LINE_BYTES
+_LINE_HEAD = b'{"v":%d,' % SCHEMA_VERSION
+
+
+def _pieces(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset in `data`, piece): its lines, newline kept, and a final piece without one."""
+    start, size = 0, len(data)
+    while start < size:
+        newline = data.find(b"\n", start)
+        stop = size if newline < 0 else newline + 1
+        yield start, data[start:stop]
+        start = stop
+
+
+def _chunk_lines(
+    segment: int,
+    base: int,
+    data: bytes,
+    *,
+    _decode_many: Callable[[bytes], list[Record]] = record_decoder.decode_lines,
+    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
+    _sha256: Callable[[bytes | memoryview], Any] = hashlib.sha256,
+    _suffix: bytes = CRC_SUFFIX_FORMAT,
+    _tags: dict[type[EventBase], str] = TAG_OF,
+    _head: bytes = _LINE_HEAD,
+) -> list[LogLine] | None:
+    """The sound lines of a chunk of whole lines at `base`, as `classify` gives them; None at any doubt.
+
+    Each line must start with `{"v":1,` and end in the crc field its bytes
+    give, and the chunk must decode in one msgspec call to one record per
+    line of the version and kind it names: then each is a sound line, with
+    the envelope its record holds (an envelope decode reads the same
+    fields) and its chain digest.
+    """
+    count = data.count(b"\n")
+    if not count or data[-1] != 0x0A:
+        return None
+    try:
+        records = _decode_many(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if len(records) != count:
+        return None
+    view = memoryview(data)
+    ends_with = data.startswith
+    find = data.find
+    out: list[LogLine] = []
+    start = 0
+    for record in records:
+        stop = find(b"\n", start) + 1
+        cut = stop - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
+        if not (
+            ends_with(_head, start)
+            and ends_with(_suffix % _crc(view[start:cut]), cut)
+            and record.v == SCHEMA_VERSION
+            and record.line_kind == _tags[type(record.event)]
+        ):
+            return None
+        digest = _sha256(view[start:cut])
+        digest.update(b"}")
+        out.append(
+            LogLine(
+                segment,
+                base + start,
+                data[start:stop],
+                Envelope(
+                    record.v, record.pos, record.sid, record.seq, record.ts, record.prev, record.line_kind
+                ),
+                record,
+                digest.hexdigest()[:32],
+                "",
+            )
+        )
+        start = stop
+    return out
 
 
 class AuditRecord(msgspec.Struct, frozen=True):

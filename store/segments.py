@@ -208,6 +208,36 @@ def iter_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[t
                 offset = stop
 
 
+def iter_chunks(
+    path: Path, start: int = 0, end: int | None = None, size: int = 4 << 20
+) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, bytes) for a segment from byte `start`, in chunks of whole lines of about `size` bytes.
+
+    Each chunk but the last ends with a newline (a line longer than `size`
+    makes its chunk longer); the last may end in a piece without one (a torn
+    tail, or a line still being written by another process). `end` bounds
+    the bytes considered (default: the size when the scan starts). The
+    pieces `iter_lines` yields are those of the chunks, in order.
+    """
+    fd, _ = open_file(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb"):  # owns the fd: closes it however the loop ends
+        limit = os.fstat(fd).st_size if end is None else end
+        if limit <= start:
+            return
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
+            offset = start
+            limit = min(limit, len(view))
+            while offset < limit:
+                stop = min(offset + size, limit)
+                if stop < limit:
+                    newline = view.rfind(b"\n", offset, stop)
+                    if newline < 0:
+                        newline = view.find(b"\n", stop, limit)
+                    stop = limit if newline < 0 else newline + 1
+                yield offset, view[offset:stop]
+                offset = stop
+
+
 class SegmentReader:
     """Reads lines at known (segment, offset, length) locations with pread.
 

@@ -15,19 +15,26 @@ read transactions and preads, and never blocks the writer.
 
 from __future__ import annotations
 
+import operator
+import struct
 from collections.abc import Callable, Iterator
 
-from cairn.events.codec import Record, chain_digest, decode_line, decode_run
+from cairn.events.codec import Record, chain_digest, decode_line, decode_run, decode_session_run
 from cairn.events.errors import DecodeError
 from cairn.events.state import Replayer, SessionState
 from cairn.store.errors import CorruptionError
 from cairn.store.index import Index
-from cairn.store.index_records import Loc
+from cairn.store.index_records import LOC, Loc
 from cairn.store.segments import SegmentReader, segment_name
 
 #: seqs past every session's last: "to the end"
 MAX_SEQ = (1 << 63) - 1
 _READ_PAGE = 256
+#: seqs per index transaction on the replay hot path
+_SCAN_PAGE = 8192
+#: bytes of lines read, decoded and checked at a time on the replay hot path (the first line's
+#: bytes are still in cache when its crc is checked)
+_RUN_BYTES = 128 << 10
 
 
 class SessionReader:
@@ -80,11 +87,15 @@ class SessionReader:
     def replay_pages(self, sid: str, from_seq: int, to_seq: int = MAX_SEQ) -> Iterator[list[Record]]:
         """The replay hot path: the session's records in pages, checked like `read` minus the chain.
 
-        Each run of adjacent lines is read with one pread and decoded with one
-        `decode_lines` call; every line's frame, CRC, envelope, seq, position
-        and session are checked, and any problem raises `CorruptionError`
-        naming segment, offset and session (found by re-reading the run line
-        by line). The hash chain is `read` and `verify`'s business.
+        The index is walked for locations only (`Index.dense_locations`, one
+        short transaction per page of `_SCAN_PAGE` seqs, no per-entry key
+        work), each run of adjacent lines is read with one pread, decoded with
+        one msgspec call and checked in one pass (`decode_session_run`):
+        every line's frame, CRC, envelope, seq, position and session. At any
+        doubt (a run that does not check, an index with holes) the same seqs
+        are read again the exact way (`_exact_pages`), which names the bad
+        line in a `CorruptionError` (segment, offset, session) or gives what
+        the index holds. The hash chain is `read` and `verify`'s business.
         """
         summary = self._index.summary(sid)
         if summary is None or from_seq > to_seq:
@@ -93,6 +104,65 @@ class SessionReader:
         to_seq = min(to_seq, summary.last_seq)
         if broken and from_seq >= broken:
             raise broken_session(self._index, sid, broken)
+        end = min(to_seq, broken - 1) if broken else to_seq
+        cursor = from_seq
+        while cursor <= end:
+            last = min(end, cursor + _SCAN_PAGE - 1)
+            values = self._index.dense_values(sid, cursor, last - cursor + 1)
+            if values is None:
+                yield from self._exact_pages(sid, cursor, last)
+            else:
+                yield from self._checked_runs(sid, cursor, values)
+            cursor = last + 1
+        if broken and from_seq <= broken <= to_seq:
+            raise broken_session(self._index, sid, broken)
+
+    def _checked_runs(self, sid: str, first_seq: int, values: bytes) -> Iterator[list[Record]]:
+        """The records whose index values are `values` (seqs from `first_seq`), in pages.
+
+        A run is as many next seqs as hold the next positions of one segment
+        (found by bisection over the values: positions grow with seqs), so
+        the lines of a session written alone make one run per page; the
+        lengths the index gives each line must cover the run's bytes.
+        """
+        count = len(values) // LOC.size
+        lengths = list(map(_first, _LENGTH.iter_unpack(values)))
+        read = self._segments.read
+        at = LOC.unpack_from
+        checked: list[Record] = []  # the runs checked so far, fed to the fold in one page
+        i = 0
+        while i < count:
+            segment, offset, _, pos = at(values, i * LOC.size)
+            end = _run_end(values, i, count, segment, pos)
+            _, last_offset, last_length, _ = at(values, (end - 1) * LOC.size)
+            size = last_offset + last_length - offset
+            if size > _RUN_BYTES and end - i > 1:  # a shorter run, whose bytes stay in cache while checked
+                end = i + max(1, (end - i) * _RUN_BYTES // size)
+                _, last_offset, last_length, _ = at(values, (end - 1) * LOC.size)
+                size = last_offset + last_length - offset
+            records = None
+            if size == sum(lengths[i:end]):
+                try:
+                    blob = read(segment, offset, size)
+                except OSError:
+                    blob = b""
+                records = decode_session_run(blob, lengths[i:end], sid, first_seq + i, pos)
+            if records is None:
+                if checked:
+                    yield checked
+                    checked = []
+                yield from self._exact_pages(sid, first_seq + i, first_seq + end - 1)
+            elif checked:
+                checked += records
+            else:
+                checked = records
+            i = end
+        if checked:
+            yield checked
+
+    def _exact_pages(self, sid: str, from_seq: int, to_seq: int) -> Iterator[list[Record]]:
+        """The seqs from_seq..to_seq (none past a broken seq) read the exact way: what the index
+        holds of them, one entry at a time, runs decoded by `decode_run`, a bad line named."""
         cursor = from_seq
         read = self._segments.read
         raw_locations = self._index.raw_locations
@@ -101,8 +171,6 @@ class SessionReader:
             page = raw_locations(sid, cursor, to_seq, page_size)
             if not page:
                 break
-            if broken and page[-1][0] >= broken:
-                page = [entry for entry in page if entry[0] < broken]
             i, count = 0, len(page)
             while i < count:
                 _, segment, offset, _, _ = page[i]
@@ -114,12 +182,8 @@ class SessionReader:
                 yield self._decode_run(sid, run, read, segment, offset, stop)
                 cursor = run[-1][0] + 1
                 i = end
-            if broken and cursor >= broken:
-                raise broken_session(self._index, sid, broken)
             if count < page_size:
                 break
-        if broken and from_seq <= broken <= to_seq and cursor <= broken:
-            raise broken_session(self._index, sid, broken)
 
     def _decode_run(
         self,
@@ -242,6 +306,41 @@ class SessionReader:
         for page in self.replay_pages(sid, from_seq):
             replayer.feed(page)
         return replayer.state()
+
+
+#: the length in an index value (`LOC`: >QQIQ)
+_LENGTH = struct.Struct(">16xI8x")
+_first = operator.itemgetter(0)
+
+
+def _run_end(values: bytes, first: int, count: int, segment: int, pos: int) -> int:
+    """The end of the run from entry `first`: the entries after it in `segment` at the next positions.
+
+    Whether entry k is in the run holds up to some k and fails after (positions grow with seqs),
+    so the end is found by trying the last entry, then galloping from `first` and bisecting: a
+    few lookups for a short run of an interleaved session as for a whole page.
+    """
+    at = LOC.unpack_from
+    last_segment, _, _, last_pos = at(values, (count - 1) * LOC.size)
+    if last_segment == segment and last_pos - pos == count - 1 - first:
+        return count
+    low, high, step = first, count - 1, 1  # entry `low` is in the run, entry `high` is not
+    while low + step < high:
+        probe = low + step
+        probe_segment, _, _, probe_pos = at(values, probe * LOC.size)
+        if probe_segment != segment or probe_pos - pos != probe - first:
+            high = probe
+            break
+        low = probe
+        step *= 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        mid_segment, _, _, mid_pos = at(values, mid * LOC.size)
+        if mid_segment == segment and mid_pos - pos == mid - first:
+            low = mid
+        else:
+            high = mid
+    return high
 
 
 def broken_session(index: Index, sid: str, seq: int) -> CorruptionError:

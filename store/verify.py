@@ -51,7 +51,7 @@ from cairn.store.index import Index
 from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.segments import read_log_dir, segment_name
-from cairn.store.verify_index import IndexLag, check_index, index_owners, snapshot_index
+from cairn.store.verify_index import IndexLag, Rebuild, check_index, index_owners, snapshot_index
 from cairn.store.verify_report import Problem, VerifyReport
 
 _SHOWN_SESSIONS = 20
@@ -74,11 +74,17 @@ def verify_store(root: str | os.PathLike[str], progress: Progress | None = None)
     for trouble in evidence.troubles:
         report.warnings.append(Problem(code="evidence", message=trouble))
     point = (snapshot.meta.segment, snapshot.meta.offset) if snapshot is not None and snapshot.meta else None
-    scan = _LogCheck(path, report, point).run(segments, progress)
-    tail_in_acked = evidence.reaches(scan.tail_at)
-    _report_torn_tail(scan, tail_in_acked, report)
-    _report_losses(path, segments, tail_in_acked, evidence, report, scan)
-    check_index(path, segments, snapshot, scan.lag, report)
+    # one pass over the log: the checks below, and the index rebuilt through the point to compare with
+    rebuild = Rebuild(path, segments, point) if point is not None else None
+    try:
+        scan = _LogCheck(path, report, point).run(segments, progress, rebuild)
+        tail_in_acked = evidence.reaches(scan.tail_at)
+        _report_torn_tail(scan, tail_in_acked, report)
+        _report_losses(path, segments, tail_in_acked, evidence, report, scan)
+        check_index(path, segments, snapshot, scan.lag, report, rebuild)
+    finally:
+        if rebuild is not None:
+            rebuild.close()
     _check_modes(path, segments, report)
     return report
 
@@ -169,30 +175,44 @@ class _LogCheck:
         self.checked_blobs: dict[tuple[str, int], str | None] = {}
         self.owners: dict[tuple[int, int], tuple[str, int]] | None = None
 
-    def run(self, segments: list[int], progress: Progress | None) -> LogScan:
-        """Read every piece of `segments`: invalid ones are corrupt lines, but for a torn tail at the end."""
-        pending: list[LogLine] = []
-        current_segment: int | None = None
-        for line in scan_log(self.root / "log", progress=progress, segments=segments):
-            self.report.bytes += line.length
-            if line.segment != current_segment:
+    def run(self, segments: list[int], progress: Progress | None, rebuild: Rebuild | None = None) -> LogScan:
+        """Read every piece of `segments`: invalid ones are corrupt lines, but for a torn tail at the end.
+
+        With `rebuild`, the same pass rebuilds the index through its point (`Rebuild.tee`).
+        """
+        self.pending: list[LogLine] = []
+        self.current_segment: int | None = None
+        lines = scan_log(self.root / "log", progress=progress, segments=segments)
+        if rebuild is not None:
+            rebuild.tee(lines, self.take)
+        else:
+            for line in lines:
+                self.take(line)
+        return self.finish(segments, self.pending)
+
+    def take(self, line: LogLine) -> None:
+        """One piece, in log order."""
+        pending = self.pending
+        self.report.bytes += len(line.raw)
+        if line.segment != self.current_segment:
+            if pending:
                 self.corrupt(pending)
                 pending.clear()
-                current_segment = line.segment
-                self.expected_pos = line.segment if self.expected_pos is None else self.expected_pos
-            env = line.envelope
-            if env is None:
-                if line.framed:
-                    self.corrupt(pending)
-                    pending.clear()
-                    self.corrupt([line])
-                else:
-                    pending.append(line)
-                continue
+            self.current_segment = line.segment
+            self.expected_pos = line.segment if self.expected_pos is None else self.expected_pos
+        env = line.envelope
+        if env is None:
+            if line.framed:
+                self.corrupt(pending)
+                pending.clear()
+                self.corrupt([line])
+            else:
+                pending.append(line)
+            return
+        if pending:
             self.corrupt(pending)
             pending.clear()
-            self.line(line, env)
-        return self.finish(segments, pending)
+        self.line(line, env)
 
     def corrupt(self, bad_pieces: Iterable[LogLine]) -> None:
         """Report invalid pieces as corrupt lines, naming their sessions where the line or the index can."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,7 @@ from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.index import Index
 from cairn.store.index_pass import rebuild_through
 from cairn.store.index_records import IndexMeta, decode_meta, explain_entry
+from cairn.store.reader import LogLine
 from cairn.store.recovery import point_doubt
 from cairn.store.segments import segment_name
 from cairn.store.verify_report import Problem, VerifyReport
@@ -69,8 +71,60 @@ def snapshot_index(root: Path, report: VerifyReport) -> IndexSnapshot | None:
     return IndexSnapshot(rows, decode_meta(through[0]) if through else None)
 
 
+class Rebuild:
+    """The index rebuilt through the store's recovery point from the pieces verify's own pass reads.
+
+    `tee` passes every piece on to verify's check and hands those before the
+    point to the rebuild (`rebuild_through`), so the log is read once. A
+    piece that runs across the point (which a scan that stops there would
+    cut) makes the rebuild read the log itself instead, as it always could.
+    """
+
+    def __init__(self, root: Path, segments: list[int], point: tuple[int, int]) -> None:
+        self.point = point
+        self.scratch = Path(tempfile.mkdtemp(prefix="cairn-verify-"))
+        self.index: Index | None = None
+        self.usable = True
+        self._root = root
+        self._segments = segments
+
+    def tee(self, lines: Iterable[LogLine], take: Callable[[LogLine], None]) -> None:
+        """Give every piece of `lines` to `take`, and rebuild the index from those before the point."""
+        self.index = Index(self.scratch / "index")
+        try:
+            rebuild_through(self._root, self.index, self._segments, self.point, self._before(lines, take))
+        except BaseException:
+            self.usable = False
+            raise
+
+    def _before(self, lines: Iterable[LogLine], take: Callable[[LogLine], None]) -> Iterator[LogLine]:
+        segment, offset = self.point
+        for line in lines:
+            take(line)
+            if self.usable and (line.segment < segment or (line.segment == segment and line.offset < offset)):
+                if line.segment == segment and line.offset + len(line.raw) > offset:
+                    self.usable = False  # cut by the point: the rebuild reads the log itself
+                else:
+                    yield line
+
+    def dump(self, root: Path, segments: list[int]) -> list[tuple[str, bytes, bytes]]:
+        if self.usable and self.index is not None:
+            return self.index.dump()
+        return _fresh_dump(root, segments, self.point)
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
 def check_index(
-    root: Path, segments: list[int], snapshot: IndexSnapshot | None, lag: IndexLag, report: VerifyReport
+    root: Path,
+    segments: list[int],
+    snapshot: IndexSnapshot | None,
+    lag: IndexLag,
+    report: VerifyReport,
+    rebuild: Rebuild | None = None,
 ) -> None:
     """The index against the lines it claims to cover; what lies past its point is lag, not a problem."""
     if snapshot is None:
@@ -84,7 +138,10 @@ def check_index(
     if not _comparable(root, segments, meta, report):
         return
     point = (meta.segment, meta.offset)
-    fresh = _fresh_dump(root, segments, point)
+    if rebuild is not None and rebuild.point == point:
+        fresh = rebuild.dump(root, segments)
+    else:
+        fresh = _fresh_dump(root, segments, point)
     report.index_checked = True
     current = [row for row in snapshot.rows if not (row[0] == "meta" and row[1] == b"through")]
     fresh = [row for row in fresh if not (row[0] == "meta" and row[1] == b"through")]
