@@ -37,6 +37,7 @@ SUITES = {
     "compaction": "cairn.bench.compaction",
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
+    "hosts": "cairn.bench.hosts",
 }
 
 
