@@ -38,6 +38,7 @@ SUITES = {
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
     "hosts": "cairn.bench.hosts",
+    "placement": "cairn.bench.placement",
 }
 
 
