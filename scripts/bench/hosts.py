@@ -121,14 +121,14 @@ def _spent(since: tuple[float, float, float], per: int) -> dict[str, float]:
     return {k: (b - a) * 1e6 / per for k, a, b in zip(("wall", "user", "sys"), since, now, strict=True)}
 
 
-def _bare_threads(count: int) -> float:
-    """Wall time to start a bare thread and see it end, per thread, in microseconds: the OS's part."""
-    started = time.perf_counter()
+def _bare_threads(count: int) -> dict[str, float]:
+    """Wall, user and system time to start a bare thread and see it end, per thread: the OS's part."""
+    started = _clocks()
     for _ in range(count):
         thread = threading.Thread(target=int, daemon=True)
         thread.start()
         thread.join()
-    return (time.perf_counter() - started) * 1e6 / count
+    return _spent(started, count)
 
 
 def _say(out: IO[str], **fields: Any) -> None:
@@ -264,8 +264,6 @@ def _timing(small: int, large: int, pairs: int) -> tuple[list[Figure], dict[int,
             child.finish()
 
     def pairs_of(what: str, clock: str) -> Pairs:
-        if what == "thread":
-            return Pairs([r["thread"] for r in rounds[small]], [r["thread"] for r in rounds[large]])
         return Pairs([r[what][clock] for r in rounds[small]], [r[what][clock] for r in rounds[large]])
 
     a, b = _size(small), _size(large)
@@ -273,11 +271,12 @@ def _timing(small: int, large: int, pairs: int) -> tuple[list[Figure], dict[int,
         f"{ROUND} sessions a round, each host in its own child process, rounds in alternating pairs; "
         f"growth = time at {b} live over time at {a} live; {load.summary()}"
     )
-    thread = pairs_of("thread", "")
+    thread, thread_sys = pairs_of("thread", "wall"), pairs_of("thread", "sys")
     os_part = (
-        f"a bare thread started and ended in the same processes (the OS's part: {2 * small:,} vs "
-        f"{2 * large:,} threads) took {thread.baseline:,.0f} -> {thread.subject:,.0f} us, "
-        f"growth {thread.ratio:.2f}x (range {thread.ratio_range[0]:.2f}-{thread.ratio_range[1]:.2f}x)"
+        f"a bare thread started and ended in the same processes ({2 * small:,} vs {2 * large:,} "
+        f"threads) took {thread.baseline:,.0f} -> {thread.subject:,.0f} us wall (growth "
+        f"{thread.ratio:.2f}x, range {thread.ratio_range[0]:.2f}-{thread.ratio_range[1]:.2f}x), "
+        f"{thread_sys.baseline:,.0f} -> {thread_sys.subject:,.0f} us system CPU"
     )
     figures: list[Figure] = []
     for what, how in (
