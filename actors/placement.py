@@ -6,21 +6,24 @@ Spreading them over CPUs adds cross-CPU wake-ups (an acknowledgement, an
 actor message or a GIL hand-over between threads on different CPUs), and on
 one CPU the kernel lets each woken thread preempt the one that woke it,
 which `SCHED_BATCH` turns off. So on a quiet machine one CPU,
-batch-scheduled, is faster for many sessions at once.
+batch-scheduled, can be faster for many sessions at once.
 
 It is not what a loaded machine rewards. Measured with `cairn bench --only
-placement` (OS placement, batch scheduling and one CPU, at 1 to 1,024
-sessions, for appends and for turns, alone and beside a CPU-bound process
-on the same CPU or another one; every placement in its own process, ratios
-in alternating pairs) on a shared 2-vCPU machine: one CPU beside a busy
-process on that CPU fell to 0.06-0.08x of the OS placement for one session,
-and batch scheduling to 0.05-0.16x (a batch-scheduled thread never preempts
-the busy one, so every wake-up waits out its time slice); neither ever did
-much better than the OS alone for one session. One CPU only wins with many
-sessions at once (about 1.4-1.5x at 256). The OS placement never collapses,
-so it is the default: nothing is placed unless asked. `CAIRN_CPU=auto` (one
-CPU, chosen by pid), `N` or `batch` ask for the others (`place_from_env`,
-which `cairn demo` calls); `pin_process` and `batch_process` are the calls.
+placement` (OS placement, batch scheduling and one CPU, at 1, 16, 256 and
+1,024 sessions, for appends and for turns, alone and beside a CPU-bound
+process on the one-CPU placement's CPU or on the other one; every placement
+in its own process, ratios against the OS placement in alternating pairs)
+on a shared 2-vCPU machine, 92-100 % busy: one CPU collapsed to 0.06-0.09x
+of the OS placement with 1,024 sessions taking turns, alone or beside a
+competitor, and to 0.27-0.34x for one session beside a busy process on its
+CPU; batch scheduling fell to 0.11-0.25x for one session beside a busy
+process on either CPU (a batch-scheduled thread never preempts the busy
+one, so each wake-up can wait out a time slice). The OS placement never collapsed: its worst cell was
+0.71x of the best placement there (256 sessions taking turns beside a busy
+process on the other CPU, where one CPU made 1.40x and batch 1.38x). So it
+is the default: nothing is placed unless asked. `CAIRN_CPU=auto` (one CPU,
+chosen by pid), `N` or `batch` ask for the others (`place_from_env`, which
+`cairn demo` calls); `pin_process` and `batch_process` are the calls.
 
 Threads inherit the affinity and policy of the thread that starts them, so
 placing the process once at start-up covers every thread started later.
