@@ -1,29 +1,36 @@
-"""CPU placement: run a host's threads on one CPU, batch-scheduled, where spreading them costs more.
+"""CPU placement: leave a host's threads to the OS (the default), or put them on one CPU, or batch them.
 
 cairn is GIL-bound Python: its session, provider and compactor actors, the
 journal's writer and the host's own threads never run Python in parallel.
-What spreading them over CPUs adds is cross-CPU wake-ups: every
-acknowledgement, actor message and GIL hand-over between threads on
-different CPUs sends an inter-processor interrupt, and on a virtual machine
-it often wakes a halted virtual CPU, which costs more than the work it hands
-over. On one CPU a second cost shows: the kernel lets each woken thread
-preempt the one that woke it, which then only waits for the GIL the waker
-still holds. `SCHED_BATCH` turns that wake-up preemption off.
+Spreading them over CPUs adds cross-CPU wake-ups (an acknowledgement, an
+actor message or a GIL hand-over between threads on different CPUs), and on
+one CPU the kernel lets each woken thread preempt the one that woke it,
+which `SCHED_BATCH` turns off. So on a quiet machine one CPU,
+batch-scheduled, can be faster for many sessions at once.
 
-Measured on the 2-vCPU machines this project runs on (`cairn bench`; see the
-figures of each placement there): with every thread on one CPU, 256 sessions
-appending at once reach about 2x the durable throughput and a host runs about
-1.7x the turns per second at a lower p99. Batch scheduling alone, on every
-CPU (`batch_process`, `CAIRN_CPU=batch`), gets about 1.5x of the appends, for
-hosts that must not narrow their CPUs.
+It is not what a loaded machine rewards. Measured with `cairn bench --only
+placement` (OS placement, batch scheduling and one CPU, at 1, 16, 256 and
+1,024 sessions, for appends and for turns, alone and beside a CPU-bound
+process on the one-CPU placement's CPU or on the other one; every placement
+in its own process, ratios against the OS placement in alternating pairs)
+on a shared 2-vCPU machine, 92-100 % busy: one CPU collapsed to 0.06-0.09x
+of the OS placement with 1,024 sessions taking turns, alone or beside a
+competitor, and to 0.27-0.34x for one session beside a busy process on its
+CPU; batch scheduling fell to 0.11-0.25x for one session beside a busy
+process on either CPU (a batch-scheduled thread never preempts the busy
+one, so each wake-up can wait out a time slice). The OS placement never collapsed: its worst cell was
+0.71x of the best placement there (256 sessions taking turns beside a busy
+process on the other CPU, where one CPU made 1.40x and batch 1.38x). So it
+is the default: nothing is placed unless asked. `CAIRN_CPU=auto` (one CPU,
+chosen by pid), `N` or `batch` ask for the others (`place_from_env`, which
+`cairn demo` calls); `pin_process` and `batch_process` are the calls.
 
 Threads inherit the affinity and policy of the thread that starts them, so
 placing the process once at start-up covers every thread started later.
 Child processes inherit them too: a host whose tools run CPU-heavy
 subprocesses (compilers, test runners) starts them inside `with unpinned():`,
-which gives the child what the process had before. Nothing is placed unless
-asked: this module never changes the process on import and `Host.open` does
-not call it; `cairn demo` does, as `CAIRN_CPU` says (`place_from_env`).
+which gives the child what the process had before. This module never
+changes the process on import, and `Host.open` does not call it.
 
 Linux only (`os.sched_setaffinity`, `SCHED_BATCH`); elsewhere every function
 does nothing and says so (None, or `Placed("os")`).
@@ -39,10 +46,12 @@ from typing import Final, Literal
 
 from cairn.events.errors import InputError
 
-#: `CAIRN_CPU` values: a CPU number, `auto` (pick one; the default), `batch` (batch
-#: scheduling on every CPU the process has), or `off`
+#: `CAIRN_CPU` values: a CPU number, `auto` (pick one), `batch` (batch scheduling on
+#: every CPU the process has), or `off` (leave the process to the OS)
 ENV_VAR = "CAIRN_CPU"
 BATCH: Final = "batch"
+#: what an unset `CAIRN_CPU` means: the OS placement, the one that never collapsed (see the module doc)
+DEFAULT: Final = "off"
 
 
 class PlacementError(InputError):
@@ -81,11 +90,12 @@ def choose_cpu(allowed: Set[int], pid: int) -> int:
 def parse_setting(value: str | None, allowed: Set[int], pid: int) -> int | Literal["batch"] | None:
     """What a `CAIRN_CPU` setting asks for: a CPU, `BATCH`, or None (leave placement to the OS).
 
-    Unset, empty or `auto` picks one CPU with `choose_cpu`; `batch` keeps
-    every CPU and only batch-schedules; `off` (also `none`, `no`, `false`)
-    means no placement; a number must be one of `allowed`.
+    Unset or empty is `DEFAULT` (`off`); `off` (also `none`, `no`, `false`)
+    means no placement; `auto` picks one CPU with `choose_cpu`; `batch`
+    keeps every CPU and only batch-schedules; a number must be one of
+    `allowed`.
     """
-    text = (value or "auto").strip().lower()
+    text = (value or DEFAULT).strip().lower()
     if text in ("off", "none", "no", "false"):
         return None
     if text == "auto":
@@ -199,7 +209,7 @@ class Placed:
 
 
 def place_from_env(environ: Mapping[str, str] | None = None) -> Placed:
-    """Place the process as `CAIRN_CPU` says (default `auto`: one CPU); say what was done.
+    """Place the process as `CAIRN_CPU` says (unset: `DEFAULT`, the OS's placement); say what was done.
 
     Raises PlacementError for a setting that names no CPU of this process.
     """

@@ -1,11 +1,13 @@
-"""Closing forgotten hosts at interpreter exit, before Python waits for their session threads.
+"""Closing forgotten hosts at interpreter exit, before Python waits for (or drops) their session threads.
 
-Session actors run on non-daemon threads (their `on_stop` records an
-interrupted turn), so a host its embedder dropped without closing would make
-the interpreter wait for them forever. Every open host is kept here (strong
-references: a dropped host must still be closed) and closed by a hook that
-runs before the interpreter joins non-daemon threads; `Host.close` takes a
-host out.
+A session actor's `on_stop` records an interrupted turn, so it must run at
+exit: a host its embedder dropped without closing is closed here. Every open
+host is kept (strong references: a dropped host must still be closed) and
+closed by a hook that runs before the interpreter joins non-daemon threads
+and before it abandons daemon ones; `Host.close` takes a host out. Where the
+hook exists (`available`), the host runs its session actors on daemon
+threads (`registry.HostedSession`): the hook stops them; elsewhere they stay
+non-daemon, and the interpreter waits for them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def _close_all() -> None:
     for host in hosts:
         with contextlib.suppress(Exception):
             host.close()
+
+
+def available() -> bool:
+    """Whether this interpreter has the hook (`threading._register_atexit`, CPython 3.9 and later)."""
+    return callable(getattr(threading, "_register_atexit", None))
 
 
 def close_at_exit(host: Closable) -> None:

@@ -16,7 +16,8 @@ Embedding cairn::
 
 Registry and passivation (`registry`): at most `max_live_sessions` session
 actors are alive; idle ones are stopped (LRU, idle timeout) and rebuilt by
-replay on their next message.
+replay on their next message. Its bookkeeping is O(1) per spawn and
+passivation, however many sessions are live.
 
 Recovery. A session whose log ends in a turn that never finished (the
 process died, or the actor crashed) gets `turn-failed` with phase
@@ -28,7 +29,7 @@ used first (each records an interrupted turn, then stops its compactor and
 provider actors); turns still unresolved are failed; the store is closed
 last. A host stops only its own actors, never `pykka.ActorRegistry.stop_all()`:
 a process may run several hosts. A host that is never closed is closed at
-interpreter exit, before Python waits for the (non-daemon) session threads
+interpreter exit, before Python joins or abandons the session threads
 (`exit_hook`).
 
 Thread-safety: every method may be called from any thread.

@@ -9,6 +9,20 @@ by replay. When every slot is busy, a new session waits for one (`HostBusy`
 after the slot timeout), so the cap is a hard bound. A session actor that
 died is noticed on the next message to it and rebuilt.
 
+Bookkeeping is O(1) per spawn and per passivation, however many sessions
+are live: the count of live slots and the idle sessions (in the order they
+became idle, so the LRU victim is the first) are kept up to date on each
+change of an entry, never found by a scan. The idle sweep walks the idle
+sessions from the oldest and stops at the first one still fresh. pykka's
+process-wide registry of actors, which every actor start and stop updates,
+is made O(1) too (`actor_index`).
+
+Hosted session actors run on daemon threads where the exit hook exists
+(`exit_hook`): CPython (3.11, 3.12) walks every live non-daemon thread each
+time one starts or ends (`threading._maintain_shutdown_locks`), which made a
+spawn cost grow with the live sessions; the hook closes every open host at
+exit before Python joins its threads, so each `on_stop` still runs.
+
 Thread-safety: every method may be called from any thread. One condition
 variable guards the entries; actors are started and stopped outside it.
 """
@@ -26,6 +40,7 @@ import msgspec
 import pykka
 
 from cairn.actors.errors import HostBusy, HostClosed, HostError, HostTimeout, SessionExists
+from cairn.actors.host import actor_index, exit_hook
 from cairn.actors.host.config import HostConfig
 from cairn.actors.session.actor import SessionActor
 from cairn.actors.session.messages import Load
@@ -57,16 +72,28 @@ class Entry:
         self.last_used = now_ms
 
 
+class HostedSession(SessionActor):
+    """A session actor started by a host: on a daemon thread when the host is closed at exit."""
+
+    use_daemon_thread = exit_hook.available()
+
+
 class Registry:
     """The live session actors of one host (see the module doc)."""
 
     def __init__(self, runtime: Runtime, config: HostConfig) -> None:
+        actor_index.install()  # pykka's own registry: O(1) per actor start and stop
         self._rt = runtime
         self._max_live = config.max_live_sessions
         self._idle_ms = int(config.idle_timeout_s * 1000)
         self._ask_timeout = config.ask_timeout_s
         self._slot_timeout = config.slot_timeout_s
+        #: every entry, least recently acquired first (`live_sessions`)
         self._entries: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        #: the live entries no call uses, in the order they became idle (the LRU victim first)
+        self._idle: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        #: entries that hold a slot (`starting` or `live`): what `max_live_sessions` bounds
+        self._live = 0
         self._cond = threading.Condition()
         self._closed = False
         self.stats = HostStats()
@@ -96,23 +123,24 @@ class Registry:
                         continue
                     assert entry.ref is not None
                     if entry.ref.is_alive():
+                        if entry.busy == 0:
+                            del self._idle[sid]
                         entry.busy += 1
                         self._entries.move_to_end(sid)
                         return entry
-                    del self._entries[sid]  # crashed: rebuilt below by replay
+                    self._drop(entry)  # crashed: rebuilt below by replay
                     self.stats.rebuilt_after_crash += 1
                     log.warning("cairn: a session actor had died; rebuilding it from its log")
-                if self._live_count() >= self._max_live:
-                    victim = next(
-                        (e for e in self._entries.values() if e.state == "live" and e.busy == 0), None
-                    )
+                if self._live >= self._max_live:
+                    victim = next(iter(self._idle.values()), None)
                     if victim is None:
                         self._wait(deadline, sid)
                         continue
-                    victim.state = "stopping"
+                    self._mark_stopping(victim)
                     self.stats.passivated_lru += 1
                 entry = Entry(sid, self._rt.clock_ms())
                 self._entries[sid] = entry
+                self._live += 1
             if victim is not None:
                 self._stop_entry(victim)
             return self._start(entry)
@@ -122,6 +150,8 @@ class Registry:
         with self._cond:
             entry.busy -= 1
             entry.last_used = self._rt.clock_ms()
+            if entry.busy == 0 and entry.state == "live" and self._entries.get(entry.sid) is entry:
+                self._idle[entry.sid] = entry
             self._cond.notify_all()
 
     def evict(self, sid: str) -> None:
@@ -132,7 +162,7 @@ class Registry:
                 return
             if entry.state != "live" or entry.busy:
                 raise SessionExists(f"session {sid} is in use")
-            entry.state = "stopping"
+            self._mark_stopping(entry)
         self._stop_entry(entry)
 
     def stop(self, sid: str) -> bool:
@@ -148,7 +178,7 @@ class Registry:
                 if entry is None or self._closed:
                     return False
                 if entry.state == "live":
-                    entry.state = "stopping"
+                    self._mark_stopping(entry)
                     break
                 self._cond.wait(0.5)  # starting, or another stop in progress: notified when it ends
         self._stop_entry(entry)
@@ -157,16 +187,22 @@ class Registry:
     # -- passivation and closing -------------------------------------------------------------------
 
     def passivate_idle(self, now_ms: int | None = None) -> int:
-        """Stop every session idle for longer than the idle timeout; returns how many."""
+        """Stop every session idle for longer than the idle timeout; returns how many.
+
+        Walks the idle sessions from the one idle longest and stops at the
+        first that is not due: the cost is the sessions passivated, not the
+        sessions live. (Should the clock step back, a session released after
+        it waits for the ones before it: passivated later, never wrongly.)
+        """
         now = now_ms if now_ms is not None else self._rt.clock_ms()
         with self._cond:
-            victims = [
-                entry
-                for entry in self._entries.values()
-                if entry.state == "live" and entry.busy == 0 and now - entry.last_used >= self._idle_ms
-            ]
+            victims: list[Entry] = []
+            for entry in self._idle.values():
+                if now - entry.last_used < self._idle_ms:
+                    break
+                victims.append(entry)
             for entry in victims:
-                entry.state = "stopping"
+                self._mark_stopping(entry)
             self.stats.passivated_idle += len(victims)
         for entry in victims:
             self._stop_entry(entry)
@@ -192,7 +228,7 @@ class Registry:
             with self._cond:
                 entries = [e for e in reversed(self._entries.values()) if e.state == "live"]
                 for entry in entries:
-                    entry.state = "stopping"
+                    self._mark_stopping(entry)
                 starting = any(e.state == "starting" for e in self._entries.values())
             for entry in entries:
                 self._stop_entry(entry)
@@ -204,8 +240,23 @@ class Registry:
 
     # -- inside ---------------------------------------------------------------------------------
 
-    def _live_count(self) -> int:
-        return sum(1 for entry in self._entries.values() if entry.state != "stopping")
+    def _mark_stopping(self, entry: Entry) -> None:
+        """A live entry is to be stopped: it gives up its slot now (under the lock)."""
+        entry.state = "stopping"
+        self._idle.pop(entry.sid, None)
+        self._live -= 1
+
+    def _drop(self, entry: Entry) -> None:
+        """Take out an entry that still held a slot (its actor died, or never started; under the lock)."""
+        del self._entries[entry.sid]
+        self._idle.pop(entry.sid, None)
+        self._live -= 1
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(slots held, idle live sessions): what the cap and the LRU choice read (for tests)."""
+        with self._cond:
+            return self._live, len(self._idle)
 
     def _wait(self, deadline: float, sid: str) -> None:
         remaining = deadline - time.monotonic()
@@ -223,23 +274,23 @@ class Registry:
         except BaseException:
             with self._cond:
                 if self._entries.get(sid) is entry:
-                    del self._entries[sid]
+                    self._drop(entry)
                 self._cond.notify_all()
             raise
         with self._cond:
             entry.ref = ref
             entry.state = "live"
             self.stats.spawned += 1
-            self.stats.peak_live = max(self.stats.peak_live, self._live_count())
+            self.stats.peak_live = max(self.stats.peak_live, self._live)
             self._cond.notify_all()
             closed = self._closed
         if closed:
-            entry.busy -= 1
+            self.release(entry)
             raise HostClosed("the host was closed while the session started")
         return entry
 
     def _spawn(self, sid: str) -> pykka.ActorRef[Any]:
-        ref = SessionActor.start(sid, self._rt)
+        ref = HostedSession.start(sid, self._rt)
         try:
             ref.ask(Load(), timeout=self._ask_timeout)
         except BaseException as exc:

@@ -114,6 +114,8 @@ SUITES = {
     "quality": "cairn.bench.quality",
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
+    "hosts": "cairn.bench.hosts",
+    "placement": "cairn.bench.placement",
 }
 
 

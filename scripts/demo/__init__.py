@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
     try:
-        placed = placement.place_from_env()  # a host's threads on one CPU, unless CAIRN_CPU says otherwise
+        placed = placement.place_from_env()  # left to the OS, unless CAIRN_CPU asks for one CPU or batch
         setup = openai_setup() if args.provider == "openai" else scripted_setup()
     except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
         _error(error)

@@ -70,20 +70,23 @@ def test_cairn_demo_is_wired_into_the_cli(tmp_path: Path, capsys: pytest.Capture
 
 
 @pytest.mark.skipif(not placement.supported(), reason="needs os.sched_setaffinity")
-def test_cairn_demo_runs_its_host_on_one_cpu_unless_told_off(tmp_path: Path) -> None:
+def test_cairn_demo_leaves_its_host_to_the_os_unless_cairn_cpu_places_it(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "cairn.cli", "demo", "--sessions", "1", "--turns", "1", "--json"]
     allowed = sorted(os.sched_getaffinity(0))
     cases = (
+        (None, "os", None),  # unset: the default
         ("auto", "one-cpu", None),
         ("off", "os", None),
         (str(allowed[-1]), "one-cpu", allowed[-1]),
         ("batch", "batch", None),
     )
     for setting, mode, cpu in cases:
-        env = {**os.environ, "CAIRN_CPU": setting}
+        env = {key: value for key, value in os.environ.items() if key != "CAIRN_CPU"}
+        if setting is not None:
+            env["CAIRN_CPU"] = setting
         done = subprocess.run(
-            [*command, "--store", str(tmp_path / setting)],
+            [*command, "--store", str(tmp_path / (setting or "unset"))],
             cwd=root,
             env=env,
             capture_output=True,

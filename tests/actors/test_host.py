@@ -363,7 +363,7 @@ def test_steering_messages_join_the_active_task_a_compaction_keeps(tmp_path: Pat
 def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter_at_exit(
     tmp_path: Path,
 ) -> None:
-    """Session actors run on non-daemon threads; a dropped, unclosed host must still be closed at exit."""
+    """A dropped, unclosed host is still closed at exit (its sessions stop), and the interpreter ends."""
     import subprocess
     import sys
     import textwrap

@@ -24,8 +24,10 @@ def test_choose_cpu_spreads_processes_by_pid() -> None:
 
 def test_parse_setting_reads_auto_off_and_numbers() -> None:
     allowed = frozenset({0, 1})
-    assert parse_setting(None, allowed, 5) == 1
+    assert parse_setting(None, allowed, 5) is None  # unset: the OS's placement (DEFAULT)
+    assert parse_setting("", allowed, 5) is None
     assert parse_setting(" Auto ", allowed, 4) == 0
+    assert parse_setting("auto", allowed, 5) == 1
     assert parse_setting("off", allowed, 4) is None
     assert parse_setting("1", allowed, 4) == 1
     with pytest.raises(PlacementError, match="not one this process may use"):
@@ -91,6 +93,14 @@ def test_place_from_env_off_leaves_the_process_alone() -> None:
 
 
 @linux_only
+def test_place_from_env_unset_leaves_the_process_to_the_os_by_default() -> None:
+    assert placement.DEFAULT == "off"
+    before = placement.current()
+    assert placement.place_from_env({}) == placement.Placed("os")
+    assert placement.current() == before
+
+
+@linux_only
 def test_batch_scheduled_keeps_every_cpu_and_restores_the_caller() -> None:
     before = placement.current()
     assert before is not None
@@ -101,3 +111,28 @@ def test_batch_scheduled_keeps_every_cpu_and_restores_the_caller() -> None:
         thread.join()
     assert seen == [placement.Placement(before.cpus, os.SCHED_BATCH)]
     assert placement.current() == before
+
+
+def test_the_placement_bench_names_each_placements_worst_cell_and_the_defaults_loss() -> None:
+    from cairn.bench._measure import Pairs
+    from cairn.bench.placement import _figures
+
+    cells = {
+        "appends.1.competitor_same": {
+            "batch": Pairs([1000.0, 1000.0], [50.0, 70.0]),
+            "one_cpu": Pairs([1000.0, 1000.0], [60.0, 80.0]),
+        },
+        "turns.256.alone": {
+            "batch": Pairs([100.0], [90.0]),
+            "one_cpu": Pairs([100.0], [160.0]),
+        },
+    }
+    loads = dict.fromkeys(cells, "machine 50 % busy")
+    figures = {f["name"]: f for f in _figures(cells, loads, same=1, other=0)}
+    assert figures["placement.turns.256.alone.one_cpu"]["value"] == 1.6
+    assert figures["placement.batch.worst"]["value"] == 0.06
+    assert "appends.1.competitor_same" in figures["placement.batch.worst"]["detail"]
+    assert figures["placement.one_cpu.worst"]["value"] == 0.07
+    default = figures["placement.default_worst"]  # the OS placement: 1 / 1.6 where one CPU won
+    assert (default["value"], default["met"]) == (0.62, True)
+    assert "turns.256.alone (best there: one_cpu)" in default["detail"]
