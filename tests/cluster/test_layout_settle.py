@@ -115,7 +115,7 @@ def test_a_stream_that_never_answers_gives_a_cluster_error_naming_it_at_the_dead
 
         with pytest.raises(ClusterError, match="the mute stream: the cluster did not answer in time"):
             asyncio.run(_on(url, work))
-        assert len(attempts) >= 3  # asked again, each attempt with its short timeout
+        assert len(attempts) >= 2  # asked again, each attempt with its short timeout
 
 
 def test_a_refusal_that_is_not_a_wait_is_raised_at_once(cluster: LocalCluster) -> None:

@@ -96,6 +96,13 @@ class _Clock:
         return CLOCK
 
 
+def _through_the_syncer(journal: Journal) -> None:
+    """Every batch goes to the syncer thread, even one with nothing queued behind it (which the
+    preparer would otherwise sync itself): the overlap these tests hold needs both threads."""
+    assert journal._writer is not None
+    journal._writer.sync_inline_when_idle = False
+
+
 def _drain(semaphore: threading.Semaphore) -> None:
     while semaphore.acquire(blocking=False):
         pass
@@ -104,6 +111,7 @@ def _drain(semaphore: threading.Semaphore) -> None:
 def test_no_call_is_acknowledged_before_its_fsync_while_the_next_batch_is_prepared(tmp_path: Path) -> None:
     gate, clock = _Gate(), _Clock()
     with Journal.open(tmp_path / "store", fsync=gate, clock_ms=clock) as journal:
+        _through_the_syncer(journal)
         journal.append("a", [started()], expected_seq=0)
         journal.append("b", [started()], expected_seq=0)
         size = segment_files(journal.root)[0].stat().st_size
@@ -142,6 +150,7 @@ def test_an_fsync_failure_fails_the_batch_in_flight_the_one_prepared_and_every_l
 ) -> None:
     gate, clock = _Gate(), _Clock()
     journal = Journal.open(tmp_path / "store", fsync=gate, clock_ms=clock)
+    _through_the_syncer(journal)
     try:
         journal.append("a", [started()], expected_seq=0)
         gate.hold()
@@ -182,6 +191,7 @@ def _append_catching(journal: Journal, errors: list[BaseException]) -> None:
 def test_a_bad_event_or_a_conflict_refuses_its_call_alone_in_a_pipelined_batch(tmp_path: Path) -> None:
     gate = _Gate()
     with Journal.open(tmp_path / "store", fsync=gate, clock_ms=lambda: CLOCK) as journal:
+        _through_the_syncer(journal)
         journal.append("a", [started()], expected_seq=0)
         gate.hold()
         blocker = journal.append_async("a", [msg(2)], expected_seq=1)
@@ -240,6 +250,7 @@ class _HeldClock:
 def test_a_caller_that_stopped_waiting_does_not_stall_the_wake_of_its_batch(tmp_path: Path) -> None:
     gate, clock = _Gate(), _HeldClock()
     with Journal.open(tmp_path / "store", fsync=gate, clock_ms=clock) as journal:
+        _through_the_syncer(journal)
         writer = journal._writer
         assert writer is not None
         for sid in ("a", "b", "c"):
@@ -264,3 +275,19 @@ def test_a_caller_that_stopped_waiting_does_not_stall_the_wake_of_its_batch(tmp_
         assert [[r.seq for r in records] for records in outcome] == [[2]]
         assert [r.seq for r in blocker.result(30)] == [2]
         assert journal.last_seq("b") == 2  # the call that timed out may still become durable
+
+
+def test_a_lone_batch_is_synced_by_the_preparer_and_a_busy_one_by_the_syncer(tmp_path: Path) -> None:
+    syncing: list[str] = []
+
+    def fsync(fd: int) -> None:
+        syncing.append(threading.current_thread().name)
+
+    with Journal.open(tmp_path / "store", fsync=fsync, clock_ms=lambda: CLOCK) as journal:
+        syncing.clear()  # what opening the store synced
+        journal.append("a", [started()], expected_seq=0)  # nothing queued behind it
+        assert syncing == ["cairn-journal-writer"]
+        _through_the_syncer(journal)
+        journal.append("a", [msg(2)], expected_seq=1)
+        assert syncing == ["cairn-journal-writer", "cairn-journal-syncer"]
+        assert [r.seq for r in journal.read("a")] == [1, 2]
