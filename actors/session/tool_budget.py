@@ -125,6 +125,14 @@ def render_result(message: Message, remaining: int = TURN_LIMIT) -> tuple[Messag
             return message, size
         has_blob = False
     else:
+        size = 0
+        for part in content:  # the common case first: text parts only, shown whole
+            if type(part) is not TextPart:
+                break
+            size += len(part.text)
+        else:
+            if size <= RESULT_LIMIT and size <= remaining:
+                return message, size
         size = content_chars(content)
         has_blob = any(isinstance(part, BlobPart) for part in content)
     limit, why = (PREVIEW_CHARS, _WHY_X1) if size > RESULT_LIMIT else (size, _WHY_PREVIEW)
@@ -140,9 +148,12 @@ def render_result(message: Message, remaining: int = TURN_LIMIT) -> tuple[Messag
 def render_other(message: Message) -> Message:
     """A message that is not a tool result: only its blobs change (to preview and note)."""
     content = message.content
-    if isinstance(content, str) or not any(isinstance(part, BlobPart) for part in content):
+    if isinstance(content, str):
         return message
-    return _cut(message, content_chars(content), _WHY_PREVIEW)[0]
+    for part in content:
+        if isinstance(part, BlobPart):
+            return _cut(message, content_chars(content), _WHY_PREVIEW)[0]
+    return message
 
 
 def render_turn(results: Sequence[Message]) -> tuple[Message, ...]:

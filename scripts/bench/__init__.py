@@ -34,6 +34,7 @@ def figure(
 SUITES = {
     "store": "cairn.bench.store",
     "context": "cairn.bench.context",
+    "respawn": "cairn.bench.respawn",
     "compaction": "cairn.bench.compaction",
     "turns": "cairn.bench.turns",
     "cluster": "cairn.bench.cluster",
