@@ -134,13 +134,12 @@ class TokenCounter:
         """The count of `message`, encoded now: no cache read or filled (for a count to be stored)."""
         return self._count_uncached(message)
 
-    def remember_all(self, counted: Iterable[tuple[Message, int]]) -> None:
+    def remember_all(self, messages: list[Message], counts: list[int]) -> None:
         """Take each count as the count of that very message object (stored counts the caller trusts)."""
         kept = self._by_identity
-        for message, count in counted:
-            if len(kept) >= self._max_entries:
-                kept.clear()
-            kept[id(message)] = (message, count)
+        if len(kept) + len(messages) > self._max_entries:
+            kept.clear()
+        kept.update(zip(map(id, messages), zip(messages, counts, strict=True), strict=True))
 
     def _count_uncached(self, message: Message) -> int:
         total = MESSAGE_OVERHEAD + self.text(message.role)

@@ -186,15 +186,35 @@ class TurnBudgets:
     def render(self, message: Message) -> Message:
         role = message.role
         if role == "tool":
-            if message.tool_call_id in self._open:
+            opened = message.tool_call_id in self._open
+            content = message.content
+            if type(content) is tuple:  # render_result's common case, without the call
+                size = 0
+                for part in content:
+                    if type(part) is not TextPart:
+                        break
+                    size += len(part.text)
+                else:
+                    if size <= RESULT_LIMIT and (size <= TURN_LIMIT - self._used if opened else True):
+                        if opened:
+                            self._used += size
+                        return message
+            if opened:
                 rendered, shown = render_result(message, max(0, TURN_LIMIT - self._used))
                 self._used += shown
                 return rendered
             return render_result(message, TURN_LIMIT)[0]
         if role in ("user", "assistant"):
-            self._open = frozenset(call.id for call in message.tool_calls)
+            calls = message.tool_calls
+            self._open = frozenset([call.id for call in calls]) if calls else _NO_CALLS
             self._used = 0
+        content = message.content
+        if isinstance(content, str):  # render_other's common case, without the call
+            return message
         return render_other(message)
+
+
+_NO_CALLS: frozenset[str] = frozenset()
 
 
 def render_context(messages: Sequence[Message]) -> tuple[Message, ...]:

@@ -37,15 +37,23 @@ class TurnEntry:
     names (the planner fills it in once the turn can no longer grow).
     """
 
-    __slots__ = ("call_ids", "call_index", "id_set", "rank", "rank_for", "result_indexes")
+    __slots__ = ("_id_set", "call_ids", "call_index", "rank", "rank_for", "result_indexes")
 
     def __init__(self, call_index: int, call_ids: tuple[str, ...]) -> None:
         self.call_index = call_index
         self.call_ids = call_ids
-        self.id_set = frozenset(call_ids)
+        self._id_set: frozenset[str] | None = None
         self.result_indexes: list[int] = []
         self.rank: int | None = None
         self.rank_for: frozenset[str] | None = None
+
+    @property
+    def id_set(self) -> frozenset[str]:
+        """The call ids as a set (made when first asked: a rebuild makes a thousand entries)."""
+        ids = self._id_set
+        if ids is None:
+            ids = self._id_set = frozenset(self.call_ids)
+        return ids
 
     @property
     def indexes(self) -> tuple[int, ...]:
@@ -113,7 +121,8 @@ class HistoryView:
         refs = self._refs
         turns = self._turns
         open_turn = self._open
-        trusted: list[tuple[Message, int]] = []
+        trusted: list[Message] = []
+        trusted_counts: list[int] = []
         for index in range(start, len(context)):
             message = context[index]
             rendered = render(message)
@@ -121,7 +130,8 @@ class HistoryView:
             stored = counts[index]
             if stored is not None and rendered is message and stored.counter == scheme:
                 tokens = stored.count
-                trusted.append((message, tokens))
+                trusted.append(message)
+                trusted_counts.append(tokens)
             else:
                 tokens = count(rendered)
             total += tokens
@@ -130,10 +140,10 @@ class HistoryView:
             if role == "tool":
                 call_id = message.tool_call_id or ""
                 refs[call_id] = refs.get(call_id, 0) + 1
-                if open_turn is not None and call_id in open_turn.id_set:
+                if open_turn is not None and call_id in open_turn.call_ids:
                     open_turn.result_indexes.append(index)
             elif role == "assistant" and message.tool_calls:
-                open_turn = TurnEntry(index, tuple(call.id for call in message.tool_calls))
+                open_turn = TurnEntry(index, tuple([call.id for call in message.tool_calls]))
                 for call_id in open_turn.call_ids:
                     refs[call_id] = refs.get(call_id, 0) + 1
                 turns.append(open_turn)
@@ -141,7 +151,7 @@ class HistoryView:
                 open_turn = None
         self._open = open_turn
         if trusted:
-            counter.remember_all(trusted)
+            counter.remember_all(trusted, trusted_counts)
 
     # --- reading ---------------------------------------------------------
 
