@@ -111,11 +111,15 @@ class TokenCounter:
             self._by_text[text] = count
         return count
 
+    def digest(self, message: Message) -> bytes:
+        """What identifies a message in this counter's cache, with its id: BLAKE2b-128 of its JSON."""
+        return hashlib.blake2b(self._encoder.encode(message), digest_size=16).digest()
+
     def message(self, message: Message) -> int:
         hit = self._by_identity.get(id(message))
         if hit is not None and hit[0] is message:
             return hit[1]
-        key = (message.id, hashlib.blake2b(self._encoder.encode(message), digest_size=16).digest())
+        key = (message.id, self.digest(message))
         count = self._by_digest.get(key)
         if count is None:
             count = self._count_uncached(message)
@@ -133,6 +137,12 @@ class TokenCounter:
     def fresh(self, message: Message) -> int:
         """The count of `message`, encoded now: no cache read or filled (for a count to be stored)."""
         return self._count_uncached(message)
+
+    def remember_digest(self, message_id: str, digest: bytes, count: int) -> None:
+        """Take `count` as the count of any message with this id and `digest` (a stored count)."""
+        if len(self._by_digest) >= self._max_entries:
+            self._by_digest.clear()
+        self._by_digest[(message_id, digest)] = count
 
     def remember_all(self, messages: list[Message], counts: list[int]) -> None:
         """Take each count as the count of that very message object (stored counts the caller trusts)."""

@@ -61,6 +61,21 @@ class TokenCount(msgspec.Struct, frozen=True, gc=False):
     counter: str
 
 
+class ShownCount(msgspec.Struct, frozen=True, gc=False):
+    """The count of what the model is shown of a tool result too large to show whole (X1).
+
+    Such a result is shown as a preview and a note, the same wherever it
+    stands in its turn; `digest` identifies that rendering exactly (the
+    counter's cache key: BLAKE2b-128 of the rendered message's JSON, hex), so
+    a reader uses `count` only for a rendering with that digest, counted by a
+    counter named `counter`, and counts anything else afresh.
+    """
+
+    count: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    counter: str
+    digest: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+
+
 class TokenCounts(msgspec.Struct, frozen=True, gc=False):
     """`TokenCount` of each replacement message of a checkpoint, in order, by one counter."""
 
@@ -185,6 +200,8 @@ class ToolResult(EventBase, frozen=True, tag="tool-result"):
     files: tuple[FileAccess, ...] = ()
     #: the count of the message this makes (added later: older lines lack it, and it is never null)
     tokens: TokenCount | UnsetType = UNSET
+    #: for a result too large to show whole, the count of what is shown instead (added later, like `tokens`)
+    shown_tokens: ShownCount | UnsetType = UNSET
 
 
 class ProviderError(EventBase, frozen=True, tag="provider-error"):

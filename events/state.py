@@ -27,7 +27,8 @@ event applies):
 
 Stored token counts: `context_counts` runs beside `context`, one entry per
 message: the `TokenCount` its event recorded (a checkpoint's
-`replacement_counts` for its replacement), or None. The fold only files
+`replacement_counts` for its replacement; a tool result's `ShownCount` when
+it has no `TokenCount`), or None. The fold only files
 them; whether a count is trusted (its counter, the message as rendered) is
 the reader's decision (`actors.session.view`). A state whose `context_counts`
 is not as long as its `context` (built by hand) has none.
@@ -59,6 +60,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ShownCount,
     TokenCount,
     ToolResult,
     TurnCompleted,
@@ -103,7 +105,7 @@ class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     checkpoint_seq: int = 0
     carried: Carried = Carried()
     #: the stored count of each context message (None: none stored), beside `context`
-    context_counts: tuple[TokenCount | None, ...] = ()
+    context_counts: tuple[TokenCount | ShownCount | None, ...] = ()
 
     @property
     def revision(self) -> int:
@@ -151,7 +153,7 @@ class _Fold:
         self.last_ts = state.last_ts
         self.context: list[Message] = list(state.context)
         counts = state.context_counts
-        self.counts: list[TokenCount | None] = (
+        self.counts: list[TokenCount | ShownCount | None] = (
             list(counts) if len(counts) == len(self.context) else [None] * len(self.context)
         )
         self.epoch = state.epoch
@@ -249,7 +251,11 @@ class _Fold:
             )
         )
         tokens = event.tokens
-        self.counts.append(None if tokens is UNSET else tokens)
+        if tokens is UNSET:
+            shown = event.shown_tokens
+            self.counts.append(None if shown is UNSET else shown)
+        else:
+            self.counts.append(tokens)
         if event.files:
             self.recent_files = _remember_files(self.recent_files, event, record.ts)
 

@@ -120,7 +120,8 @@ class SessionCore(pykka.ThreadingActor):
 
     def _persist(self, events: Sequence[EventBase]) -> list[Record]:
         """Append, wait for the acknowledgement, then apply and publish (persist, then apply)."""
-        events = with_counts(events, self._counter)  # so a replay needs no recount
+        # so a replay needs no recount
+        events = with_counts(events, self._counter, first_seq=self._state.last_seq + 1)
         try:
             records = self._journal.append(
                 self._sid, events, expected_seq=self._state.last_seq, timeout=self._rt.append_timeout_s

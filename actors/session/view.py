@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from cairn.actors.session.tool_budget import TurnBudgets
 from cairn.actors.tokens import TokenCounter
-from cairn.events.kinds import TokenCount
+from cairn.events.kinds import ShownCount, TokenCount
 from cairn.events.model import Message, ToolTurn
 from cairn.events.state import SessionState
 
@@ -108,7 +108,7 @@ class HistoryView:
         self._context = context
 
     def _append(
-        self, context: tuple[Message, ...], counts: tuple[TokenCount | None, ...], start: int
+        self, context: tuple[Message, ...], counts: tuple[TokenCount | ShownCount | None, ...], start: int
     ) -> None:
         """Walk `context[start:]` into the memo (one loop, locals only: a rebuild walks every message)."""
         counter = self.counter
@@ -128,11 +128,18 @@ class HistoryView:
             rendered = render(message)
             rendered_list.append(rendered)
             stored = counts[index]
-            if stored is not None and rendered is message and stored.counter == scheme:
+            if (
+                stored is not None
+                and rendered is message
+                and type(stored) is TokenCount
+                and stored.counter == scheme
+            ):
                 tokens = stored.count
                 trusted.append(message)
                 trusted_counts.append(tokens)
             else:
+                if type(stored) is ShownCount and stored.counter == scheme:  # good for that rendering only
+                    counter.remember_digest(message.id, bytes.fromhex(stored.digest), stored.count)
                 tokens = count(rendered)
             total += tokens
             prefix.append(total)

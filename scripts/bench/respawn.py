@@ -75,7 +75,7 @@ def _write(journal: Journal, sid: str, events: list[EventBase], counter: TokenCo
     for start in range(0, len(events), BATCH):
         batch = events[start : start + BATCH]
         if counter is not None:
-            batch = with_counts(batch, counter)
+            batch = with_counts(batch, counter, first_seq=written + 1)
         journal.append(sid, batch, expected_seq=written)
         written += len(batch)
 
@@ -92,7 +92,7 @@ class _Warm:
         _check(state, self.view, now_ms)
 
     def _fold(self, events: list[EventBase]) -> None:
-        for event in with_counts(events, self.counter):
+        for event in with_counts(events, self.counter, first_seq=self.state.last_seq + 1):
             self.now_ms += 1_000
             record = Record(0, self.state.sid, self.state.last_seq + 1, self.now_ms, "", event)  # type: ignore[arg-type]
             self.state = evolve(self.state, record)

@@ -25,7 +25,7 @@ def test_the_respawn_bench_runs_and_its_counts_are_those_of_a_fresh_count() -> N
         assert "pairs" in ratio["detail"] and "busy" in ratio["detail"]
         assert figures[f"{prefix}.first_ms"]["value"] > 0
         assert figures[f"{prefix}.uncounted_first_ms"]["value"] > 0
-        assert "1,993 with a stored count" in figures[f"{prefix}.first_ms"]["detail"]
+        assert "1,999 with a stored count" in figures[f"{prefix}.first_ms"]["detail"]
 
 
 def test_the_respawn_bench_run_alone_answers_help_without_running() -> None:

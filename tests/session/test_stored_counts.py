@@ -16,6 +16,7 @@ from cairn.events.kinds import (
     CheckpointCommitted,
     ContextSlimmed,
     EventBase,
+    ShownCount,
     TokenCount,
     TokenCounts,
     ToolResult,
@@ -94,7 +95,7 @@ def _session(draw: st.DrawFn) -> list[EventBase]:
             part = (
                 BlobPart("ab" * 32, size, chars=size, preview="p" * min(size, 2_000))
                 if step == "blob"
-                else TextPart("r " * (size // 2))
+                else TextPart("r " * (size // 2) + "r" * (size % 2))
             )
             call_id = f"c{draw(st.integers(0, calls - 1))}"
             events.append(
@@ -132,7 +133,7 @@ def _session(draw: st.DrawFn) -> list[EventBase]:
 @given(_session())
 def test_the_counts_a_rebuilt_view_uses_equal_a_fresh_count(events: list[EventBase]) -> None:
     writer = TokenCounter()
-    stored = [with_counts([event], writer)[0] for event in events]  # as `_persist` writes them
+    stored = [with_counts([e], writer, first_seq=seq)[0] for seq, e in enumerate(events, 1)]  # as `_persist`
     live = HistoryView(TokenCounter())
     state = _fold(stored, live)  # a live session: synced after every event
     rebuilt = HistoryView(TokenCounter())  # a respawned one: one sync of the loaded state
@@ -274,4 +275,50 @@ def test_an_encoding_without_a_name_stores_and_trusts_nothing() -> None:
     view = HistoryView(anonymous)
     view.sync(state)
     assert nameless.texts  # type: ignore[attr-defined]
+    assert _counts(view, state) == _fresh_counts(state)
+
+
+def _huge_result(call_id: str = "c1") -> ToolResult:
+    return ToolResult(
+        call_id=call_id, tool_name="read", status="ok", effect="read", content=(TextPart("x = 1\n" * 20_000),)
+    )
+
+
+def test_a_result_too_large_to_show_whole_records_the_count_of_what_is_shown() -> None:
+    calls = (ToolCall("c1", "read"),)
+    events: list[EventBase] = [
+        UserMessage(message_id="u1", content=(TextPart("read it all"),)),
+        AssistantMessage(message_id="a1", request_id="r1", tool_calls=calls),
+        _huge_result(),
+    ]
+    written = with_counts(events, TokenCounter(), first_seq=1)
+    result = written[2]
+    assert (
+        isinstance(result, ToolResult) and result.tokens is msgspec.UNSET
+    )  # the whole output is never counted
+    assert isinstance(result.shown_tokens, ShownCount) and result.shown_tokens.counter == SCHEME
+    state = _fold(written)
+    assert state.context_counts[2] == result.shown_tokens
+    encoding = CountingEncoding()
+    view = HistoryView(TokenCounter(encoding))
+    view.sync(state)
+    assert encoding.texts == []
+    assert _counts(view, state) == _fresh_counts(state)
+    assert view.message_tokens(2) == result.shown_tokens.count
+    assert "tool-result event seq 3" in str(view.rendered[2].content)
+
+
+def test_a_shown_count_stands_only_for_the_rendering_it_was_taken_of() -> None:
+    calls = (ToolCall("c1", "read"),)
+    events: list[EventBase] = [
+        AssistantMessage(message_id="a1", request_id="r1", tool_calls=calls),
+        _huge_result(),
+    ]
+    # counted as if the result were seq 7 (a fork renumbers events): its note names another seq
+    renumbered = with_counts(events, TokenCounter(), first_seq=6)
+    state = _fold(renumbered)
+    encoding = CountingEncoding()
+    view = HistoryView(TokenCounter(encoding))
+    view.sync(state)
+    assert len(encoding.texts) == 4  # the result, counted afresh: role, preview, note, name
     assert _counts(view, state) == _fresh_counts(state)
