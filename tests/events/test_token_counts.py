@@ -127,3 +127,13 @@ def test_a_state_built_by_hand_without_counts_gets_none_for_each_message() -> No
         [UserMessage(message_id="u2", content=(TextPart("more"),), tokens=TokenCount(5, BY))]
     )
     assert evolve(by_hand, record).context_counts == (None, TokenCount(5, BY))
+
+
+def test_a_refusal_names_the_field_whether_or_not_a_count_is_there() -> None:
+    wrong = UserMessage(message_id="u1", content=[TextPart("hi")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidEvent) as without:
+        checked_body(wrong)
+    assert without.value.path == "$.content"
+    with pytest.raises(InvalidEvent) as inside:
+        checked_body(UserMessage(message_id="u1", content=(TextPart("hi"),), tokens=TokenCount("7", BY)))  # type: ignore[arg-type]
+    assert inside.value.path == "$.tokens.count"
