@@ -23,6 +23,8 @@ Not thread-safe: a view belongs to one session (its actor), like its counter.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from cairn.actors.session.tool_budget import TurnBudgets
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import ShownCount, TokenCount
@@ -37,23 +39,15 @@ class TurnEntry:
     names (the planner fills it in once the turn can no longer grow).
     """
 
-    __slots__ = ("_id_set", "call_ids", "call_index", "rank", "rank_for", "result_indexes")
+    __slots__ = ("call_ids", "call_index", "id_set", "rank", "rank_for", "result_indexes")
 
     def __init__(self, call_index: int, call_ids: tuple[str, ...]) -> None:
         self.call_index = call_index
         self.call_ids = call_ids
-        self._id_set: frozenset[str] | None = None
+        self.id_set = frozenset(call_ids)
         self.result_indexes: list[int] = []
         self.rank: int | None = None
         self.rank_for: frozenset[str] | None = None
-
-    @property
-    def id_set(self) -> frozenset[str]:
-        """The call ids as a set (made when first asked: a rebuild makes a thousand entries)."""
-        ids = self._id_set
-        if ids is None:
-            ids = self._id_set = frozenset(self.call_ids)
-        return ids
 
     @property
     def indexes(self) -> tuple[int, ...]:
@@ -82,7 +76,7 @@ class HistoryView:
         self._walk = TurnBudgets()
         self._turns: list[TurnEntry] = []
         self._open: TurnEntry | None = None
-        self._refs: dict[str, int] = {}
+        self._refs: Counter[str] = Counter()  # filled with dict calls (Counter.update is slow)
 
     def sync(self, state: SessionState) -> None:
         """Bring the view up to `state.context`: O(new messages) while history only grew."""
@@ -192,7 +186,7 @@ class HistoryView:
 
     def references(self, call_id: str) -> int:
         """How many context messages name `call_id` (as a call or as a result)."""
-        return self._refs.get(call_id, 0)
+        return self._refs[call_id]
 
 
 def _same(a: Message, b: Message) -> bool:
