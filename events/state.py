@@ -25,6 +25,14 @@ event applies):
 | checkpoint-committed | context = replacement, new epoch, carried state from the event|
 | owner-changed        | nothing (who serves the session is the cluster's business)    |
 
+Stored token counts: `context_counts` runs beside `context`, one entry per
+message: the `TokenCount` its event recorded (a checkpoint's
+`replacement_counts` for its replacement; a tool result's `ShownCount` when
+it has no `TokenCount`), or None. The fold only files
+them; whether a count is trusted (its counter, the message as rendered) is
+the reader's decision (`actors.session.view`). A state whose `context_counts`
+is not as long as its `context` (built by hand) has none.
+
 `replay` and `evolve` share one implementation (`_Fold.apply`); replay keeps
 the accumulator mutable so folding n events costs O(n), evolve copies once.
 """
@@ -35,6 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.events.codec import Record
 from cairn.events.kinds import (
@@ -51,6 +60,8 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ShownCount,
+    TokenCount,
     ToolResult,
     TurnCompleted,
     TurnFailed,
@@ -93,6 +104,8 @@ class SessionState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     last_usage: Usage | None = None
     checkpoint_seq: int = 0
     carried: Carried = Carried()
+    #: the stored count of each context message (None: none stored), beside `context`
+    context_counts: tuple[TokenCount | ShownCount | None, ...] = ()
 
     @property
     def revision(self) -> int:
@@ -115,6 +128,7 @@ class _Fold:
         "checkpoint_seq",
         "compaction_failures",
         "context",
+        "counts",
         "epoch",
         "epoch_handoffs",
         "info",
@@ -138,6 +152,10 @@ class _Fold:
         self.last_seq = state.last_seq
         self.last_ts = state.last_ts
         self.context: list[Message] = list(state.context)
+        counts = state.context_counts
+        self.counts: list[TokenCount | ShownCount | None] = (
+            list(counts) if len(counts) == len(self.context) else [None] * len(self.context)
+        )
         self.epoch = state.epoch
         self.epoch_handoffs: list[Handoff] = list(state.epoch_handoffs)
         self.last_request = state.last_request
@@ -168,6 +186,7 @@ class _Fold:
             last_request_seq=self.last_request_seq,
             last_usage=self.last_usage,
             checkpoint_seq=self.checkpoint_seq,
+            context_counts=tuple(self.counts),
             carried=Carried(
                 revision=self.revision,
                 recent_files=self.recent_files,
@@ -192,6 +211,8 @@ class _Fold:
         self.context.append(
             Message(role="user", content=event.content, id=event.message_id, meta=MessageMeta(record.seq))
         )
+        tokens = event.tokens
+        self.counts.append(None if tokens is UNSET else tokens)
         turn = self.open_turn
         if turn is not None:
             task = (*turn.task, text_of(event.content))
@@ -208,6 +229,8 @@ class _Fold:
                 meta=MessageMeta(record.seq),
             )
         )
+        tokens = event.tokens
+        self.counts.append(None if tokens is UNSET else tokens)
         self.last_response_ts = record.ts
         self.reactive_since_response = False
 
@@ -227,6 +250,12 @@ class _Fold:
                 ),
             )
         )
+        tokens = event.tokens
+        if tokens is UNSET:
+            shown = event.shown_tokens
+            self.counts.append(None if shown is UNSET else shown)
+        else:
+            self.counts.append(tokens)
         if event.files:
             self.recent_files = _remember_files(self.recent_files, event, record.ts)
 
@@ -262,6 +291,12 @@ class _Fold:
 
     def _checkpoint(self, event: CheckpointCommitted, record: Record) -> None:
         self.context = list(event.replacement_messages)
+        stored = event.replacement_counts
+        self.counts = (
+            [None] * len(self.context)
+            if stored is UNSET
+            else [TokenCount(count, stored.counter) for count in stored.counts]
+        )
         self.epoch = event.epoch
         self.epoch_handoffs = []
         self.checkpoint_seq = record.seq
@@ -291,7 +326,10 @@ class _Fold:
         pass
 
     def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
-        kept, first_removed = remove_tool_turns(self.context, event.removed_call_ids)
+        keep, first_removed = _kept_indexes(self.context, event.removed_call_ids)
+        context, counts = self.context, self.counts
+        kept = [context[index] for index in keep]
+        kept_counts = [counts[index] for index in keep]
         if first_removed is not None and event.marker_text:
             marker = Message(
                 role="system",
@@ -300,7 +338,9 @@ class _Fold:
                 meta=MessageMeta(seq=record.seq, origin="snip-marker"),
             )
             kept.insert(first_removed, marker)
+            kept_counts.insert(first_removed, None)
         self.context = kept
+        self.counts = kept_counts
         self.revision += 1
 
 
@@ -334,10 +374,17 @@ def remove_tool_turns(
     definition of what a `context-slimmed` event removes, shared by the fold
     and by checkpoint audits.
     """
+    messages = list(context)
+    keep, first_removed = _kept_indexes(messages, call_ids)
+    return [messages[index] for index in keep], first_removed
+
+
+def _kept_indexes(context: list[Message], call_ids: Iterable[str]) -> tuple[list[int], int | None]:
+    """`remove_tool_turns` by index: the indexes kept, and where the first removed one was among them."""
     removed = set(call_ids)
-    kept: list[Message] = []
+    keep: list[int] = []
     first_removed: int | None = None
-    for message in context:
+    for index, message in enumerate(context):
         drop = (
             message.role == "assistant"
             and bool(message.tool_calls)
@@ -345,10 +392,10 @@ def remove_tool_turns(
         ) or (message.role == "tool" and message.tool_call_id in removed)
         if drop:
             if first_removed is None:
-                first_removed = len(kept)
+                first_removed = len(keep)
             continue
-        kept.append(message)
-    return kept, first_removed
+        keep.append(index)
+    return keep, first_removed
 
 
 def _remember_files(recent: tuple[FileAccess, ...], event: ToolResult, ts: int) -> tuple[FileAccess, ...]:

@@ -34,6 +34,7 @@ import pykka
 from cairn.actors.errors import SessionStopped, describe_exception
 from cairn.actors.provider.actor import ProviderActor
 from cairn.actors.provider.base import Provider
+from cairn.actors.session.counts import with_counts
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
 from cairn.actors.session.messages import ManualCompact, Send
@@ -119,6 +120,8 @@ class SessionCore(pykka.ThreadingActor):
 
     def _persist(self, events: Sequence[EventBase]) -> list[Record]:
         """Append, wait for the acknowledgement, then apply and publish (persist, then apply)."""
+        # so a replay needs no recount
+        events = with_counts(events, self._counter, first_seq=self._state.last_seq + 1)
         try:
             records = self._journal.append(
                 self._sid, events, expected_seq=self._state.last_seq, timeout=self._rt.append_timeout_s

@@ -125,6 +125,14 @@ def render_result(message: Message, remaining: int = TURN_LIMIT) -> tuple[Messag
             return message, size
         has_blob = False
     else:
+        size = 0
+        for part in content:  # the common case first: text parts only, shown whole
+            if type(part) is not TextPart:
+                break
+            size += len(part.text)
+        else:
+            if size <= RESULT_LIMIT and size <= remaining:
+                return message, size
         size = content_chars(content)
         has_blob = any(isinstance(part, BlobPart) for part in content)
     limit, why = (PREVIEW_CHARS, _WHY_X1) if size > RESULT_LIMIT else (size, _WHY_PREVIEW)
@@ -140,9 +148,12 @@ def render_result(message: Message, remaining: int = TURN_LIMIT) -> tuple[Messag
 def render_other(message: Message) -> Message:
     """A message that is not a tool result: only its blobs change (to preview and note)."""
     content = message.content
-    if isinstance(content, str) or not any(isinstance(part, BlobPart) for part in content):
+    if isinstance(content, str):
         return message
-    return _cut(message, content_chars(content), _WHY_PREVIEW)[0]
+    for part in content:
+        if isinstance(part, BlobPart):
+            return _cut(message, content_chars(content), _WHY_PREVIEW)[0]
+    return message
 
 
 def render_turn(results: Sequence[Message]) -> tuple[Message, ...]:
@@ -175,15 +186,35 @@ class TurnBudgets:
     def render(self, message: Message) -> Message:
         role = message.role
         if role == "tool":
-            if message.tool_call_id in self._open:
+            opened = message.tool_call_id in self._open
+            content = message.content
+            if type(content) is tuple:  # render_result's common case, without the call
+                size = 0
+                for part in content:
+                    if type(part) is not TextPart:
+                        break
+                    size += len(part.text)
+                else:
+                    if size <= RESULT_LIMIT and (size <= TURN_LIMIT - self._used if opened else True):
+                        if opened:
+                            self._used += size
+                        return message
+            if opened:
                 rendered, shown = render_result(message, max(0, TURN_LIMIT - self._used))
                 self._used += shown
                 return rendered
             return render_result(message, TURN_LIMIT)[0]
         if role in ("user", "assistant"):
-            self._open = frozenset(call.id for call in message.tool_calls)
+            calls = message.tool_calls
+            self._open = frozenset([call.id for call in calls]) if calls else _NO_CALLS
             self._used = 0
+        content = message.content
+        if isinstance(content, str):  # render_other's common case, without the call
+            return message
         return render_other(message)
+
+
+_NO_CALLS: frozenset[str] = frozenset()
 
 
 def render_context(messages: Sequence[Message]) -> tuple[Message, ...]:

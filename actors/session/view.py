@@ -12,6 +12,12 @@ seen are still in place, a sync only walks the new messages; anything else
 rebuilds the memo from scratch, which gives the same result. Tests check the
 memo against the pure functions.
 
+Stored counts (`actors.session.counts`): a message whose event recorded its
+count under this counter's scheme, and which the model sees as it is, takes
+that count instead of being encoded again, and the counter remembers it for
+that message object; so a view rebuilt after a respawn encodes nothing the
+log already counted.
+
 Not thread-safe: a view belongs to one session (its actor), like its counter.
 """
 
@@ -21,6 +27,7 @@ from collections import Counter
 
 from cairn.actors.session.tool_budget import TurnBudgets
 from cairn.actors.tokens import TokenCounter
+from cairn.events.kinds import ShownCount, TokenCount
 from cairn.events.model import Message, ToolTurn
 from cairn.events.state import SessionState
 
@@ -69,7 +76,7 @@ class HistoryView:
         self._walk = TurnBudgets()
         self._turns: list[TurnEntry] = []
         self._open: TurnEntry | None = None
-        self._refs: Counter[str] = Counter()
+        self._refs: Counter[str] = Counter()  # filled with dict calls (Counter.update is slow)
 
     def sync(self, state: SessionState) -> None:
         """Bring the view up to `state.context`: O(new messages) while history only grew."""
@@ -88,27 +95,64 @@ class HistoryView:
         if len(context) == seen:
             self._context = context
             return
-        for index in range(seen, len(context)):
-            self._append(index, context[index])
+        counts = state.context_counts
+        if len(counts) != len(context):  # a state built by hand: no stored counts
+            counts = (None,) * len(context)
+        self._append(context, counts, seen)
         self._context = context
 
-    def _append(self, index: int, message: Message) -> None:
-        rendered = self._walk.render(message)
-        self._rendered.append(rendered)
-        self._prefix.append(self._prefix[-1] + self.counter.message(rendered))
-        role = message.role
-        if role == "tool":
-            call_id = message.tool_call_id or ""
-            self._refs[call_id] += 1
-            if self._open is not None and call_id in self._open.id_set:
-                self._open.result_indexes.append(index)
-        elif role == "assistant" and message.tool_calls:
-            entry = TurnEntry(index, tuple(call.id for call in message.tool_calls))
-            self._refs.update(entry.call_ids)
-            self._turns.append(entry)
-            self._open = entry
-        elif role != "system":
-            self._open = None
+    def _append(
+        self, context: tuple[Message, ...], counts: tuple[TokenCount | ShownCount | None, ...], start: int
+    ) -> None:
+        """Walk `context[start:]` into the memo (one loop, locals only: a rebuild walks every message)."""
+        counter = self.counter
+        scheme = counter.scheme
+        count = counter.message
+        render = self._walk.render
+        rendered_list = self._rendered
+        prefix = self._prefix
+        total = prefix[-1]
+        refs = self._refs
+        turns = self._turns
+        open_turn = self._open
+        trusted: list[Message] = []
+        trusted_counts: list[int] = []
+        for index in range(start, len(context)):
+            message = context[index]
+            rendered = render(message)
+            rendered_list.append(rendered)
+            stored = counts[index]
+            if (
+                stored is not None
+                and rendered is message
+                and type(stored) is TokenCount
+                and stored.counter == scheme
+            ):
+                tokens = stored.count
+                trusted.append(message)
+                trusted_counts.append(tokens)
+            else:
+                if type(stored) is ShownCount and stored.counter == scheme:  # good for that rendering only
+                    counter.remember_digest(message.id, bytes.fromhex(stored.digest), stored.count)
+                tokens = count(rendered)
+            total += tokens
+            prefix.append(total)
+            role = message.role
+            if role == "tool":
+                call_id = message.tool_call_id or ""
+                refs[call_id] = refs.get(call_id, 0) + 1
+                if open_turn is not None and call_id in open_turn.call_ids:
+                    open_turn.result_indexes.append(index)
+            elif role == "assistant" and message.tool_calls:
+                open_turn = TurnEntry(index, tuple([call.id for call in message.tool_calls]))
+                for call_id in open_turn.call_ids:
+                    refs[call_id] = refs.get(call_id, 0) + 1
+                turns.append(open_turn)
+            elif role != "system":
+                open_turn = None
+        self._open = open_turn
+        if trusted:
+            counter.remember_all(trusted, trusted_counts)
 
     # --- reading ---------------------------------------------------------
 

@@ -110,6 +110,7 @@ def exit_code(report: dict[str, Any]) -> int:
 SUITES = {
     "store": "cairn.bench.store",
     "context": "cairn.bench.context",
+    "respawn": "cairn.bench.respawn",
     "compaction": "cairn.bench.compaction",
     "quality": "cairn.bench.quality",
     "turns": "cairn.bench.turns",
