@@ -16,6 +16,6 @@ settings.register_profile(
 settings.register_profile("dev", derandomize=True, deadline=None, max_examples=50)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# `cairn demo` pins its process to one CPU (actors.placement); the tests that run it in this
-# process must not pin the test runner, and test_placement checks pinning in child processes.
+# `cairn demo` places its process as CAIRN_CPU says (actors.placement; unset: the OS's placement);
+# a user's CAIRN_CPU must not pin the test runner, and test_placement checks pinning in child processes.
 os.environ["CAIRN_CPU"] = "off"
