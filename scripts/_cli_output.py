@@ -56,18 +56,23 @@ def warn(message: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress callback (done, total) drawing a bar on a terminal, else None."""
+def progress_bar(
+    label: str, enabled: bool, *, counting: str = "bytes"
+) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback (done, total) drawing a bar on a terminal, else None.
+
+    `counting`: `bytes` (shown as sizes) or `items` (shown as `done/total`).
+    """
     if not enabled or not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
-        DownloadColumn(),
+        DownloadColumn() if counting == "bytes" else MofNCompleteColumn(),
         TimeRemainingColumn(),
         console=Console(stderr=True),
         transient=True,

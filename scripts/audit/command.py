@@ -3,39 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, cluster_url, store_root
-from cairn._cli_output import print_json, warn
-
-
-@contextlib.contextmanager
-def line_progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress callback (done, total) counting lines read, drawn on a terminal only, else None."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
+from cairn._cli_output import print_json, progress_bar, warn
 
 
 def cmd_export_tables(args: argparse.Namespace) -> int:
@@ -54,7 +26,7 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
     target = Path(args.to)
     with (
         Journal.open(root, readonly=True) as journal,
-        line_progress("exporting: lines read (checked, then written)", not args.json) as progress,
+        progress_bar("exporting: lines read", not args.json, counting="items") as progress,
     ):
         report = export_tables(
             journal,
