@@ -18,9 +18,14 @@ of the OS placement with 1,024 sessions taking turns, alone or beside a
 competitor, and to 0.27-0.34x for one session beside a busy process on its
 CPU; batch scheduling fell to 0.11-0.25x for one session beside a busy
 process on either CPU (a batch-scheduled thread never preempts the busy
-one, so each wake-up can wait out a time slice). The OS placement never collapsed: its worst cell was
-0.71x of the best placement there (256 sessions taking turns beside a busy
-process on the other CPU, where one CPU made 1.40x and batch 1.38x). So it
+one, so each wake-up can wait out a time slice). The OS placement's worst
+cell there was 0.71x of the best placement. A second run, on a machine
+about half busy, found the other side: one CPU made up to 4.0x the OS
+placement's turns at 1,024 sessions alone (the cell where it had collapsed)
+and 1.6x its appends at 256, but still fell to 0.03-0.04x for a lone
+session beside a busy process on its CPU; the OS placement's worst cell was
+0.25x of one CPU there. No placement wins everywhere; the OS placement is
+the one that never collapses, so it
 is the default: nothing is placed unless asked. `CAIRN_CPU=auto` (one CPU,
 chosen by pid), `N` or `batch` ask for the others (`place_from_env`, which
 `cairn demo` calls); `pin_process` and `batch_process` are the calls.
