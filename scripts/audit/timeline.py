@@ -202,11 +202,13 @@ def render(data: Timeline) -> Any:
                     xytext=(m.seq, m.y),
                     arrowprops={"arrowstyle": "->", "color": colour},
                 )
+                late = m.seq > data.last_seq / 2  # a label in the right half runs leftwards: it stays inside
                 ax.annotate(
                     m.label.removeprefix("checkpoint "),
                     xy=(m.seq, m.y),
-                    xytext=(4, 6),
+                    xytext=(-4 if late else 4, 6),
                     textcoords="offset points",
+                    horizontalalignment="right" if late else "left",
                     fontsize="x-small",
                     color=colour,
                 )
