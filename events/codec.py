@@ -52,11 +52,11 @@ MAX_LINE_BYTES = 20 * 1024 * 1024
 GENESIS = "0" * 32
 
 _CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
-#: a line's bytes up to its crc field: the content without its closing brace
-#: (sid, prev and kind come as JSON strings, quotes included: see `frame_line`)
-_PREFIX_FORMAT = (
-    b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s,"kind":%s,"event":%s'
-)
+#: a line's bytes up to its crc field are `_HEAD_FORMAT` + `_TAIL_FORMAT`: the content without its
+#: closing brace (sid, prev and kind come as JSON strings, quotes included: see `frame_line`).
+#: The head depends on the line's place in the log (envelope up to `prev`), the tail does not.
+_HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
+_TAIL_FORMAT = b',"kind":%s,"event":%s'
 #: a line's last 19 bytes, given the crc of what comes before them
 _CRC_SUFFIX_FORMAT = b',"crc":"%08x"}\n'
 _CRC_HEX = re.compile(rb"[0-9a-f]{8}")
@@ -144,34 +144,17 @@ def encode_line(*, pos: int, sid: str, seq: int, ts: int, prev: str, event: Even
 def frame_line(
     pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, body: bytes
 ) -> tuple[bytes, str]:
-    """The line of an already encoded body, and its chain digest: the writer's hot path.
+    """The line of an already encoded body, and its chain digest (`frame_tail` of its tail).
 
     Positional arguments, no checks of the event: the caller has them (see
     `checked_body`). `sid` and `kind` are JSON string tokens (`json_string`),
     `prev` a str that is encoded here the same way, so no string enters the
     line unescaped. Raises LineTooLarge for a line over MAX_LINE_BYTES.
     """
-    # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
-    prefix = _PREFIX_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev), kind, body)
-    size = len(prefix) + _CRC_SUFFIX_LEN + 1  # the whole line, newline included
-    if size > MAX_LINE_BYTES:
-        raise LineTooLarge(
-            f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "
-            f"over the {MAX_LINE_BYTES}-byte line limit"
-        )
-    if size <= _HASH_PIECE:
-        digest = _sha256(prefix)
-        digest.update(b"}")
-        return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
-    return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
+    return frame_tail(pos, sid, seq, ts, prev, kind, _TAIL_FORMAT % (kind, body))
 
 
 _HASH_PIECE = 2047
-
-#: the part of a line's content that depends on its place in the log: envelope up to `prev`
-_HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
-#: the part that does not: kind and body (`_HEAD_FORMAT` + `_TAIL_FORMAT` is `_PREFIX_FORMAT`)
-_TAIL_FORMAT = b',"kind":%s,"event":%s'
 
 
 def encode_tail(kind: bytes, body: bytes) -> bytes:
@@ -194,6 +177,7 @@ def frame_tail(
     `kind` (its JSON token) only names the event when the line is too large.
     Raises LineTooLarge for a line over MAX_LINE_BYTES.
     """
+    # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
     prefix = _HEAD_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev)) + tail
     size = len(prefix) + _CRC_SUFFIX_LEN + 1
     if size > MAX_LINE_BYTES:
