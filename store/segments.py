@@ -193,19 +193,13 @@ def iter_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[t
     line still being written by another process) is yielded as it is. `end`
     bounds the bytes considered (default: the size when the scan starts).
     """
-    fd, _ = open_file(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb"):  # owns the fd: closes it however the loop ends
-        size = os.fstat(fd).st_size if end is None else end
-        if size <= start:
-            return
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
-            offset = start
-            size = min(size, len(view))
-            while offset < size:
-                newline = view.find(b"\n", offset, size)
-                stop = size if newline < 0 else newline + 1
-                yield offset, view[offset:stop]
-                offset = stop
+    for offset, chunk in iter_chunks(path, start, end):
+        at = 0
+        while at < len(chunk):
+            newline = chunk.find(b"\n", at)
+            stop = len(chunk) if newline < 0 else newline + 1
+            yield offset + at, chunk[at:stop]
+            at = stop
 
 
 def iter_chunks(
@@ -217,7 +211,7 @@ def iter_chunks(
     makes its chunk longer); the last may end in a piece without one (a torn
     tail, or a line still being written by another process). `end` bounds
     the bytes considered (default: the size when the scan starts). The
-    pieces `iter_lines` yields are those of the chunks, in order.
+    pieces `iter_lines` yields are those of the chunks, split at their newlines.
     """
     fd, _ = open_file(path, os.O_RDONLY)
     with os.fdopen(fd, "rb"):  # owns the fd: closes it however the loop ends
