@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -216,3 +218,39 @@ class LoadMeter:
     def as_dict(self) -> dict[str, object]:
         """The same, for `--json`: shares in [0, 1] (None where unknown)."""
         return {"busy": self.busy, "own": self.own, "loadavg": self.loadavg, "cpus": os.cpu_count()}
+
+
+def threads_rate(
+    sessions: int,
+    per_session: int,
+    step: Callable[[int, int], None],
+    setup: Callable[[int], None] | None = None,
+) -> float:
+    """`sessions` threads, thread n calling `setup(n)` (untimed) and then `step(n, i)` for i <
+    per_session; calls per second from the moment every thread is set up (the barrier's release,
+    stamped before any thread goes on) to the last return. A thread's error is raised here."""
+    started: list[float] = []
+    barrier = threading.Barrier(sessions + 1, action=lambda: started.append(time.perf_counter()))
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            if setup is not None:
+                setup(n)
+            barrier.wait()
+            for i in range(per_session):
+                step(n, i)
+        except BaseException as exc:  # reported below, never swallowed
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
+    for thread in threads:
+        thread.start()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a thread failed: raised below
+        barrier.wait()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return sessions * per_session / (time.perf_counter() - started[0])

@@ -27,7 +27,7 @@ from typing import Any
 
 from cairn.actors.placement import batch_scheduled, on_one_cpu
 from cairn.bench import Figure, figure, guarded
-from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, spread
+from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, spread, threads_rate
 from cairn.bench._workload import mixed_event, sized_event
 from cairn.bench.store_replay import bench_eventsourcing, bench_replay, bench_restore
 from cairn.events.codec import GENESIS, encode_line
@@ -91,32 +91,15 @@ def append_rate(
     the moment every session has its first event (the barrier's release,
     stamped before any thread goes on) until the last ack.
     """
-    started: list[float] = []
-    barrier = threading.Barrier(sessions + 1, action=lambda: started.append(time.perf_counter()))
-    errors: list[BaseException] = []
+    sids = [f"{prefix}-{n}" for n in range(sessions)]
 
-    def work(n: int) -> None:
-        sid = f"{prefix}-{n}"
-        try:
-            journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)
-            barrier.wait()
-            for i in range(per_session):
-                event = events[(n * per_session + i) % len(events)]
-                journal.append(sid, [event], expected_seq=i + 1)
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-            barrier.abort()
+    def setup(n: int) -> None:
+        journal.append(sids[n], [SessionStarted(workspace="/w", model="m")], expected_seq=0)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
-    for thread in threads:
-        thread.start()
-    with contextlib.suppress(threading.BrokenBarrierError):  # a session failed: raised below
-        barrier.wait()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return sessions * per_session / (time.perf_counter() - started[0])
+    def step(n: int, i: int) -> None:
+        journal.append(sids[n], [events[(n * per_session + i) % len(events)]], expected_seq=i + 1)
+
+    return threads_rate(sessions, per_session, step, setup)
 
 
 def _journal_rate(root: Path, sessions: int, per_session: int, events: Sequence[EventBase]) -> float:

@@ -14,14 +14,12 @@ context carried (C9), so a restore decodes what a real one decodes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import random
 import shutil
 import sqlite3
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from cairn.actors.compactor import CompactionRequest, Compactor
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import Figure, figure
-from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, peak_memory, spread
+from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, peak_memory, spread, threads_rate
 from cairn.bench._workload import event_text, mixed_event, payload
 from cairn.events.codec import GENESIS, encode_line
 from cairn.events.kinds import (
@@ -470,7 +468,7 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
         if not synchronous:
             synchronous.append(_sqlite_synchronous(app))
         if per_commit == 1:
-            rate = _threads_rate(sessions, per_session, lambda n, i: _es_save(app, notes[n], texts, n, i))
+            rate = threads_rate(sessions, per_session, lambda n, i: _es_save(app, notes[n], texts, n, i))
         else:
             rate = _es_batched_rate(app, notes, per_session, per_commit, texts)
         es_bytes.append(_sqlite_mean_state_bytes(app))
@@ -599,34 +597,6 @@ def _lines_of(events: list[EventBase]) -> list[bytes]:
 def _es_save(app: Any, note: Any, texts: list[str], n: int, i: int) -> None:
     note.add(texts[(n * 7919 + i) % len(texts)])
     app.save(note)
-
-
-def _threads_rate(sessions: int, per_session: int, step: Callable[[int, int], None]) -> float:
-    """`sessions` threads, thread n calling `step(n, i)` for i < per_session; calls per second from
-    the moment all have started to the last return."""
-    started: list[float] = []
-    barrier = threading.Barrier(sessions + 1, action=lambda: started.append(time.perf_counter()))
-    errors: list[BaseException] = []
-
-    def work(n: int) -> None:
-        try:
-            barrier.wait()
-            for i in range(per_session):
-                step(n, i)
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
-    for thread in threads:
-        thread.start()
-    with contextlib.suppress(threading.BrokenBarrierError):
-        barrier.wait()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return sessions * per_session / (time.perf_counter() - started[0])
 
 
 def _es_batched_rate(
