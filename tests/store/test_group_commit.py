@@ -139,9 +139,17 @@ def test_acks_follow_the_index_commit(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "store", clock_ms=lambda: CLOCK) as journal:
         journal.append("s", [started()], expected_seq=0)
         seen: list[int] = []
+        called = threading.Event()
+
+        def on_done(_: object) -> None:
+            seen.append(journal.last_seq("s"))
+            called.set()
+
         future = journal.append_async("s", [msg(2), msg(3)], expected_seq=1)
-        future.add_done_callback(lambda _: seen.append(journal.last_seq("s")))
+        future.add_done_callback(on_done)
         assert [r.seq for r in future.result(30)] == [2, 3]
+        # the future wakes result() before it runs its callbacks: wait for the callback itself
+        assert called.wait(30)
         assert seen == [3]
 
 
