@@ -19,7 +19,10 @@ def test_cairn_bench_help_lists_every_suite(capsys: pytest.CaptureFixture[str]) 
 def test_cairn_bench_takes_provider_and_hands_it_to_the_bench(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CAIRN_BENCH_PROVIDER", raising=False)
+    # set, then removed: monkeypatch then restores the variable's state before the test, whatever
+    # the bench writes into os.environ (else the quality suite's tests would run on "openai")
+    monkeypatch.setenv("CAIRN_BENCH_PROVIDER", "scripted")
+    monkeypatch.delenv("CAIRN_BENCH_PROVIDER")
     # an unknown suite stops the bench's own parser before any suite runs, after --provider was read
     with pytest.raises(SystemExit) as stopped:  # the bench's own parser
         cli.main(["bench", "--only", "no-such-suite", "--provider", "openai"])
