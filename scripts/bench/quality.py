@@ -61,7 +61,7 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import figure
-from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus
+from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus, spent_record_sessions
 from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, judge_session
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
 from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
@@ -75,6 +75,8 @@ BLANK_MARGIN = 50.0
 FULL_PER_KIND = 8
 QUICK_PER_KIND = 2
 QUICK_TURNS = 200
+#: sessions of the spent-record probe set (a recorded next action run, then replaced)
+SPENT_RECORD_SESSIONS = 8
 #: a small window (a local model's) for the huge-output stress run
 STRESS_WINDOW = 16_000
 SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
@@ -315,12 +317,31 @@ def _run(
     )
     if judge:
         figures.append(_judge_figure(verdicts))
+    figures.append(_spent_record_figure(counter))
     if longrun:
         figures += _longrun_part(QUICK_TURNS if quick else TURNS)
     figures.append(
         figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
     )
     return figures
+
+
+def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
+    """The spent-record probe set (`quality_corpus.spent_record_sessions`), offline: what the host's
+    own parts present as current once a recorded next action was run and replaced."""
+    scores, _ = evaluate(spent_record_sessions(SPENT_RECORD_SESSIONS), counter)
+    by_strategy = ", ".join(f"{name} {scores[name].stale}/{scores[name].superseded}" for name in STRATEGIES)
+    detail = (
+        f"a next action recorded (C8), run, then replaced by a plain-text plan; shown as current: "
+        f"{by_strategy} (summarizer: the scripted provider). C8 carries the record verbatim and appends "
+        "it after the model's lines and drops any model line quoting it, so no summary can mark it "
+        "done: the blank summary (the host's parts alone) is the value; closing it needs a rules "
+        "decision on C8 (no target)"
+    )
+    blank = scores["blank"]
+    return figure(
+        "quality.spent_record.superseded_as_current", round(blank.stale_pct(), 1), "%", None, None, detail
+    )
 
 
 def _judge_figure(v: JudgeScore) -> dict[str, Any]:

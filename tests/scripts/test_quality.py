@@ -16,7 +16,7 @@ from cairn.actors.provider.base import ProviderRequest
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import quality
-from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Fact, corpus
+from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Fact, corpus, spent_record_sessions
 from cairn.bench.quality_longrun import simulate
 from cairn.bench.quality_probe import BLANK_SUMMARY, Lines, Score, evaluate, last_line, presented_as_current
 from cairn.events.model import Message, text_of
@@ -95,6 +95,28 @@ def test_a_summarizer_that_states_replaced_values_as_current_is_caught() -> None
     # the fourth session's new value sits in the retained tail, after the summary: the newest wins
     assert (summarizer.stale, summarizer.superseded) == (3, 4)
     assert not quality.meets_quality_target(summarizer)
+
+
+def test_C8_a_recorded_next_action_that_was_run_stays_current_in_every_ledger() -> None:
+    """The host's own gap (no target: a rules decision): C8 carries a spent record verbatim, after
+    the model's lines, and drops any model line that quotes it, so the ledger still shows the command
+    that already ran as the exact next action; only the full context and a fallback whose tail keeps
+    the new plan get it right."""
+    sessions = spent_record_sessions(8)
+    assert msgspec.json.encode(sessions) == msgspec.json.encode(spent_record_sessions(8))
+    scores, probes = evaluate(sessions, TokenCounter())
+    assert sum(p.fact.kind == "superseded" for p in probes) == 8
+    stale = {name: (score.stale, score.superseded) for name, score in scores.items()}
+    assert stale == {
+        "ceiling": (0, 8),
+        "blank": (8, 8),
+        "truncation": (0, 8),
+        "fallback": (0, 8),
+        "summarizer": (8, 8),
+    }
+    figure = quality._spent_record_figure(TokenCounter())
+    assert (figure["value"], figure["target"]) == (100.0, None)
+    assert "blank 8/8" in figure["detail"] and "fallback 0/8" in figure["detail"]
 
 
 def test_the_probe_rule_for_statements_and_superseded_values() -> None:
