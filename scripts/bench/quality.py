@@ -16,6 +16,11 @@ Three parts, seeded and offline by default:
 3. Long-run behaviour (`quality_longrun`): 1,000-turn sessions (200 with
    --quick) of each kind through the pure L1 policies, with snipping and
    with compaction alone, plus a huge-output run in a 16,000-token window.
+4. The spent-record probe set (`quality_corpus.spent_record_sessions`, 8
+   sessions, offline): a next action kept as an exact continuation record,
+   run, then replaced by a plain-text plan. C8 keeps the record verbatim,
+   after the model's lines, so every ledger shows the spent command as the
+   next action; reported with no target (closing it needs a rules decision).
 
 Offline the summarizer under test is the scripted provider: its figures are
 the pipeline's floor (what the host keeps whatever the model writes, plus a
