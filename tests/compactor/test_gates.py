@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairn.actors.compactor.gates import (
     effect_gate,
     effect_target,
@@ -139,3 +142,24 @@ def test_F2_the_fallback_target_follows_the_budget_capped_target() -> None:
     assert fallback_target(effect_target(100_000, 128_000, 115_200), 100_000) == 50_000
     assert fallback_target(effect_target(40_000, 200_000, 180_000), 40_000) == 32_000
     assert fallback_target(effect_target(3_081, 128_000, 115_200), 3_081) == 2_772
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    source=st.integers(0, 2_000_000),
+    window=st.integers(1, 2_000_000),
+    cap=st.none() | st.integers(0, 200_000),
+)
+def test_C10_property_the_budget_cap_only_ever_lowers_the_target_to_half_the_budget(
+    source: int, window: int, cap: int | None
+) -> None:
+    c10 = effect_target(source, window)
+    budget = input_budget_of(window, cap)
+    capped = effect_target(source, window, budget)
+    if budget is None:
+        assert capped == c10
+    else:
+        assert capped == min(c10, budget // 2)
+        assert capped * 10 < budget * 7 or capped == 0  # under the hand-off threshold (B3)
+    if cap is None and window >= 111_111:
+        assert capped == c10  # the usual reserve: C10 untouched from 111,111 tokens up
