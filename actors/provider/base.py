@@ -34,7 +34,7 @@ import msgspec
 
 from cairn.events.errors import CairnError
 from cairn.events.kinds import ErrorClass
-from cairn.events.model import Message, ToolCall
+from cairn.events.model import Message, ReasoningBlock, ToolCall
 
 Purpose = Literal["turn", "summary"]
 
@@ -59,6 +59,8 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_output_tokens: int | None = None
     timeout_s: float | None = None
     request_id: str = ""
+    #: indexes into `messages` after which a provider with prompt caching may put a breakpoint
+    cache_breakpoints: tuple[int, ...] = ()
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -73,18 +75,29 @@ class ToolCallReady(msgspec.Struct, frozen=True):
     call: ToolCall
 
 
+class ReasoningBlockReady(msgspec.Struct, frozen=True):
+    """A reasoning block, complete with what its provider needs to be sent it back (a signature).
+
+    Its text was yielded before as `ReasoningDelta`s; the session keeps the block in the
+    assistant message (`Message.reasoning_blocks`) and the adapter sends it back verbatim.
+    """
+
+    block: ReasoningBlock
+
+
 class UsageReport(msgspec.Struct, frozen=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
     cached_prompt_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class Finished(msgspec.Struct, frozen=True):
     reason: str | None = None
 
 
-ProviderOutput = TextDelta | ReasoningDelta | ToolCallReady | UsageReport | Finished
+ProviderOutput = TextDelta | ReasoningDelta | ToolCallReady | ReasoningBlockReady | UsageReport | Finished
 
 
 class ProviderFailure(CairnError):
