@@ -45,6 +45,7 @@ _WHERE: dict[str, str] = {
     "ProviderFailure": "cairn.actors.provider.base",
     "ScriptedProvider": "cairn.actors.provider.scripted",
     "OpenAIProvider": "cairn.actors.provider.openai_compat",
+    "AnthropicProvider": "cairn.actors.provider.anthropic_messages",
     # messages and their parts
     "Message": "cairn.events.model",
     "TextPart": "cairn.events.model",
@@ -166,6 +167,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.provider.base import (
         UsageReport as UsageReport,
     )
+    from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.openai_compat import OpenAIProvider as OpenAIProvider
     from cairn.actors.provider.retry import RetryPolicy as RetryPolicy
     from cairn.actors.provider.scripted import ScriptedProvider as ScriptedProvider

@@ -8,14 +8,18 @@ it imports. It follows `openai_compat`'s contract (see `base`):
 | `turn`    | the request's | request's, else configured, else 8,192  | configured    | request's, configured|
 | `summary` | 0 (C5)        | min(8,000, request's, configured) (C5)  | off           | request's, else 60 s |
 
-With extended thinking on (`thinking_budget`), a turn is sent `thinking:
-{"type": "enabled", "budget_tokens": N}` and no temperature (the API allows
-none with thinking). A request whose own cap is not above the budget gets
-the budget cut to the cap less one token, and no thinking when that is under
-the API's floor of 1,024: the cap is the session's output reserve, which is
-never exceeded. The messages, system prompt, tools and cache
-breakpoints are built by `anthropic_request`; the events are read by
-`anthropic_stream`; errors are classed by `anthropic_errors`.
+A temperature is sent only where the SDK's `messages.create` still takes
+one: later SDKs (2.16 among them) dropped the sampling parameters, and the
+API's default stands in for C5's 0 there. With extended thinking on
+(`thinking_budget`), a turn is sent `thinking: {"type": "enabled",
+"budget_tokens": N}` and no temperature (the API allows none with
+thinking). A request whose own cap is not above the budget gets the budget
+cut to the cap less one token, and no thinking when that is under the API's
+floor of 1,024: the cap is the session's output reserve, never exceeded.
+
+The messages, system prompt, tools and cache breakpoints are built by
+`anthropic_request`; the events are read by `anthropic_stream`; errors are
+classed by `anthropic_errors`.
 
 The SDK's own retries are off (`max_retries=0`): cairn decides retries. The
 timeout bounds connecting and each wait for the next bytes of the stream,
@@ -34,6 +38,7 @@ may be used from several threads at once.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import closing
@@ -73,6 +78,8 @@ class AnthropicProvider:
             max_retries=0,
             timeout=config.timeout_s,
         )
+        #: whether the SDK's API still takes a temperature (later SDKs dropped sampling parameters)
+        self._temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> AnthropicProvider:
@@ -143,7 +150,7 @@ class AnthropicProvider:
             arguments["tools"] = body.tools
         if thinking is not None:
             arguments["thinking"] = {"type": "enabled", "budget_tokens": thinking}
-        else:
+        elif self._temperature:
             temperature = SUMMARY_TEMPERATURE if summary else request.temperature
             if temperature is not None:
                 arguments["temperature"] = temperature
