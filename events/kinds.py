@@ -22,7 +22,16 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from cairn.events.errors import InvalidEvent
-from cairn.events.model import Int64, Message, Part, ReasoningBlock, ToolCall, ToolEffect, ToolStatus, shape_problem
+from cairn.events.model import (
+    Int64,
+    Message,
+    Part,
+    ReasoningBlock,
+    ToolCall,
+    ToolEffect,
+    ToolStatus,
+    shape_problem,
+)
 
 #: K1 limits on a checkpoint's replacement.
 MAX_REPLACEMENT_MESSAGES = 4096

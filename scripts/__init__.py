@@ -140,6 +140,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.host import Host as Host
     from cairn.actors.host import HostConfig as HostConfig
     from cairn.actors.host import HostStats as HostStats
+    from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.base import (
         Finished as Finished,
     )
@@ -167,7 +168,6 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.provider.base import (
         UsageReport as UsageReport,
     )
-    from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.openai_compat import OpenAIProvider as OpenAIProvider
     from cairn.actors.provider.retry import RetryPolicy as RetryPolicy
     from cairn.actors.provider.scripted import ScriptedProvider as ScriptedProvider
