@@ -6,11 +6,11 @@ it imports. It follows `openai_compat`'s contract (see `base`):
 | purpose   | temperature   | output cap (`max_tokens`, always sent)  | thinking      | timeout              |
 |-----------|---------------|-----------------------------------------|---------------|----------------------|
 | `turn`    | the request's | request's, else configured, else 8,192  | configured    | request's, configured|
-| `summary` | 0 (C5)        | min(8,000, request's, configured) (C5)  | off           | request's, else 60 s |
+| `summary` | 0 (C5) (1)    | min(8,000, request's, configured) (C5)  | off           | request's, else 60 s |
 
-A temperature is sent only where the SDK's `messages.create` still takes
-one: later SDKs (2.16 among them) dropped the sampling parameters, and the
-API's default stands in for C5's 0 there. With extended thinking on
+(1) A temperature is sent only where the SDK's `messages.create` still
+takes one: later SDKs (1.17 and 2.16 among them) dropped the sampling
+parameters, and the API's default stands in for C5's 0 there. With extended thinking on
 (`thinking_budget`), a turn is sent `thinking: {"type": "enabled",
 "budget_tokens": N}` and no temperature (the API allows none with
 thinking). A request whose own cap is not above the budget gets the budget
@@ -78,6 +78,9 @@ class AnthropicProvider:
             max_retries=0,
             timeout=config.timeout_s,
         )
+        # older SDKs (0.75) read ANTHROPIC_AUTH_TOKEN even beside an explicit key, and would send it
+        # as a bearer token to whatever server this is: the key given is the only credential
+        self._client.auth_token = None
         #: whether the SDK's API still takes a temperature (later SDKs dropped sampling parameters)
         self._temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
 
