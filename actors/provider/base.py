@@ -11,7 +11,7 @@ The contract, beyond the types:
   cairn decides both (`actors.provider.retry`). It reports what the server
   said: the HTTP status, whether the error is transient (`retryable`), and
   the server's `Retry-After` / `retry-after-ms` as `retry_after_ms`, which
-  cairn honours on 429 and 503 (at most a capped wait, with jitter).
+  cairn honours on 429, 503 and 529 (at most a capped wait, with jitter).
 - A summary request (`purpose="summary"`, CONTEXT-RULES C5-C7) is answered
   like any other, as text. The model is asked for a private analysis, then a
   `<summary>` block that contains, as heading lines (`## Objective and
@@ -107,7 +107,7 @@ class ProviderFailure(CairnError):
     connection resets are retryable; everything else is not.
     `retry_after_ms` is the server's own hint of when to try again, in
     milliseconds (`retry-after-ms` or `Retry-After`, see `actors.provider.retry`),
-    None when it sent none; cairn honours it on 429 and 503.
+    None when it sent none; cairn honours it on 429, 503 and 529.
     """
 
     def __init__(

@@ -274,3 +274,41 @@ def test_R2_an_overloaded_stream_after_text_fails_the_turn_closed(
     assert (error.status_code, error.output_delivered) == (529, True)
     (failed,) = events_of(host, TurnFailed)
     assert failed.phase == "provider"
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "error_class"),
+    [(429, "rate_limit_error", "rate-limit"), (529, "overloaded_error", "server")],
+)
+def test_C5_a_429_or_529_is_retried_after_its_retry_after(
+    open_host: OpenHost, server: ChatServer, workspace: Path, status: int, kind: str, error_class: str
+) -> None:
+    host = open_host()
+    server.plan(api_error(status, kind, "try later", headers=(("retry-after", "2"),)), text_message("Back."))
+
+    result = host.send(SID, "Hello?", workspace=workspace).result(WAIT)
+
+    assert result.ok and result.text == "Back." and len(server.requests) == 2
+    (error,) = events_of(host, ProviderError)
+    assert (error.error_class, error.status_code, error.retry_after_ms) == (error_class, status, 2_000)
+    assert error.retry_wait_ms is not None and 2_000 <= error.retry_wait_ms <= 2_400  # + up to 20 % jitter
+
+
+@pytest.mark.parametrize(("status", "kind"), [(401, "authentication_error"), (403, "permission_error")])
+def test_C5_401_and_403_fail_the_turn_without_a_retry_and_without_the_key(
+    open_host: OpenHost, server: ChatServer, workspace: Path, tmp_path: Path, status: int, kind: str
+) -> None:
+    host = open_host()
+    server.plan(api_error(status, kind, f"invalid x-api-key {SECRET_KEY}"))
+
+    result = host.send(SID, "Hello?", workspace=workspace).result(WAIT)
+
+    assert (result.status, result.phase, result.error_class) == ("failed", "provider", "auth")
+    assert len(server.requests) == 1 and SECRET_KEY not in result.error
+    (error,) = events_of(host, ProviderError)
+    assert (error.status_code, error.retry_wait_ms) == (status, None)
+    assert SECRET_KEY not in error.message and "[redacted]" in error.message
+    host.close()
+    for path in (tmp_path / "store").rglob("*"):
+        if path.is_file():
+            assert SECRET_KEY.encode() not in path.read_bytes(), path
