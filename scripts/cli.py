@@ -100,9 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--provider",
-        choices=("scripted", "openai"),
+        choices=("scripted", "openai", "anthropic"),
         default="scripted",
-        help="scripted (offline, default) or openai: the endpoint of the CAIRN_* variables",
+        help="scripted (offline, default), openai or anthropic: the endpoint of the CAIRN_* variables",
     )
     p.set_defaults(func=cmd_demo)
 
