@@ -612,8 +612,10 @@ class _SdkSpans:
             max_events=128,
             max_links=0,
         )
-        # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES apply, as for any SDK
-        resource = Resource.create({"service.name": "cairn"})
+        # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES apply, as for any SDK; else the service is cairn
+        resource = Resource.create({})
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": "cairn"}))
         if "service.instance.id" not in _env_resource_keys():  # the SDK's is random: re-exports would differ
             kept = {k: v for k, v in resource.attributes.items() if k != "service.instance.id"}
             resource = Resource(kept, resource.schema_url)

@@ -63,6 +63,7 @@ class Receiver:
         self.status = status
         self.requests: list[ExportTraceServiceRequest] = []
         self.seen: list[tuple[str, str | None, str | None]] = []  # path, content type, encoding
+        self.authorization: list[str | None] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,6 +72,7 @@ class Receiver:
                 outer.seen.append(
                     (self.path, self.headers.get("Content-Type"), self.headers.get("Content-Encoding"))
                 )
+                outer.authorization.append(self.headers.get("Authorization"))
                 if outer.status == 200 and self.path == "/v1/traces":
                     outer.requests.append(ExportTraceServiceRequest.FromString(body))
                     code = 200
@@ -457,6 +459,24 @@ def test_session_and_since_choose_the_turns(store: Path, tmp_path: Path) -> None
     assert chat.attributes["gen_ai.request.model"] == "m-1"  # the session's, the request names none
     root = next(s for s in spans if not s.parent)
     assert root.attributes["cairn.user_message.chars"] == len("message 2")
+
+
+def test_headers_service_name_and_provider_name_reach_the_backend(
+    pristine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the README's Langfuse example relies on: the standard OTLP header variable."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic cGs6c2s=")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "agents")
+    with Receiver() as receiver:
+        argv = ["--otlp-endpoint", receiver.url, "--session", "extra", "--gen-ai-provider", "openai"]
+        assert export(pristine, *argv) == 0
+    assert receiver.authorization == ["Basic cGs6c2s="]
+    resource = {
+        a.key: a.value.string_value for a in receiver.requests[0].resource_spans[0].resource.attributes
+    }
+    assert resource["service.name"] == "agents"
+    chats = [s for s in spans_of(receiver.requests) if op(s) == "chat"]
+    assert len(chats) == 3 and {s.attributes["gen_ai.provider.name"] for s in chats} == {"openai"}
 
 
 def test_open_turns_are_counted_not_exported(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
