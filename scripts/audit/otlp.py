@@ -99,6 +99,7 @@ UNKNOWN_PROVIDER = "unknown"
 SCOPE = "cairn.audit.otlp"
 TRACES_PATH = "/v1/traces"
 _PROGRESS_EVERY = 256
+_PENDING_USERS = 16
 
 #: span categories, the keys of `OtlpReport.spans`
 TURN, CHAT, TOOL, COMPACTION, HANDOFF, SLIMMED = (
@@ -273,6 +274,8 @@ class TraceFold:
             if turn is not None:
                 turn.steering += 1
             else:
+                if len(self.pending_users) >= _PENDING_USERS:  # messages that start no turn: keep the last
+                    del self.pending_users[next(iter(self.pending_users))]
                 self.pending_users[event.message_id] = {
                     "cairn.user_message.id": clean(event.message_id),
                     "cairn.user_message.chars": _content_chars(event.content),
@@ -786,6 +789,15 @@ def endpoint_url(url: str) -> str:
 
 @dataclass
 class OtlpReport:
+    """One run: where to, the [since, until) positions, sessions read, traces and spans per category.
+
+    `errors`: spans with an error status; `requests`: OTLP requests made (file
+    lines or POSTs); `open_turns`: turns not closed by `until` (or never
+    closed before the next began), not exported; `unplaced`: lines naming a
+    turn or request other than the open one, left out; `skipped`: corrupt
+    sessions, none of whose spans were exported.
+    """
+
     to: str
     since: int
     until: int

@@ -676,3 +676,77 @@ def test_a_missing_extra_is_one_line_naming_it(
         "cairn: this command needs opentelemetry, from the audit extra: pip install 'cairn[audit]'"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def _records(events: list[Any], *, first_ts: int = 1_800_000_000_000) -> list[Any]:
+    from cairn.events.codec import Record
+
+    return [
+        Record(pos=100 + i, sid="s", seq=i + 1, ts=first_ts + 10 * i, prev="", event=e)
+        for i, e in enumerate(events)
+    ]
+
+
+def _request(request_id: str, turn_id: str) -> Request:
+    return Request(
+        request_id=request_id,
+        turn_id=turn_id,
+        attempt=1,
+        fingerprint="f",
+        history_revision=0,
+        projected_tokens=None,
+        phase="below_handoff",
+        message_count=1,
+    )
+
+
+def test_the_fold_places_unanswered_requests_lone_compactions_and_stray_lines() -> None:
+    from cairn.audit.otlp import TraceFold
+    from tests.store.helpers import checkpoint
+
+    events = [
+        started(),  # seq 1, ts +0
+        checkpoint(1, 1),  # seq 2, ts +10: outside any turn
+        TurnStarted(turn_id="t3", message_id="nobody"),  # seq 3: its turn never closes ...
+        TurnStarted(turn_id="t4", message_id="u0"),  # seq 4: ... this one starts over it
+        _request("r5", "t3"),  # seq 5: names a turn that is not the open one
+        _request("r6", "t4"),  # seq 6, ts +50: never answered
+        Usage(request_id="r99", prompt_tokens=1),  # seq 7: an unknown request
+        TurnFailed(turn_id="t4", phase="interrupted"),  # seq 8, ts +70
+    ]
+    fold = TraceFold("s", provider="p", since=0)
+    spans = [span for record in _records(events) for span in fold.add(record)]
+    assert [(s.category, s.name) for s in spans] == [
+        ("compaction", "cairn.compaction"),
+        ("turn", "invoke_agent cairn"),
+        ("chat", "chat m-1"),
+    ]
+    lone, root, chat = spans
+    assert lone.trace_id == trace_id_of("s", "line", 2) and lone.parent_id is None
+    assert lone.attributes["cairn.compaction.tokens_before"] == 1000
+    assert lone.attributes["cairn.compaction.tokens_after"] == 100
+    assert root.trace_id == chat.trace_id == trace_id_of("s", "t4") and chat.parent_id == root.span_id
+    assert root.error == "interrupted" and root.attributes["error.type"] == "interrupted"
+    assert chat.attributes["cairn.request.outcome"] == "unanswered" and chat.error is None
+    assert (chat.start_ns, chat.end_ns) == (1_800_000_000_050_000_000, 1_800_000_000_070_000_000)
+    assert "gen_ai.usage.input_tokens" not in chat.attributes
+    assert (fold.abandoned_turns, fold.unplaced, fold.open_turns) == (1, 2, 0)
+
+
+def test_the_fold_exports_only_what_closes_at_since_or_later() -> None:
+    from cairn.audit.otlp import TraceFold
+    from tests.store.helpers import checkpoint
+
+    events = [
+        started(),  # pos 100
+        TurnStarted(turn_id="t2"),  # pos 101
+        TurnCompleted(turn_id="t2"),  # pos 102
+        checkpoint(1, 3),  # pos 103
+        TurnStarted(turn_id="t5"),  # pos 104 (before since), closed at 105
+        TurnCompleted(turn_id="t5"),
+        TurnStarted(turn_id="t7"),  # still open at the end
+    ]
+    fold = TraceFold("s", provider="p", since=104)
+    spans = [span for record in _records(events) for span in fold.add(record)]
+    assert [(s.category, s.attributes.get("cairn.turn.id")) for s in spans] == [("turn", "t5")]
+    assert fold.open_turns == 1
