@@ -51,12 +51,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_export_any(args: argparse.Namespace) -> int:
     """`cairn export`: tables of the local store with --format (`cairn.audit`), else a cluster's copy."""
+    if args.format == "otlp":
+        from cairn.audit.command import cmd_export_otlp
+
+        return cmd_export_otlp(args)
+    if args.otlp_endpoint is not None:
+        raise UsageError("--otlp-endpoint goes with --format otlp")
+    if args.to is None:
+        raise UsageError("export needs --to")
     if args.format is not None:
         from cairn.audit.command import cmd_export_tables
 
         return cmd_export_tables(args)
     if args.session is not None or args.since is not None:
-        raise UsageError("--session and --since go with --format parquet|csv")
+        raise UsageError("--session and --since go with --format parquet|csv|otlp")
     return cmd_export(args)
 
 
@@ -137,12 +145,36 @@ def build_parser() -> argparse.ArgumentParser:
         parents=reads,
         help="a cluster's store (--nats) as a local store, or a store's log as tables (--format)",
     )
-    p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) directory, or an export's")
+    p.add_argument(
+        "--to",
+        default=None,
+        metavar="DIR",
+        help="a new (or empty) directory, or an export's; with --format otlp a new file",
+    )
     p.add_argument(
         "--format",
-        choices=("parquet", "csv"),
+        choices=("parquet", "csv", "otlp"),
         default=None,
-        help="write the local store's log as typed tables (needs the audit extra)",
+        help="the local store's log as typed tables, or as OpenTelemetry traces (needs the audit extra)",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="with --format otlp: send the traces to this OTLP/HTTP endpoint (http://host:4318), not --to",
+    )
+    p.add_argument(
+        "--otlp-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --otlp-endpoint: the most one request may take, retries included (10)",
+    )
+    p.add_argument(
+        "--gen-ai-provider",
+        default="unknown",
+        metavar="NAME",
+        help="with --format otlp: gen_ai.provider.name of the model requests (openai, anthropic, ...)",
     )
     p.add_argument("--session", default=None, metavar="S", help="with --format: only this session")
     p.add_argument(

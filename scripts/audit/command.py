@@ -1,4 +1,4 @@
-"""The `cairn export --format parquet|csv` command: arguments, the store, progress and the report."""
+"""The `cairn export --format parquet|csv|otlp` command: arguments, the store, progress and the report."""
 
 from __future__ import annotations
 
@@ -45,6 +45,44 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
             f"exported {report.sessions} sessions, {report.rows.get('events', 0)} events ({rows} rows) "
             f"at positions {report.since}..{report.until - 1} as {report.format} part {report.part} "
             f"to {target}" + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
+        )
+    return EXIT_PROBLEMS if report.skipped else EXIT_OK
+
+
+def cmd_export_otlp(args: argparse.Namespace) -> int:
+    """Write the local store's turns as OTLP traces to `--to` or `--otlp-endpoint`; exit 1 on a skip."""
+    from cairn.audit.otlp import export_otlp
+    from cairn.store import Journal
+
+    if cluster_url(args) is not None:
+        raise UsageError("--format otlp reads a local store (--store): copy a cluster's first")
+    if (args.to is None) == (args.otlp_endpoint is None):
+        raise UsageError("--format otlp needs one of --to FILE and --otlp-endpoint URL")
+    with (
+        Journal.open(store_root(args), readonly=True) as journal,
+        progress_bar("exporting traces: lines read", not args.json, counting="items") as progress,
+    ):
+        report = export_otlp(
+            journal,
+            to=Path(args.to) if args.to is not None else None,
+            endpoint=args.otlp_endpoint,
+            session=args.session,
+            since=args.since,
+            provider=args.gen_ai_provider,
+            timeout=args.otlp_timeout,
+            progress=progress,
+            warn=None if args.json else warn,
+        )
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        kinds = ", ".join(f"{n} {k}" for k, n in report.spans.items() if n)
+        print(
+            f"exported {report.spans['turn']} turns of {report.sessions} sessions as {report.traces} traces, "
+            f"{sum(report.spans.values())} spans ({kinds or 'none'}) in {report.requests} OTLP requests "
+            f"to {report.to}; positions {report.since}..{report.until - 1}, next --since {report.until}"
+            + (f"; {report.open_turns} turns still open" if report.open_turns else "")
+            + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
         )
     return EXIT_PROBLEMS if report.skipped else EXIT_OK
 

@@ -210,15 +210,7 @@ def export_tables(
     since = 0 if since is None else since
     if since < 0:
         raise ExportRefused(f"--since must be a position (0 or more), got {since}")
-    if session is not None:
-        summary = journal.session(session)
-        if summary is None:
-            raise ExportRefused(f"no session {session!r} in the store")
-        summaries = [summary]
-    else:
-        summaries = list(journal.sessions())
-    until = max([s.last_pos + 1 for s in summaries if s.last_seq > 0], default=since)
-    until = max(until, since)
+    summaries, until = sessions_to_export(journal, session, since)
     part = len(manifest["runs"]) + 1 if manifest is not None else 1
     report = ExportReport(format=fmt, to=str(to), part=part, since=since, until=until)
 
@@ -231,6 +223,42 @@ def export_tables(
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return report
+
+
+def sessions_to_export(journal: Any, session: str | None, since: int) -> tuple[list[Any], int]:
+    """The summaries of the sessions to read (all, or `session`), and the run's `until` position.
+
+    `until` is one past the highest position the index held (at least `since`);
+    an unknown `session` is refused.
+    """
+    if session is not None:
+        summary = journal.session(session)
+        if summary is None:
+            raise ExportRefused(f"no session {session!r} in the store")
+        summaries = [summary]
+    else:
+        summaries = list(journal.sessions())
+    until = max([s.last_pos + 1 for s in summaries if s.last_seq > 0], default=since)
+    return summaries, max(until, since)
+
+
+def check_session(
+    journal: Any, sid: str, until: int, progress: Progress | None = None, done: int = 0, total: int = 0
+) -> Skipped | None:
+    """Read `sid`'s lines below position `until` through the checked path; why it is skipped, or None.
+
+    The first pass of every export (tables and traces): a session that fails
+    it is reported and none of its rows or spans are written.
+    """
+    try:
+        for count, record in enumerate(journal.read(sid), 1):
+            if record.pos >= until:
+                break
+            if progress is not None and count % _PROGRESS_EVERY == 0:
+                progress(done + count, total)
+    except (CorruptionError, DecodeError) as exc:
+        return Skipped(sid, f"{type(exc).__name__}: {exc}")
+    return None
 
 
 def _run(
@@ -251,16 +279,11 @@ def _run(
     try:
         for summary in todo:
             sid = summary.sid
-            try:
-                for count, record in enumerate(journal.read(sid), 1):  # pass 1: the whole session checks
-                    if record.pos >= until:
-                        break
-                    if progress is not None and count % _PROGRESS_EVERY == 0:
-                        progress(done + count, total)
-            except (CorruptionError, DecodeError) as exc:
-                report.skipped.append(Skipped(sid, f"{type(exc).__name__}: {exc}"))
+            problem = check_session(journal, sid, until, progress, done, total)  # pass 1
+            if problem is not None:
+                report.skipped.append(problem)
                 if warn is not None:
-                    warn(f"skipped session {sid}: {type(exc).__name__}: {exc}")
+                    warn(f"skipped session {sid}: {problem.error}")
                 done += 2 * summary.last_seq
                 continue
             done += summary.last_seq
