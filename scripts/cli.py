@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="with --format otlp: gen_ai.provider.name of the model requests (openai, anthropic, ...)",
     )
+    p.add_argument(
+        "--otlp-content",
+        action="store_true",
+        help="with --format otlp: put tool arguments and results into the spans (cut to 4,096 "
+        "characters); without it only their sizes go out",
+    )
     p.add_argument("--session", default=None, metavar="S", help="with --format: only this session")
     p.add_argument(
         "--since", type=int, default=None, metavar="POS", help="with --format: lines from this position"

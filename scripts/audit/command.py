@@ -69,6 +69,7 @@ def cmd_export_otlp(args: argparse.Namespace) -> int:
             session=args.session,
             since=args.since,
             provider=args.gen_ai_provider,
+            content=args.otlp_content,
             timeout=args.otlp_timeout,
             progress=progress,
             warn=None if args.json else warn,

@@ -232,9 +232,12 @@ class TraceFold:
     (closing line at `since` or later); memory holds one turn.
     """
 
-    def __init__(self, sid: str, *, provider: str, since: int) -> None:
+    def __init__(self, sid: str, *, provider: str, since: int, content: bool = False) -> None:
         self.sid = sid
         self.provider = clean(provider)
+        #: whether tool arguments and results go into the spans (opt-in, as the GenAI
+        #: conventions ask of content: it may hold what a user or a tool would not share)
+        self.content = content
         self.since = since
         self.model = ""
         self.max_output_tokens: int | None = None
@@ -358,19 +361,21 @@ class TraceFold:
                 "cairn.tool.result.chars": event.original_chars or _content_chars(event.content),
                 "cairn.tool.result.truncated": event.truncated,
                 "cairn.tool.files": len(event.files),
-                "gen_ai.tool.call.result": clean(_content_text(event.content)),
                 "cairn.seq": record.seq,
             }
         )
+        if self.content:
+            attributes["gen_ai.tool.call.result"] = clean(_content_text(event.content))
         call = turn.calls.get(event.call_id)
         if call is not None:
             attributes["cairn.request.id"] = clean(call[0])
-            attributes["gen_ai.tool.call.arguments"] = clean(call[1])
+            if self.content:
+                attributes["gen_ai.tool.call.arguments"] = clean(call[1])
             attributes["cairn.tool.arguments.chars"] = len(call[1])
         error = None
         if event.status == "error":
             attributes["error.type"] = "tool_error"
-            error = clean(_content_text(event.content)[:200])
+            error = clean(_content_text(event.content)[:200]) if self.content else "the tool failed"
         start = self.prev_ms if self.prev_ms is not None else record.ts
         return PlannedSpan(
             category=TOOL,
@@ -822,6 +827,7 @@ def export_otlp(
     session: str | None = None,
     since: int | None = None,
     provider: str = UNKNOWN_PROVIDER,
+    content: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
@@ -832,7 +838,8 @@ def export_otlp(
     `endpoint` (an OTLP/HTTP URL). Refuses (`ExportRefused`, nothing
     written or sent) a bad target, session id or `since`; raises
     `OtlpDeliveryFailed` when the endpoint does not take a request within
-    `timeout` seconds (retries included).
+    `timeout` seconds (retries included). Tool arguments and results go into
+    the spans only with `content` (their sizes always do).
     """
     if (to is None) == (endpoint is None):
         raise ExportRefused("give one of --to FILE and --otlp-endpoint URL")
@@ -855,7 +862,7 @@ def export_otlp(
     sdk = _SdkSpans()
     sink: _FileSink | _EndpointSink = _FileSink(to) if to is not None else _EndpointSink(str(url), timeout)
     try:
-        _run(journal, summaries, report, sdk, sink, provider, progress, warn)
+        _run(journal, summaries, report, sdk, sink, provider, content, progress, warn)
         sink.commit()
     except BaseException:
         sink.abort()
@@ -877,6 +884,7 @@ def _run(
     sdk: _SdkSpans,
     sink: _FileSink | _EndpointSink,
     provider: str,
+    content: bool,
     progress: Progress | None,
     warn: Callable[[str], None] | None,
 ) -> None:
@@ -899,7 +907,7 @@ def _run(
             done += 2 * summary.last_seq
             continue
         done += summary.last_seq
-        fold = TraceFold(sid, provider=provider, since=since)
+        fold = TraceFold(sid, provider=provider, since=since, content=content)
         for count, record in enumerate(_records(journal, sid, until), 1):  # pass 2: its spans
             for planned in fold.add(record):
                 sdk.make(planned)

@@ -529,11 +529,29 @@ def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def test_tool_arguments_and_results_are_sent_only_with_otlp_content(
+    hostile_store: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "no-content.jsonl"
+    assert export(hostile_store, "--to", str(out)) == 0
+    spans = spans_of(read_file(out))
+    tools = [s for s in spans if op(s) == "execute_tool"]
+    assert len(tools) == 2
+    for tool in tools:
+        assert "gen_ai.tool.call.result" not in tool.attributes
+        assert "gen_ai.tool.call.arguments" not in tool.attributes
+        assert tool.attributes["cairn.tool.result.chars"] > 0  # the sizes still go out
+    failed_tool = next(s for s in tools if s.attributes.get("gen_ai.tool.call.id") == "h-2")
+    assert failed_tool.status == STATUS_ERROR and failed_tool.message == "the tool failed"
+    # nothing of the tool's output or arguments anywhere in the file
+    assert "AAAAAAAAAA" not in out.read_text() and "bbbbbbbbbb" not in out.read_text()
+
+
 def test_hostile_values_are_bounded_and_cleaned(hostile_store: Path, tmp_path: Path) -> None:
     with Receiver() as receiver:
-        assert export(hostile_store, "--otlp-endpoint", receiver.url) == 0
+        assert export(hostile_store, "--otlp-endpoint", receiver.url, "--otlp-content") == 0
     out = tmp_path / "hostile.jsonl"
-    assert export(hostile_store, "--to", str(out)) == 0
+    assert export(hostile_store, "--to", str(out), "--otlp-content") == 0
     assert read_file(out) == receiver.requests
     spans = spans_of(receiver.requests)
     work = Counter(op(s) for s in spans if op(s) in ("invoke_agent", "chat", "execute_tool"))
