@@ -1,4 +1,4 @@
-"""The host contract: settings that leave no budget are refused, compact() says why, interrupted turns are listed."""
+"""The host contract: no budget is refused, compact() says why, interrupted turns are listed."""
 
 from __future__ import annotations
 
