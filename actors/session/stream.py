@@ -13,7 +13,9 @@ What is published, in order:
   follows them holds the whole text.
 
 A handle is always resolved: by the turn's end, by its failure, by the
-session being stopped, or by the host being closed. Thread-safe.
+session being stopped, or by the host being closed. Thread-safe. Waits are
+bounded by default (`WAIT_S`); `watch` hands each item and the result to a
+callback instead, for `AsyncHost`, which bridges them to an event loop.
 """
 
 from __future__ import annotations

@@ -263,3 +263,21 @@ def test_async_errors_are_the_threaded_hosts(tmp_path: Path) -> None:
 def kinds_of(root: Path, sid: str) -> list[str]:
     with Host.open(root) as host:
         return kinds(host.journal, sid)  # type: ignore[arg-type]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLE_MARK = "<!-- the asyncio example: tests/actors/test_async_host.py runs it -->"
+
+
+def test_the_readme_asyncio_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    after = README.read_text(encoding="utf-8").split(EXAMPLE_MARK, 1)[1]
+    assert after.startswith("\n```python\n"), "the example must follow its mark"
+    code = after.split("```python\n", 1)[1].split("\n```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
+    out = capsys.readouterr().out
+    assert out.count("'completed'") == 20  # every chat's status, from asyncio.gather
+    assert "compacted=False" in out and "reason='below-threshold'" in out
+    with Host.open(tmp_path / "cairn-data") as host:
+        sessions = list(host.sessions())
+    assert len(sessions) == 21 and "chat-0-branch" in sessions

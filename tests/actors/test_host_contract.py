@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import math
 import os
 import signal
 import subprocess
@@ -10,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Host, SessionSettings
-from cairn.actors.errors import NoInputBudget
+from cairn import AsyncHost, AsyncTurn, Host, HostConfig, SessionSettings, Turn
+from cairn.actors.errors import NoInputBudget, TurnTimeout
 from cairn.actors.host.inputs import budget_problem
 from cairn.actors.host.interrupted import interrupted_turn
 from cairn.actors.session.manual import manual_threshold
@@ -201,4 +203,34 @@ def test_interrupted_turns_after_a_sigkill(tmp_path: Path) -> None:
     [marked] = host.interrupted_turns()
     assert marked.state == "interrupted" and marked.turn_id == found.turn_id
     assert marked.interrupted_ms is not None and marked.interrupted_ms >= marked.started_ms
+    host.close()
+
+
+# --- every timeout is finite by default -------------------------------------------------------
+
+
+def test_every_wait_a_host_is_offered_is_finite_by_default() -> None:
+    assert inspect.signature(Turn.result).parameters["timeout"].default == 3_600.0
+    assert inspect.signature(Turn.events).parameters["timeout"].default == 3_600.0
+    assert inspect.signature(AsyncTurn.result).parameters["timeout"].default == 3_600.0
+    assert inspect.signature(AsyncTurn.events).parameters["timeout"].default == 3_600.0
+    assert inspect.signature(Host.compact).parameters["timeout"].default == 600.0
+    assert inspect.signature(AsyncHost.compact).parameters["timeout"].default == 600.0
+    config = HostConfig()
+    assert (config.ask_timeout_s, config.slot_timeout_s) == (30.0, 60.0)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(InputError):
+            HostConfig(request_timeout_s=bad)
+    assert HostConfig(request_timeout_s=5.0).request_timeout_s == 5.0
+
+
+def test_a_turn_wait_that_times_out_leaves_the_turn_to_finish(tmp_path: Path) -> None:
+    tools = GatedTools()
+    host = open_host(tmp_path / "store", scripted(), tools=tools)
+    turn = host.send("s", "tools 1 x 10 #held", workspace=str(tmp_path))
+    assert tools.entered.wait(WAIT)
+    with pytest.raises(TurnTimeout):
+        turn.result(timeout=0.01)
+    tools.release.set()
+    assert turn.result(WAIT).ok
     host.close()
