@@ -58,6 +58,8 @@ T = TypeVar("T")
 
 #: threads of an AsyncHost's pool: calls that may wait on the store or for a session's slot
 DEFAULT_WORKERS = 16
+#: how long the pool's threads may take to start when the host opens
+WARM_TIMEOUT_S = 30.0
 
 
 class AsyncTurn:
@@ -273,7 +275,7 @@ class _Opening:
     async def _open(self) -> AsyncHost:
         pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="cairn-async")
         loop = asyncio.get_running_loop()
-        opening = loop.run_in_executor(pool, functools.partial(Host.open, self._root, **self._options))
+        opening = loop.run_in_executor(pool, _open_warm, pool, self._workers, self._root, self._options)
         try:
             host = await asyncio.shield(opening)
         except asyncio.CancelledError:
@@ -303,3 +305,24 @@ def _close_unwanted(pool: concurrent.futures.ThreadPoolExecutor, opening: asynci
     if not opening.cancelled() and opening.exception() is None:
         pool.submit(opening.result().close)
     pool.shutdown(wait=False)
+
+
+def _open_warm(
+    pool: concurrent.futures.ThreadPoolExecutor,
+    workers: int,
+    root: str | os.PathLike[str],
+    options: dict[str, Any],
+) -> Host:
+    """`Host.open`, on the pool, after starting every thread of the pool there.
+
+    A pool starts its threads one per `submit` while none is idle, and
+    `Thread.start` waits for the new thread to run: done on the loop, that
+    is a wait of the loop on the scheduler (measured: tens of ms on a loaded
+    machine). Started here, off the loop, `submit` never starts a thread.
+    """
+    started = threading.Barrier(workers, timeout=WARM_TIMEOUT_S)
+    waits = [pool.submit(started.wait) for _ in range(workers - 1)]
+    started.wait()
+    for wait in waits:
+        wait.result(timeout=WARM_TIMEOUT_S)
+    return Host.open(root, **options)

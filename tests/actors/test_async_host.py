@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,13 +35,14 @@ from tests.actors.helpers import (
 
 SESSIONS = 50
 TURNS = 3
-#: no wake-up of the loop may be later than this: far under what one blocking wait for a turn costs,
-#: with room for a loaded 2-core machine, where the OS alone delayed a wake-up by up to 180 ms
-#: (load average 11.6; a median of 0.6-0.7 ms, 2 or 3 wake-ups in 200 over 20 ms)
-STALL_BOUND_S = 0.250
-#: and nearly every wake-up is this punctual: a few tens of milliseconds at most
+#: the longest the loop may stall on its own (see StallMonitor). Measured on 2 cores at load
+#: average 11-14 (six helpers' test suites): 0-66 ms, and 100 ms once before the pool's threads were
+#: started off the loop; every stall sampled had the loop thread back from `select`, waiting for
+#: the GIL among ~100 session and provider threads. A blocking wait for a turn is hundreds of ms.
+STALL_BOUND_S = 0.150
+#: and this share of its wake-ups must come within PROMPT_S of their time (measured: 98.6-99.7 %)
 PROMPT_S = 0.020
-PROMPT_SHARE = 0.95
+PROMPT_SHARE = 0.90
 
 
 def open_async(root: Path, provider: Any, **kwargs: Any) -> Any:
@@ -57,31 +60,64 @@ def open_async(root: Path, provider: Any, **kwargs: Any) -> Any:
 
 
 class StallMonitor:
-    """A task that sleeps 1 ms again and again and keeps the largest lateness of its wake-ups."""
+    """A task that sleeps 1 ms again and again and records how late each wake-up came.
+
+    A wake-up is late for two kinds of reasons: the loop thread was busy or
+    blocked (what AsyncHost must never cause), or the whole process could
+    not run (a loaded machine's scheduler; every thread waiting for the GIL).
+    To tell them apart a plain thread of the same process sleeps 1 ms
+    meanwhile: a stall of the loop is its own by as much as that thread kept
+    running through it, i.e. its length minus the longest gap between that
+    thread's own wake-ups inside it. `worst_alone` is the largest such part;
+    `worst` the largest lateness, all causes together. On a 2-core machine at
+    load average 11-14 the loop's worst lateness was 20-314 ms, and a loop
+    with nothing to do was 85 ms late once, so a bound on `worst` could not
+    be tight and robust at once.
+    """
 
     def __init__(self) -> None:
         self.worst = 0.0
+        self.worst_alone = 0.0
         self.ticks = 0
         self.prompt = 0
+        self._stalls: list[tuple[float, float]] = []
+        self._reference: list[float] = []
         self._stop = asyncio.Event()
+        self._halt = threading.Event()
         self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=self._tick_reference, name="stall-reference", daemon=True)
+
+    def _tick_reference(self) -> None:
+        while not self._halt.is_set():
+            time.sleep(0.001)
+            self._reference.append(time.perf_counter())
 
     async def _run(self) -> None:
         while not self._stop.is_set():
             before = time.perf_counter()
             await asyncio.sleep(0.001)
-            late = time.perf_counter() - before - 0.001
+            after = time.perf_counter()
+            late = after - before - 0.001
             self.worst = max(self.worst, late)
             self.ticks += 1
             self.prompt += late < PROMPT_S
+            if late >= STALL_BOUND_S:
+                self._stalls.append((before, after))
 
     def start(self) -> None:
+        self._thread.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
         self._stop.set()
         assert self._task is not None
         await self._task
+        self._halt.set()
+        self._thread.join(WAIT)
+        for begin, end in self._stalls:
+            wakes = [begin, *(t for t in self._reference if begin < t < end), end]
+            shared = max(b - a for a, b in itertools.pairwise(wakes))
+            self.worst_alone = max(self.worst_alone, end - begin - shared)
 
 
 async def monitored(work: Callable[[], Awaitable[Any]]) -> tuple[Any, StallMonitor]:
@@ -126,7 +162,8 @@ def test_many_sessions_on_one_loop_never_stall_it(tmp_path: Path) -> None:
         assert len(turns) == TURNS
         assert all(deltas >= 1 and records >= 8 for deltas, records in turns)  # 2 tool rounds and a reply
     assert monitor.ticks >= 100, f"the monitor ran only {monitor.ticks} times: it cannot judge the loop"
-    assert monitor.worst < STALL_BOUND_S, f"the loop stalled {monitor.worst * 1000:.1f} ms"
+    alone, worst = monitor.worst_alone * 1000, monitor.worst * 1000
+    assert monitor.worst_alone < STALL_BOUND_S, f"the loop stalled {alone:.1f} ms on its own ({worst:.1f} ms)"
     punctual = monitor.prompt / monitor.ticks
     assert punctual >= PROMPT_SHARE, f"only {punctual:.0%} of {monitor.ticks} wake-ups were within 20 ms"
     with Host.open(tmp_path / "store") as host:
@@ -153,12 +190,12 @@ def test_the_stall_monitor_sees_a_blocking_wait_on_the_loop(tmp_path: Path) -> N
             return monitor
 
     monitor = asyncio.run(main())
-    assert monitor.worst >= STALL_BOUND_S
+    assert monitor.worst_alone >= STALL_BOUND_S
 
 
 def _release_later(tools: GatedTools) -> None:
     assert tools.entered.wait(WAIT)
-    time.sleep(2 * STALL_BOUND_S)  # the turn is held, the loop thread blocked on it: a stall to notice
+    time.sleep(0.5)  # the turn is held, the loop thread blocked on it: a stall to notice
     tools.release.set()
 
 
