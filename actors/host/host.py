@@ -258,6 +258,9 @@ class Host:
         except pykka.ActorDeadError:
             crashed = SessionCrashed(f"session {session} stopped before compacting; try again")
             future.set_exception(crashed)
+        except BaseException:
+            future.cancel()  # gives the entry back
+            raise
         return future
 
     def fork(self, source: str, target: str) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn import AsyncHost, AsyncTurn, Host, HostConfig, SessionSettings, Turn
+from cairn import AsyncHost, AsyncTurn, Host, HostConfig, SessionSettings, TextDelta, Turn, TurnResult
 from cairn.actors.errors import NoInputBudget, TurnTimeout
 from cairn.actors.host.inputs import budget_problem
 from cairn.actors.host.interrupted import interrupted_turn
@@ -234,3 +234,29 @@ def test_a_turn_wait_that_times_out_leaves_the_turn_to_finish(tmp_path: Path) ->
     tools.release.set()
     assert turn.result(WAIT).ok
     host.close()
+
+
+# --- Turn.watch: what AsyncHost bridges to a loop ---------------------------------------------
+
+
+def test_watch_gives_the_backlog_then_each_new_item_once_and_drops_a_failing_watcher() -> None:
+    turn = Turn("s")
+    turn._publish(TextDelta("a"))
+    seen: list[object] = []
+    backlog, ended = turn.watch(seen.append)
+    assert backlog == [TextDelta("a")] and ended is None
+
+    def broken(news: object) -> None:
+        raise RuntimeError("the loop is closed")
+
+    turn.watch(broken)
+    turn._publish(TextDelta("b"))  # the broken watcher is dropped, the turn goes on
+    late: list[object] = []
+    turn.watch(late.append)
+    turn.unwatch(late.append)
+    turn.unwatch(late.append)  # a no-op the second time
+    result = TurnResult(session="s", status="completed")
+    turn._finish(result)
+    assert seen == [TextDelta("b"), result] and late == []
+    assert turn.watch(seen.append) == ([TextDelta("a"), TextDelta("b")], result)
+    assert len(seen) == 2  # an ended turn is not watched
