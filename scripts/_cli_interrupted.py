@@ -9,16 +9,21 @@ or still running in a host that writes the store now.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from cairn._cli_base import EXIT_OK, open_store
 from cairn._cli_output import clip, iso, print_json, print_table
-from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
+
+if TYPE_CHECKING:
+    from cairn.actors.host.interrupted import InterruptedTurn
 
 
 def cmd_interrupted(args: argparse.Namespace) -> int:
     """Every session whose last turn never finished: the turn, when, and its user message."""
+    from cairn.actors.host.interrupted import interrupted_turn  # the runtime, only when asked for
+
     found: list[InterruptedTurn] = []
     with open_store(args) as journal:
         for summary in journal.sessions():

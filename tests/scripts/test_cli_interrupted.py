@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,11 @@ def test_store_before_the_subcommand_beats_the_environment(store: Path, capsys, 
     monkeypatch.setenv("CAIRN_STORE", "/nonexistent/cairn")
     code, out, _ = run(capsys, "--store", str(store), "sessions", "--json")
     assert code == 0 and len(json.loads(out)) == 3
+
+
+def test_the_cli_still_starts_without_the_runtime() -> None:
+    code = (
+        "import sys, cairn.cli; print([m for m in ('pykka', 'cairn.actors.host.host') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
