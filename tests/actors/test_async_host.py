@@ -318,3 +318,27 @@ def test_the_readme_asyncio_example_runs(tmp_path: Path, monkeypatch: pytest.Mon
     with Host.open(tmp_path / "cairn-data") as host:
         sessions = list(host.sessions())
     assert len(sessions) == 21 and "chat-0-branch" in sessions
+
+
+def test_the_rest_of_the_hosts_calls_awaited(tmp_path: Path) -> None:
+    tools = GatedTools()
+
+    async def main() -> None:
+        async with open_async(tmp_path / "store", scripted(), tools=tools) as host:
+            assert (await (await host.send("a", "hi", workspace=str(tmp_path))).result()).ok
+            state = await host.state("a")
+            assert state.last_seq == host.host.journal.last_seq("a") and state.open_turn is None
+            request = await host.next_request("a")
+            assert request.messages[-1].role == "assistant"
+            held = await host.send("b", "tools 1 x 10 #b", workspace=str(tmp_path))
+            while not tools.entered.is_set():
+                await asyncio.sleep(0.001)
+            assert host.live_sessions == ["a", "b"]
+            assert await host.stop_session("b")
+            tools.release.set()
+            assert (await held.result()).phase == "interrupted"
+            [cut] = await host.interrupted_turns()
+            assert (cut.session, cut.state, cut.text) == ("b", "interrupted", "tools 1 x 10 #b")
+            assert await host.passivate_idle() == 0  # idle for less than the idle timeout
+
+    asyncio.run(main())
