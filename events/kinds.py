@@ -22,7 +22,16 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from cairn.events.errors import InvalidEvent
-from cairn.events.model import Int64, Message, Part, ToolCall, ToolEffect, ToolStatus, shape_problem
+from cairn.events.model import (
+    Int64,
+    Message,
+    Part,
+    ReasoningBlock,
+    ToolCall,
+    ToolEffect,
+    ToolStatus,
+    shape_problem,
+)
 
 #: K1 limits on a checkpoint's replacement.
 MAX_REPLACEMENT_MESSAGES = 4096
@@ -179,6 +188,9 @@ class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):
     finish_reason: str | None = None
     #: the count of the message this makes (added later: older lines lack it, and it is never null)
     tokens: TokenCount | UnsetType = UNSET
+    #: the reasoning as signed blocks, sent back to a provider that wants them (Anthropic's extended
+    #: thinking); added later, omitted when there are none, so older lines read back the same
+    reasoning_blocks: tuple[ReasoningBlock, ...] | UnsetType = UNSET
 
 
 class Usage(EventBase, frozen=True, tag="usage"):

@@ -64,6 +64,19 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False):
     arguments: str = "{}"
 
 
+class ReasoningBlock(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """One block of a model's reasoning as its provider wants it sent back (Anthropic's extended thinking).
+
+    `text` is the reasoning as streamed and `signature` the provider's proof
+    that it is unchanged; a redacted block has no text, only the provider's
+    opaque `redacted` data. Both are sent back verbatim on later requests.
+    """
+
+    text: str = ""
+    signature: str = ""
+    redacted: str = ""
+
+
 class MessageMeta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What cairn knows about a message beyond what a provider is sent.
 
@@ -96,6 +109,8 @@ class Message(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults
     name: str | None = None
     id: str = ""
     meta: MessageMeta = MessageMeta()
+    #: the reasoning as signed blocks, for a provider that wants them back (omitted when empty)
+    reasoning_blocks: tuple[ReasoningBlock, ...] = ()
 
 
 def text_of(content: str | Sequence[Part] | Message) -> str:
@@ -129,7 +144,7 @@ def shape_problem(message: Message) -> str | None:
         return f"a {message.role} message cannot have tool_call_id"
     if message.tool_calls and message.role != "assistant":
         return "only an assistant message can carry tool calls"
-    if message.reasoning is not None and message.role != "assistant":
+    if (message.reasoning is not None or message.reasoning_blocks) and message.role != "assistant":
         return "only an assistant message can carry reasoning"
     seen: set[str] = set()
     for call in message.tool_calls:

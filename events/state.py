@@ -227,6 +227,7 @@ class _Fold:
                 tool_calls=event.tool_calls,
                 id=event.message_id,
                 meta=MessageMeta(record.seq),
+                reasoning_blocks=() if event.reasoning_blocks is UNSET else event.reasoning_blocks,
             )
         )
         tokens = event.tokens

@@ -49,6 +49,7 @@ _WHERE: dict[str, str] = {
     "ProviderFailure": "cairn.actors.provider.base",
     "ScriptedProvider": "cairn.actors.provider.scripted",
     "OpenAIProvider": "cairn.actors.provider.openai_compat",
+    "AnthropicProvider": "cairn.actors.provider.anthropic_messages",
     # messages and their parts
     "Message": "cairn.events.model",
     "TextPart": "cairn.events.model",
@@ -149,6 +150,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.host import HostConfig as HostConfig
     from cairn.actors.host import HostStats as HostStats
     from cairn.actors.host import InterruptedTurn as InterruptedTurn
+    from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.base import (
         Finished as Finished,
     )

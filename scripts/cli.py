@@ -46,6 +46,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     argv = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else [])]
     if args.only:
         argv += ["--only", args.only]
+    if args.provider:
+        argv += ["--provider", args.provider]
     return bench.main(argv)
 
 
@@ -107,9 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--provider",
-        choices=("scripted", "openai"),
+        choices=("scripted", "openai", "anthropic"),
         default="scripted",
-        help="scripted (offline, default) or openai: the endpoint of the CAIRN_* variables",
+        help="scripted (offline, default), openai or anthropic: the endpoint of the CAIRN_* variables",
     )
     p.set_defaults(func=cmd_demo)
 
@@ -178,7 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
     p.add_argument(
-        "--only", default=None, help="comma-separated suites: store,context,compaction,turns,cluster"
+        "--only",
+        default=None,
+        help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
+        "turns, cluster, hosts, placement)",
+    )
+    p.add_argument(
+        "--provider",
+        choices=("scripted", "openai"),
+        default=None,
+        help="the quality suite's summarizer: scripted (offline, default) or openai (the CAIRN_* settings)",
     )
     p.set_defaults(func=cmd_bench)
 

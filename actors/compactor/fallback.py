@@ -50,9 +50,9 @@ class FallbackPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 def flatten(message: Message) -> Message:
     """F4: content as plain text (images as the placeholder), no reasoning."""
-    if isinstance(message.content, str) and message.reasoning is None:
+    if isinstance(message.content, str) and message.reasoning is None and not message.reasoning_blocks:
         return message
-    return msgspec.structs.replace(message, content=text_of(message), reasoning=None)
+    return msgspec.structs.replace(message, content=text_of(message), reasoning=None, reasoning_blocks=())
 
 
 def cut_text(text: str, cap: int) -> str:

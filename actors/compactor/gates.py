@@ -3,11 +3,12 @@
 | gate                  | rule                                                                  |
 |-----------------------|-----------------------------------------------------------------------|
 | target (C10)          | min(50,000, max(5,000, 80 % of source), 50 % of the window)           |
+| budget cap (beyond)   | the target is also at most 50 % of the input budget (B1-B2)           |
 | effect gate (C10)     | replacement tokens over the target: `insufficient-reduction`          |
 | shrink (beyond)       | not smaller than the source: `insufficient-reduction`, never committed |
 | progress (beyond)     | saving under 10 % of the source tokens: `insufficient-reduction` too  |
 | reduction gate        | shrink + progress: the LLM path (with C10) and the fallback           |
-| fallback target (beyond F2) | min(C10 target, 90 % of source), then F2 raises it to the mandatory state |
+| fallback (beyond F2)  | min(the capped target, 90 % of source); F2 raises it to the mandatory |
 | manual (K4)           | nothing below 50 % of the window; unknown window or tokens: nothing   |
 
 Every strategy must shrink: the LLM replacement and the fallback by at least
@@ -25,16 +26,45 @@ committed again at every request past the threshold (L4), each time
 dropping the oldest messages for nothing (a chaos-server run showed
 3,081 -> 3,080 -> 3,079).
 
+C10's 50 % of the window is measured against the window, not the input
+budget the thresholds come from (B2-B3). In a small window the two part
+ways: with 16,000 tokens the reserve is 8,192 (B1), the budget 7,808, the
+compaction threshold 6,246, and C10's target up to 8,000, above the
+threshold and the budget both. A replacement that met it left the context
+due again: a long-run bench made 71 compactions in 1,000 turns there, 19 of
+them on the very next turn, once at 102 % of the budget right after
+compacting. So the target is also capped at half the input budget (the
+budget cap): 20 points under the hand-off threshold (70 %), 30 under the
+compaction threshold, room for the fixed context (system prompt, tools) and
+a turn of progress. The share is the smallest multiple of 10 % that leaves
+C10 untouched where it was made for: 50,000 is 43 % of a 128,000 window's
+budget (115,200) and 28 % of a 200,000 window's (180,000), so every window
+from 111,111 tokens up (usual reserve) gets exactly C10's target; 40 %
+would cut a 128,000 window's to 46,080. Below 111,111 it tightens (a
+64,000 window: 32,000 -> 27,904). In the 16,000-token long run (with snip)
+shares from 40 % to 65 % gave the same figures, 69-70 compactions in 1,000
+turns, none back-to-back, none still due (C10 alone: 71, 19, 19); a larger
+share keeps more tail and leaves less room. An unknown budget (no window, a reserve that fills it)
+leaves C10 as it is. The fallback works from the same target (F2), and F2
+may still raise it to the mandatory state, never the reverse.
+
 All arithmetic is on integers, so a figure never depends on float rounding.
 """
 
 from __future__ import annotations
+
+from typing import TypeGuard
 
 import msgspec
 
 TARGET_CAP = 50_000
 TARGET_FLOOR = 5_000
 MIN_SAVING_PERCENT = 10
+#: (beyond C10) the target is at most this share of the input budget
+BUDGET_SHARE_PERCENT = 50
+#: B1's clamp of the default output reserve (10 % of the window)
+MIN_RESERVE = 8_192
+MAX_RESERVE = 32_768
 
 
 class GateVerdict(msgspec.Struct, frozen=True):
@@ -44,12 +74,34 @@ class GateVerdict(msgspec.Struct, frozen=True):
     detail: str = ""
 
 
-def effect_target(source_tokens: int, context_window: int | None) -> int:
-    """C10: the most tokens a replacement may have."""
+def effect_target(source_tokens: int, context_window: int | None, input_budget: int | None = None) -> int:
+    """C10: the most tokens a replacement may have; (beyond) at most half the `input_budget` too."""
     target = min(TARGET_CAP, max(TARGET_FLOOR, source_tokens * 8 // 10))
-    if isinstance(context_window, int) and context_window > 0:
+    if _count(context_window) and context_window > 0:
         target = min(target, context_window // 2)
+    if _count(input_budget) and input_budget > 0:
+        target = min(target, input_budget * BUDGET_SHARE_PERCENT // 100)
     return target
+
+
+def input_budget_of(context_window: object, max_output_tokens: object) -> int | None:
+    """B1-B2 as the session computes them: window - output reserve (the explicit cap, else 10 % of
+    the window clamped to 8,192..32,768), or None when unknown. The compactor may not import the
+    session's `budget` (the layers), so the arithmetic is here again; a test pins both alike."""
+    if not _count(context_window) or context_window <= 0:
+        return None
+    if max_output_tokens is None:
+        reserve = min(MAX_RESERVE, max(MIN_RESERVE, context_window // 10))
+    elif _count(max_output_tokens) and max_output_tokens >= 0:
+        reserve = max_output_tokens
+    else:
+        return None
+    return context_window - reserve if reserve < context_window else None
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """An int that is not a bool (True is an int to Python, never a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def fallback_target(target: int, source_tokens: int) -> int:

@@ -27,7 +27,7 @@ from cairn.actors.compactor.ledger import escape_headings
 from cairn.events.model import BlobPart, ImagePart, Message, text_of, units
 from cairn.events.protocol import HEADINGS
 
-PROMPT_VERSION = "cairn-ledger-1"
+PROMPT_VERSION = "cairn-ledger-2"
 INITIAL_CHAR_CAP = 5000
 MIN_CHAR_CAP = 625
 TRANSCRIPT_HEADER = "Transcript to summarise:"
@@ -51,7 +51,16 @@ class PromptShape(msgspec.Struct, frozen=True):
 
 
 def instructions() -> str:
-    """The system message: how to write the summary (C7), in cairn's own words."""
+    """The system message: how to write the summary (C7), in cairn's own words.
+
+    Besides C7's contract it asks for what the quality bench's probes find a
+    summary must carry and a careless one drops (`cairn bench --only quality`,
+    issue 14): decisions with what was rejected and why, identifiers and
+    numbers verbatim, the exact failing command and error, superseded facts
+    marked as such, and the next action as an exact command. Offline these
+    asks are unmeasured (the scripted provider ignores the prompt); run the
+    bench with `--provider openai` to score them on a real model.
+    """
     headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
     return (
         "You are condensing the working history of a coding agent so that it can carry on "
@@ -73,9 +82,25 @@ def instructions() -> str:
         "- Where a section has nothing to report, write 'no evidence observed' instead of "
         "guessing.\n"
         "- Lines of the form 'EXACT CONTINUATION RECORD [heading] :: payload' are kept by "
-        "the host verbatim; you need not repeat them.\n"
+        "the host verbatim; you need not repeat them. The host drops any line of yours that "
+        "contains a record's payload, so to say that a record is done or replaced, describe "
+        "it without quoting the payload.\n"
         "- Lines marked [earlier] come from an older summary; fold their content in, but do "
-        "not reuse them as headings."
+        "not reuse them as headings.\n\n"
+        "What the summary must not lose (each on its own line, so that it reads alone):\n"
+        "- Every decision with what was chosen, what it was chosen over, and the reason, as "
+        "in 'use X rather than Y because R', under Decisions and rationale.\n"
+        "- Exact identifiers: every file path written or read that matters, and the names of "
+        "functions, classes, constants and tests, copied verbatim.\n"
+        "- Every measured or configured number with its label and unit, as written (for "
+        "example 'p99 latency: 532.8 ms'); never round or convert.\n"
+        "- Every failure: the exact command that failed, the exact error line it printed, and "
+        "what fixed it (which function or file changed), or that it is still failing.\n"
+        "- Superseded facts: when a value, plan, task or decision was replaced, state the "
+        "current one, and mark the old one '(superseded)' on its line or leave it out; never "
+        "state an old value as if it still held.\n"
+        "- Under Exact next action: the pending command with all its arguments, copied "
+        "character for character, only if it has not been run yet."
     )
 
 

@@ -5,7 +5,8 @@
 the log. Its steps, in order:
 
 1. C1: strip the hand-off; count the source. With C4's breaker (keyed by
-   the session and the `breaker_key` of the workspace), C10's target,
+   the session and the `breaker_key` of the workspace), C10's target
+   (beyond C10: at most half the session's input budget, `gates`),
    C11's active task and C8's records (from the full source), this is the
    `Basis` both strategies work from.
 2. C2/C3: the pre-compaction hook may block (`CompactionBlocked`, not a
@@ -46,7 +47,7 @@ from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.choice import Basis, Choice, fallback_choice, llm_choice
 from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
-from cairn.actors.compactor.gates import effect_target
+from cairn.actors.compactor.gates import effect_target, input_budget_of
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import extract_records, record_texts
 from cairn.actors.compactor.prompt import PROMPT_VERSION
@@ -168,6 +169,7 @@ class Compactor:
         window = request.context_window
         if window is None and state.info is not None:
             window = state.info.context_window
+        reserve_cap = state.info.max_output_tokens if state.info is not None else None
         epoch = state.epoch + 1
         task = task_text(state.carried.open_turn)  # C11
         return Basis(
@@ -179,7 +181,7 @@ class Compactor:
             breaker=breaker_view(
                 state, request.workspace, request.now_ms, cooldown_ms=self.config.breaker_cooldown_ms
             ),
-            target=effect_target(source_tokens, window),  # C10
+            target=effect_target(source_tokens, window, input_budget_of(window, reserve_cap)),  # C10
             task=task,
             task_message=active_task_message(task, message_ids(epoch)[2]),
             records=extract_records(record_texts(source)),  # C8, from the full source

@@ -27,7 +27,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     - `ask_timeout_s`: how long a load or a query of a session may take.
     - `request_timeout_s`: each provider request's timeout, passed to the
       adapter as `ProviderRequest.timeout_s` (None: the adapter's own, which
-      must be finite: `OpenAIProvider`'s is `CAIRN_TIMEOUT_S`, 600 s);
+      must be finite: `OpenAIProvider`'s and `AnthropicProvider`'s are
+      `CAIRN_TIMEOUT_S`, 600 s);
       `max_requests_per_turn`: requests one turn may make before it fails.
       Every timeout here is finite (README, "The host contract").
     - `turn_retries`: how often a turn's request is sent again after a

@@ -48,6 +48,7 @@ from cairn.actors.provider.base import (
     ProviderFailure,
     ProviderOutput,
     ProviderRequest,
+    ReasoningBlockReady,
     ReasoningDelta,
     TextDelta,
     ToolCallReady,
@@ -60,7 +61,7 @@ _ERROR_CLASSES: frozenset[str] = frozenset(get_args(ErrorClass))
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {
     kind: msgspec.json.Decoder(kind)
-    for kind in (TextDelta, ReasoningDelta, ToolCallReady, UsageReport, Finished)
+    for kind in (TextDelta, ReasoningDelta, ToolCallReady, ReasoningBlockReady, UsageReport, Finished)
 }
 
 

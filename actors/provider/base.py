@@ -11,7 +11,7 @@ The contract, beyond the types:
   cairn decides both (`actors.provider.retry`). It reports what the server
   said: the HTTP status, whether the error is transient (`retryable`), and
   the server's `Retry-After` / `retry-after-ms` as `retry_after_ms`, which
-  cairn honours on 429 and 503 (at most a capped wait, with jitter).
+  cairn honours on 429, 503 and 529 (at most a capped wait, with jitter).
 - A summary request (`purpose="summary"`, CONTEXT-RULES C5-C7) is answered
   like any other, as text. The model is asked for a private analysis, then a
   `<summary>` block that contains, as heading lines (`## Objective and
@@ -34,7 +34,7 @@ import msgspec
 
 from cairn.events.errors import CairnError
 from cairn.events.kinds import ErrorClass
-from cairn.events.model import Message, ToolCall
+from cairn.events.model import Message, ReasoningBlock, ToolCall
 
 Purpose = Literal["turn", "summary"]
 
@@ -59,6 +59,8 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_output_tokens: int | None = None
     timeout_s: float | None = None
     request_id: str = ""
+    #: indexes into `messages` after which a provider with prompt caching may put a breakpoint
+    cache_breakpoints: tuple[int, ...] = ()
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -73,18 +75,29 @@ class ToolCallReady(msgspec.Struct, frozen=True):
     call: ToolCall
 
 
+class ReasoningBlockReady(msgspec.Struct, frozen=True):
+    """A reasoning block, complete with what its provider needs to be sent it back (a signature).
+
+    Its text was yielded before as `ReasoningDelta`s; the session keeps the block in the
+    assistant message (`Message.reasoning_blocks`) and the adapter sends it back verbatim.
+    """
+
+    block: ReasoningBlock
+
+
 class UsageReport(msgspec.Struct, frozen=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
     cached_prompt_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 class Finished(msgspec.Struct, frozen=True):
     reason: str | None = None
 
 
-ProviderOutput = TextDelta | ReasoningDelta | ToolCallReady | UsageReport | Finished
+ProviderOutput = TextDelta | ReasoningDelta | ToolCallReady | ReasoningBlockReady | UsageReport | Finished
 
 
 class ProviderFailure(CairnError):
@@ -94,7 +107,7 @@ class ProviderFailure(CairnError):
     connection resets are retryable; everything else is not.
     `retry_after_ms` is the server's own hint of when to try again, in
     milliseconds (`retry-after-ms` or `Retry-After`, see `actors.provider.retry`),
-    None when it sent none; cairn honours it on 429 and 503.
+    None when it sent none; cairn honours it on 429, 503 and 529.
     """
 
     def __init__(

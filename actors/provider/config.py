@@ -1,4 +1,7 @@
-"""Settings of the OpenAI-compatible adapter, from arguments or the environment.
+"""Settings of the provider adapters (OpenAI-compatible and Anthropic), from arguments or the environment.
+
+`CAIRN_PROVIDER` picks the adapter (`provider_kind`): `openai` (the default)
+or `anthropic`. The OpenAI-compatible adapter's settings:
 
 | setting        | argument            | environment (first set wins)        | default                     |
 |----------------|---------------------|-------------------------------------|-----------------------------|
@@ -20,6 +23,26 @@ setting and the variable, never the key's value. The key is kept out of
 
 The summary call's own limits (C5: 60 s, 8,000 output tokens) are not
 settings; see `openai_compat`.
+
+The Anthropic adapter's settings (`AnthropicConfig`, see `anthropic_messages`):
+
+| setting         | argument            | environment (first set wins)           | default                   |
+|-----------------|---------------------|----------------------------------------|---------------------------|
+| endpoint        | `base_url`          | `CAIRN_BASE_URL`, `ANTHROPIC_BASE_URL` | Anthropic's API (2)       |
+| API key         | `api_key`           | `CAIRN_API_KEY`, `ANTHROPIC_API_KEY`   | none (required there)     |
+| model           | `model`             | `CAIRN_MODEL`                          | none: required            |
+| context window  | `context_window`    | `CAIRN_CONTEXT_WINDOW`                 | none (the host decides)   |
+| output cap      | `max_output_tokens` | `CAIRN_MAX_OUTPUT_TOKENS`              | none: 8,192 is sent (1)   |
+| thinking budget | `thinking_budget`   | `CAIRN_THINKING_BUDGET`                | none: thinking off        |
+| prompt caching  | `prompt_caching`    | `CAIRN_PROMPT_CACHE` (`on` or `off`)   | on                        |
+| turn timeout    | `timeout_s`         | `CAIRN_TIMEOUT_S`                      | 600 s                     |
+
+(1) The Messages API requires an output cap on every request.
+(2) `https://api.anthropic.com`.
+
+As for OpenAI, `ANTHROPIC_API_KEY` is only read for Anthropic's own host or
+the one `ANTHROPIC_BASE_URL` names, never sent to another server. A thinking
+budget is at least 1,024 tokens (the API's floor) and below the output cap.
 """
 
 from __future__ import annotations
@@ -44,6 +67,21 @@ ENV_MODEL = ("CAIRN_MODEL",)
 ENV_CONTEXT_WINDOW = ("CAIRN_CONTEXT_WINDOW",)
 ENV_MAX_OUTPUT_TOKENS = ("CAIRN_MAX_OUTPUT_TOKENS",)
 ENV_TIMEOUT_S = ("CAIRN_TIMEOUT_S",)
+ENV_PROVIDER = ("CAIRN_PROVIDER",)
+ENV_ANTHROPIC_BASE_URL = ("ANTHROPIC_BASE_URL",)
+ENV_ANTHROPIC_API_KEY = ("ANTHROPIC_API_KEY",)
+ENV_THINKING_BUDGET = ("CAIRN_THINKING_BUDGET",)
+ENV_PROMPT_CACHE = ("CAIRN_PROMPT_CACHE",)
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+#: the output cap sent when none is set: the Messages API requires one
+ANTHROPIC_DEFAULT_MAX_OUTPUT_TOKENS = 8192
+#: the smallest thinking budget the Messages API accepts
+MIN_THINKING_BUDGET = 1024
+
+#: the adapters `CAIRN_PROVIDER` can name
+ProviderKind = Literal["openai", "anthropic"]
+PROVIDER_KINDS: tuple[ProviderKind, ...] = ("openai", "anthropic")
 
 #: the request field that carries the output cap; newer OpenAI models want the second
 OutputCapField = Literal["max_tokens", "max_completion_tokens"]
@@ -58,6 +96,23 @@ class ProviderConfigError(InputError):
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
         super().__init__(f"{setting}: {message}")
+
+
+def provider_kind(environ: Mapping[str, str] | None = None) -> ProviderKind:
+    """The adapter `CAIRN_PROVIDER` names (`openai` when unset). Raises `ProviderConfigError` otherwise."""
+    env = os.environ if environ is None else environ
+    raw = _env(env, ENV_PROVIDER)
+    if raw is None:
+        return "openai"
+    for kind in PROVIDER_KINDS:
+        if raw.lower() == kind:
+            return kind
+    raise ProviderConfigError("CAIRN_PROVIDER", f"must be one of {', '.join(PROVIDER_KINDS)}, got {raw!r}")
+
+
+def _is_anthropic_host(base_url: str) -> bool:
+    host = urlsplit(base_url).hostname or ""
+    return host == "api.anthropic.com" or host.endswith(".anthropic.com")
 
 
 def _is_openai_host(base_url: str) -> bool:
@@ -220,3 +275,158 @@ def _env_float(env: Mapping[str, str], names: tuple[str, ...], default: float) -
     if not math.isfinite(value) or value <= 0:
         raise ProviderConfigError(names[0], f"must be a positive number of seconds, got {raw!r}")
     return value
+
+
+def _check_common(
+    *, model: object, base_url: object, api_key: object, context_window: object, max_output_tokens: object
+) -> None:
+    """The checks both adapters' settings share: model, URL, key shape, window and cap."""
+    if not isinstance(model, str) or not model.strip():
+        raise ProviderConfigError(
+            "CAIRN_MODEL", "no model is set: pass model= or set CAIRN_MODEL to the served model's name"
+        )
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProviderConfigError(
+            "CAIRN_BASE_URL", "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000"
+        )
+    if api_key is not None and (
+        not isinstance(api_key, str) or not api_key or any(c.isspace() for c in api_key)
+    ):
+        raise ProviderConfigError("CAIRN_API_KEY", "must be a non-empty string without whitespace")
+    _check_positive_int("CAIRN_CONTEXT_WINDOW", context_window)
+    _check_positive_int("CAIRN_MAX_OUTPUT_TOKENS", max_output_tokens)
+    if (
+        isinstance(context_window, int)
+        and isinstance(max_output_tokens, int)
+        and max_output_tokens >= context_window
+    ):
+        raise ProviderConfigError(
+            "CAIRN_MAX_OUTPUT_TOKENS",
+            f"the output cap ({max_output_tokens}) must be below the context window ({context_window})",
+        )
+
+
+def _check_timeout(value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ProviderConfigError("CAIRN_TIMEOUT_S", f"must be a positive number of seconds, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnthropicConfig:
+    """Validated settings of one Anthropic Messages endpoint. Immutable, safe to share."""
+
+    model: str
+    base_url: str = ANTHROPIC_BASE_URL
+    api_key: str | None = field(default=None, repr=False)
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    #: extended thinking's budget in tokens; None: thinking off
+    thinking_budget: int | None = None
+    #: mark `cache_control` breakpoints (tools, system prompt, the request's `cache_breakpoints`)
+    prompt_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _check_common(
+            model=self.model,
+            base_url=self.base_url,
+            api_key=self.api_key,
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+        )
+        if self.api_key is None and _is_anthropic_host(self.base_url):
+            raise ProviderConfigError(
+                "CAIRN_API_KEY", f"no API key is set for {redact_url(self.base_url)}: set CAIRN_API_KEY"
+            )
+        _check_timeout(self.timeout_s)
+        budget = self.thinking_budget
+        if budget is not None:
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+                raise ProviderConfigError(
+                    "CAIRN_THINKING_BUDGET",
+                    f"must be a whole number of tokens, at least {MIN_THINKING_BUDGET:,}, got {budget!r}",
+                )
+            if budget >= self.output_cap:
+                raise ProviderConfigError(
+                    "CAIRN_THINKING_BUDGET",
+                    f"the thinking budget ({budget}) must be below the output cap ({self.output_cap}): "
+                    "set CAIRN_MAX_OUTPUT_TOKENS above it",
+                )
+        if not isinstance(self.prompt_caching, bool):
+            raise ProviderConfigError("CAIRN_PROMPT_CACHE", f"must be on or off, got {self.prompt_caching!r}")
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL as it may be shown (no user info, no query)."""
+        return redact_url(self.base_url)
+
+    @property
+    def output_cap(self) -> int:
+        """The cap sent when a request names none: the configured one, else 8,192."""
+        return (
+            self.max_output_tokens
+            if self.max_output_tokens is not None
+            else ANTHROPIC_DEFAULT_MAX_OUTPUT_TOKENS
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+        timeout_s: float | None = None,
+        thinking_budget: int | None = None,
+        prompt_caching: bool | None = None,
+    ) -> AnthropicConfig:
+        """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
+        env = os.environ if environ is None else environ
+        url = base_url if base_url is not None else _env(env, ENV_BASE_URL)
+        own_url = url is None
+        if url is None:
+            url = _env(env, ENV_ANTHROPIC_BASE_URL) or ANTHROPIC_BASE_URL
+        key = api_key if api_key is not None else _env(env, ENV_API_KEY)
+        if key is None and (own_url or _is_anthropic_host(url)):
+            key = _env(env, ENV_ANTHROPIC_API_KEY)
+        return cls(
+            model=model if model is not None else _env(env, ENV_MODEL) or "",
+            base_url=url,
+            api_key=key,
+            context_window=(
+                context_window if context_window is not None else _env_int(env, ENV_CONTEXT_WINDOW)
+            ),
+            max_output_tokens=(
+                max_output_tokens if max_output_tokens is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS)
+            ),
+            timeout_s=(
+                timeout_s if timeout_s is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S)
+            ),
+            thinking_budget=(
+                thinking_budget if thinking_budget is not None else _env_int(env, ENV_THINKING_BUDGET)
+            ),
+            prompt_caching=prompt_caching
+            if prompt_caching is not None
+            else _env_switch(env, ENV_PROMPT_CACHE),
+        )
+
+
+def _env_switch(env: Mapping[str, str], names: tuple[str, ...], default: bool = True) -> bool:
+    raw = _env(env, names)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("on", "1", "true", "yes"):
+        return True
+    if lowered in ("off", "0", "false", "no"):
+        return False
+    raise ProviderConfigError(names[0], f"must be on or off, got {raw!r}")

@@ -26,7 +26,7 @@ REDACTED = "[redacted]"
 #: longest message kept from an adapter's exception
 MAX_MESSAGE_CHARS = 1_000
 #: environment variables whose values are keys, redacted from every adapter message
-KEY_VARIABLES = ("CAIRN_API_KEY", "OPENAI_API_KEY")
+KEY_VARIABLES = ("CAIRN_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 _AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s\"',;]+")
 _TOKENS = re.compile(

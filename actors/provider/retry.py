@@ -7,7 +7,7 @@ and the summary calls of a compaction (C5, `actors.compactor.sampling`). It is a
 the server's hint, a random draw in [0, 1), the policy); the callers own the
 clock and the sleep, and record what was decided.
 
-| transient | retries left | server hint (429, 503 only)  | decision                                       |
+| transient | retries left | server hint (429, 503, 529)  | decision                                       |
 |-----------|--------------|------------------------------|------------------------------------------------|
 | no        | -            | -                            | give up: `not-transient`                       |
 | yes       | none         | -                            | give up: `used-up`                             |
@@ -25,7 +25,8 @@ only refuse a request sent at the cap again, so the call gives up at once
 and the error says how long the server asked for.
 
 The hint is honoured on 429 (RFC 6585) and 503 (RFC 9110 §10.2.3), the two
-statuses whose meaning the standards tie `Retry-After` to. Other transient
+statuses whose meaning the standards tie `Retry-After` to, and on 529,
+Anthropic's "overloaded", which is a 503 in all but number. Other transient
 statuses (408, 409, 500, 502, 504, ...) and errors without a status use the
 floor schedule; a `Retry-After` on them is ignored.
 
@@ -57,7 +58,7 @@ DEFAULT_MAX_WAIT_MS = 60_000
 #: a hinted wait grows by up to this share of itself (times the random draw)
 DEFAULT_JITTER_PERCENT = 20
 #: the statuses whose `Retry-After` is honoured
-HINT_STATUSES = frozenset({429, 503})
+HINT_STATUSES = frozenset({429, 503, 529})
 #: a header value longer than this is not a hint
 MAX_HINT_CHARS = 100
 #: a longer hint is taken as this (a year): it is over any cap, and it fits every integer field
@@ -98,7 +99,7 @@ class RetryDecision(msgspec.Struct, frozen=True, kw_only=True):
 
     retry: bool
     wait_ms: int = 0
-    #: the server's hint when it was honoured (429, 503), else None
+    #: the server's hint when it was honoured (429, 503, 529), else None
     hint_ms: int | None = None
     give_up: GiveUp | None = None
     max_wait_ms: int = DEFAULT_MAX_WAIT_MS

@@ -15,7 +15,7 @@ from cairn.actors.provider.base import UsageReport
 from cairn.actors.session.stream import Turn
 from cairn.events.codec import Record
 from cairn.events.kinds import Trigger
-from cairn.events.model import Message, ToolCall
+from cairn.events.model import Message, ReasoningBlock, ToolCall
 
 
 class TurnRun:
@@ -43,6 +43,7 @@ class TurnRun:
         self.cancel = threading.Event()
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] = []
+        self.reasoning_blocks: list[ReasoningBlock] = []
         self.calls: list[ToolCall] = []
         self.usage: UsageReport | None = None
         self.finish: str | None = None

@@ -75,7 +75,7 @@ from cairn.events.kinds import (
     Usage,
     UserMessage,
 )
-from cairn.events.model import Message, Part, TextPart, ToolCall
+from cairn.events.model import Message, Part, ReasoningBlock, TextPart, ToolCall
 from cairn.events.state import SessionState
 
 #: what the model is shown for a tool call whose outcome was lost with the process
@@ -158,6 +158,7 @@ def response_events(
     calls: Sequence[ToolCall],
     usage: UsageReport | None,
     finish_reason: str | None,
+    reasoning_blocks: Sequence[ReasoningBlock] = (),
 ) -> list[EventBase]:
     """The assistant message of a response, then its usage when the provider reported one."""
     events: list[EventBase] = [
@@ -168,6 +169,7 @@ def response_events(
             reasoning=reasoning or None,
             tool_calls=unique_calls(calls),
             finish_reason=finish_reason,
+            reasoning_blocks=tuple(reasoning_blocks) if reasoning_blocks else msgspec.UNSET,
         )
     ]
     if usage is not None:

@@ -38,6 +38,7 @@ from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderIt
 from cairn.actors.provider.base import (
     Finished,
     ProviderRequest,
+    ReasoningBlockReady,
     ReasoningDelta,
     TextDelta,
     ToolCallReady,
@@ -265,6 +266,8 @@ class TurnLoop(Compacting):
                 handle._publish(item)
         elif isinstance(item, ToolCallReady):
             run.calls.append(item.call)
+        elif isinstance(item, ReasoningBlockReady):
+            run.reasoning_blocks.append(item.block)
         elif isinstance(item, UsageReport):
             run.usage = item
         elif isinstance(item, Finished):
@@ -282,6 +285,7 @@ class TurnLoop(Compacting):
             request_id=run.request_id,
             text=text,
             reasoning="".join(run.reasoning_parts),
+            reasoning_blocks=run.reasoning_blocks,
             calls=run.calls,
             usage=run.usage,
             finish_reason=run.finish,

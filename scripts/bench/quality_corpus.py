@@ -43,6 +43,13 @@ A superseded fact names the fact that replaced it (`replaced_by`); the newer
 one is probed as a fact of its own kind. Some sessions (every third) also
 state the pending next action as an exact continuation record (C8), so the
 host keeps it whatever the summary says.
+
+Apart from the corpus, `spent_record_sessions` builds a probe set of one
+shape the host itself gets wrong: the agent records its next action as an
+exact continuation record, runs that very command (it passes), then plans a
+new next action in plain text and works on. The recorded command is then a
+superseded fact, and C8 carries the record verbatim in every later ledger,
+appended after whatever the model wrote under that heading.
 """
 
 from __future__ import annotations
@@ -687,6 +694,39 @@ def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
     """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator."""
     rng = random.Random(seed)
     return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
+
+
+def _spent_record(b: _Builder, index: int) -> None:
+    """A recorded next action, run, then replaced by a plain-text plan (the module doc)."""
+    nm = _Names(b)
+    _task(b, nm)
+    b.filler(b.rng.randrange(4, 8))
+    done = f"pytest {nm.test} -k {nm.case}_first"
+    seq = b.say(f"Next: run `{done}`.\nEXACT CONTINUATION RECORD [Exact next action] :: {done}")
+    old = b.plant("next-action", (done,), seq, "", done)
+    b.tool("bash", f'{{"cmd": "{done}"}}', f"===== {b.rng.randrange(5, 40)} passed =====", text="Run it.")
+    b.filler(b.rng.randrange(3, 6))
+    pending = f"pytest {nm.test} -k {nm.case}_second --maxfail=1"
+    seq = b.say(f"Next: run `{pending}` once the fixture is regenerated.")
+    question = "What exact command is the pending next action?"
+    b.supersede(old, b.plant("next-action", (pending,), seq, question, pending))
+    b.filler(b.rng.randrange(10, 14))
+    b.compact_here()
+
+
+#: the spent-record probe set's own seed (the corpus stays byte-identical without it)
+SPENT_RECORD_SEED = 20_261_205
+
+
+def spent_record_sessions(count: int, seed: int = SPENT_RECORD_SEED) -> list[Session]:
+    """`count` sessions of the spent-record shape (the module doc), from one seeded generator."""
+    rng = random.Random(seed)
+    out = []
+    for index in range(count):
+        b = _Builder(f"spent-record-{index}", rng)
+        _spent_record(b, index)
+        out.append(b.session("spent-record"))
+    return out
 
 
 def iter_facts(sessions: list[Session]) -> Iterator[tuple[Session, Fact]]:

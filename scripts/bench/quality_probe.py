@@ -55,7 +55,7 @@ from cairn.actors.compactor.active_task import task_text
 from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
-from cairn.actors.compactor.gates import effect_target
+from cairn.actors.compactor.gates import effect_target, input_budget_of
 from cairn.actors.compactor.ledger import extract_records, record_texts
 from cairn.actors.compactor.replacement import retained_tail
 from cairn.actors.provider.base import Provider
@@ -160,11 +160,13 @@ def run_strategy(
             run.task = task_text(state.carried.open_turn)
             run.records = tuple(r.payload for r in extract_records(record_texts(source)).records)
         if strategy == "truncation":
-            window = state.info.context_window if state.info is not None else None
+            info = state.info
+            window = info.context_window if info is not None else None
+            cap = info.max_output_tokens if info is not None else None
             budget = (
                 budgets[index]
                 if index < len(budgets)
-                else effect_target(counter.messages(state.context), window)
+                else effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
             )
             checkpoint = _truncate(state, budget, counter)
             state = _apply(state, [checkpoint])

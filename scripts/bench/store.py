@@ -218,10 +218,12 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
 
     measures: list[tuple[str, Callable[[], float]]] = []
     for tokens, sizes in plan.items():
-        for sessions in sizes:
+        for sessions, per_session in sizes.items():
             if sessions == 1024:
                 measures.append((f"j{tokens}/{sessions}", journal(tokens, sessions)))
                 measures.append((f"naive{tokens}@{sessions}", naive(tokens)))
+                if tokens == 300:  # the ceiling at 1,024 threads: how much of the drop is the threads'
+                    measures.append(("wake1024", functools.partial(_wake_floor_rate, 1024, per_session * 2)))
                 continue
             measures.append((f"naive{tokens}@{sessions}", naive(tokens)))
             measures.append((f"j{tokens}/{sessions}", journal(tokens, sessions)))
@@ -324,6 +326,18 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
             scale.ratio >= 1 - NOISE_1024,
             f"1,024 sessions x {plan[300][1024]} over 256 x {plan[300][256]} (256->1,024 events/s)",
             pairs=scale,
+            load=load,
+        )
+    )
+    ceiling_scale = Pairs(values["wake256"], values["wake1024"])
+    figures.append(
+        figure(
+            "append.wake_floor_1024.vs_256",
+            round(ceiling_scale.ratio, 3),
+            "x",
+            detail="the thread-wake ceiling itself at 1,024 threads over 256 (reported beside "
+            "append.sessions_1024.vs_256, not judged): what one thread per session allows",
+            pairs=ceiling_scale,
             load=load,
         )
     )

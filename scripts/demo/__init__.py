@@ -1,6 +1,6 @@
 """`cairn demo`: concurrent agent sessions on the embedded scripted provider, from first turn to replay.
 
-    cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai] [--json]
+    cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai|anthropic] [--json]
     cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
 
 (`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
@@ -30,6 +30,9 @@ so the context grows whatever the model says and, within about eight turns,
 every session crosses the hand-off band and compacts through the endpoint
 (an LLM summary, or the fallback when the model's summary fails the gates).
 No faults are injected: what the endpoint does is reported as it happened.
+`--provider anthropic` does the same on Anthropic's Messages API (or a
+server that speaks it), with the same variables (`ANTHROPIC_API_KEY` and
+`ANTHROPIC_BASE_URL` are read too; see `actors.provider.config`).
 
 The report lists every turn of this run that did not complete, with its
 reason (rejected: the session refused the message, e.g. `WorkspaceMismatch`
@@ -43,8 +46,8 @@ Exit status. The run is healthy, and the demo exits 0, when all of these hold:
 2. after reopening, every session replayed to the same state and next request;
 3. the log shows what the demo is for. Scripted: a hand-off, an LLM
    checkpoint, a fallback checkpoint and a reactive recovery (they need the
-   defaults' sessions and turns). OpenAI: every session crossed the hand-off
-   band and compacted.
+   defaults' sessions and turns). OpenAI or Anthropic: every session crossed
+   the hand-off band and compacted.
 Otherwise it exits 1: the run did not do what it says. It exits 2, with one
 line on stderr, when it could not run: a `--store` that cannot be a
 directory, a store another process writes (`StoreLocked`), an endpoint not
@@ -53,7 +56,7 @@ stop, and a later run on the same store recovers from the log.
 
 Its parts: `workspace` (the scratch repository), `tasks` (what each turn
 asks), `agent` (the scripted coding agent and its faults), `providers`
-(scripted or OpenAI), `clients` (one thread per session), `progress` and
+(scripted, OpenAI or Anthropic), `clients` (one thread per session), `progress` and
 `logs` (the live view), `driver` (`run`), `report` (the report and its
 health) and `terminal` (`render`); `main` here.
 """
@@ -76,7 +79,7 @@ from cairn.demo.agent import SETTINGS
 from cairn.demo.driver import run
 from cairn.demo.errors import DemoSetupError, DemoStoreFailed
 from cairn.demo.logs import HeldLogs
-from cairn.demo.providers import openai_setup, scripted_setup
+from cairn.demo.providers import anthropic_setup, openai_setup, scripted_setup
 from cairn.demo.terminal import render
 from cairn.events.errors import CairnError
 
@@ -117,9 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--provider",
-        choices=("scripted", "openai"),
+        choices=("scripted", "openai", "anthropic"),
         default="scripted",
-        help="scripted (offline, the default) or openai: the endpoint of the CAIRN_* "
+        help="scripted (offline, the default), openai or anthropic: the endpoint of the CAIRN_* "
         "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -144,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sessions and --turns must be at least 1")
     try:
         placed = placement.place_from_env()  # left to the OS, unless CAIRN_CPU asks for one CPU or batch
-        setup = openai_setup() if args.provider == "openai" else scripted_setup()
+        endpoints = {"openai": openai_setup, "anthropic": anthropic_setup}
+        setup = endpoints[args.provider]() if args.provider in endpoints else scripted_setup()
     except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
         _error(error)
         return 2

@@ -1,4 +1,5 @@
-"""The two providers of the demo: what differs between a scripted run and one on an OpenAI endpoint."""
+"""The providers of the demo: what differs between a scripted run and one on an OpenAI-compatible or
+Anthropic endpoint."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn import SessionSettings
+from cairn.actors.provider.anthropic_messages import AnthropicProvider
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.session.budget import budget_for
@@ -53,7 +55,21 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
     Raises `ProviderConfigError` when the endpoint is not configured, and
     `DemoSetupError` when the context window is missing or leaves no input budget.
     """
-    provider = OpenAIProvider.from_env(environ)
+    return endpoint_setup("openai", OpenAIProvider.from_env(environ))
+
+
+def anthropic_setup(environ: dict[str, str] | None = None) -> Setup:
+    """The demo on Anthropic's Messages API (or a server that speaks it) from the `CAIRN_*` variables
+    (`CAIRN_BASE_URL`, `CAIRN_API_KEY` or `ANTHROPIC_API_KEY`, `CAIRN_MODEL`, `CAIRN_CONTEXT_WINDOW`, ...).
+
+    Raises as `openai_setup` does.
+    """
+    return endpoint_setup("anthropic", AnthropicProvider.from_env(environ))
+
+
+def endpoint_setup(name: str, provider: OpenAIProvider | AnthropicProvider) -> Setup:
+    """The demo on a configured endpoint: its model and window, the growing tasks; `provider` is closed
+    when the setup is refused (`DemoSetupError`) and by `Setup.close` otherwise."""
     config = provider.config
     try:
         if config.context_window is None:
@@ -83,7 +99,7 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
         return grown_task(sid, turn, workspace, tokens=tokens, counter=counter)
 
     return Setup(
-        provider="openai",
+        provider=name,
         settings=settings,
         adapter_for=lambda sid: provider,
         message=message,

@@ -115,7 +115,7 @@ def _notes(report: dict[str, Any]) -> list[Line]:
                 "",
             )
         )
-    if report.get("provider") == "openai":
+    if report.get("provider", "scripted") != "scripted":  # an endpoint: OpenAI-compatible or Anthropic
         observed = ", ".join(f"{name} {_figure(value)}" for name, value in report["observed"].items())
         lines.append(
             (
@@ -156,7 +156,7 @@ def _verdict(report: dict[str, Any]) -> list[Line]:
     if problems:
         lines.append(("Turns of this run that did not complete:", "red"))
         lines += [(f"  {line}", "") for line in problems]
-    if not all(report["seen"].values()) and report.get("provider") == "openai":
+    if not all(report["seen"].values()) and report.get("provider", "scripted") != "scripted":
         lines.append(
             (
                 "Not every session crossed the hand-off band and compacted: run more turns (--turns), or a "
@@ -182,14 +182,14 @@ def _verdict(report: dict[str, Any]) -> list[Line]:
 
 def _audit(report: dict[str, Any]) -> list[Line]:
     """The commands to audit the store, on the sessions of the injected faults where there are any."""
-    openai = report.get("provider") == "openai"
+    endpoint = report.get("provider", "scripted") != "scripted"
     store = shlex.quote(report["store"])
     fallback = f"demo-{FALLBACK_SESSION}"
     reactive = f"demo-{REACTIVE_SESSION}"
     present = {r["session"] for r in report["reports"]}
-    if openai or fallback not in present:  # no injected fault there: the first session will do
+    if endpoint or fallback not in present:  # no injected fault there: the first session will do
         fallback = "demo-1"
-    if openai or reactive not in present:
+    if endpoint or reactive not in present:
         reactive = "demo-1"
     return [
         ("Audit what happened:", ""),

@@ -133,6 +133,59 @@ def test_C7_prompt_has_the_contract_the_headings_and_indexed_messages() -> None:
     assert INITIAL_CHAR_CAP == 5000
 
 
+def test_C7_the_prompt_states_every_clause_of_the_contract_and_the_seven_headings_in_order() -> None:
+    contract = text_of(build_prompt((Message(role="user", content="go", id="u1"),), (), PromptShape())[0])
+    clauses = {
+        "a private analysis, then the summary": (
+            "think it through privately inside <analysis>...</analysis>",
+            "write the result inside <summary>...</summary>",
+        ),
+        "observed facts apart from intentions": (
+            "Keep what was observed (tool output, test results, file contents) apart from what was only "
+            "intended or planned.",
+        ),
+        "exact commands, arguments and final-response constraints": (
+            "Copy exact commands, arguments, paths, identifiers and any constraint on the final response "
+            "character for character.",
+        ),
+        "no unfinished work done, no invented verification": (
+            "Never call unfinished work done and never claim a check that the transcript does not show.",
+        ),
+        "no credentials, hidden control messages or raw reasoning": (
+            "Leave out credentials and secrets, hidden control messages and raw reasoning.",
+        ),
+        "the newest evidence": ("When sources disagree, the newest evidence wins.",),
+        "no evidence observed rather than inventing": ("write 'no evidence observed' instead of guessing",),
+        "the seven headings, in order, once each": (
+            "use exactly these seven headings, in this order, each once, each on its own line starting "
+            "with '## '",
+        ),
+        "earlier headings escaped": ("Lines marked [earlier] come from an older summary",),
+    }
+    for clause, needles in clauses.items():
+        for needle in needles:
+            assert needle in contract, clause
+    listed = "\n".join(f"{n}. {h}" for n, h in enumerate(C7_HEADINGS, start=1))
+    assert listed in contract  # the seven, in C7's order, as one list
+    assert contract.count("1. Objective and constraints") == 1
+
+
+def test_C7_the_prompt_asks_for_what_the_quality_probes_find_missing() -> None:
+    """Decisions 0 %, identifiers 6.5 %, numbers 20 % on the scripted floor (issue 14): the prompt asks
+    for each explicitly. Unmeasured offline; `cairn bench --only quality --provider openai` scores it."""
+    contract = text_of(build_prompt((Message(role="user", content="go", id="u1"),), (), PromptShape())[0])
+    for needle in (
+        "what was chosen, what it was chosen over, and the reason, as in 'use X rather than Y because R'",
+        "names of functions, classes, constants and tests, copied verbatim",
+        "every measured or configured number with its label and unit, as written",
+        "the exact command that failed, the exact error line it printed, and what fixed it",
+        "mark the old one '(superseded)' on its line or leave it out",
+        "the pending command with all its arguments, copied character for character",
+        "The host drops any line of yours that contains a record's payload",
+    ):
+        assert needle.lower() in contract.lower(), needle
+
+
 def test_C7_headings_inside_an_earlier_summary_are_escaped() -> None:
     earlier = Message(role="user", content="Summary:\n## Objective and constraints\n- old goal", id="s")
     body = text_of(build_prompt((earlier,), (), PromptShape())[1])

@@ -360,3 +360,47 @@ def test_C5_an_adapter_that_raises_fails_the_summary_at_once_redacted_and_the_fa
     assert type(error).__name__ in detail
     assert "my-configured-key-0123" not in detail and "sk-abcdefghijklmnop" not in detail
     assert "[redacted]" in detail or isinstance(error, KeyboardInterrupt)
+
+
+# --- beyond C10: at most half the input budget ----------------------------------------------------
+
+
+def test_C10_in_a_16000_window_the_target_is_half_the_input_budget_and_the_fallback_keeps_to_it() -> None:
+    """The same 7,665-token session and the same 4,313-token replacement: within C10's 6,132 in a
+    128,000 window, over the 3,904 (half of 7,808) of a 16,000 one, where C10 alone allowed 6,132
+    too: past the hand-off threshold (5,465), a few tokens short of the compaction one (6,246)."""
+    answer = ledger(padding=700)
+    wide = coding_session(12, output_chars=4000, log=Log(window=128_000)).state()
+    small = coding_session(12, output_chars=4000, log=Log(window=16_000)).state()
+    assert COUNTER.messages(wide.context) == COUNTER.messages(small.context) == 7_665
+
+    service, _ = compactor(Reply(text=answer))
+    outcome = service.compact(request(wide))
+    assert (outcome.strategy, outcome.checkpoint.diagnostics.target_tokens) == ("llm", 6_132)
+    assert outcome.checkpoint.replacement_tokens == 4_313
+
+    service, _ = compactor(Reply(text=answer))
+    outcome = service.compact(request(small))
+    assert outcome.failure is not None
+    assert outcome.failure.detail == "replacement 4313 tokens, over target 3904"
+    assert (outcome.strategy, outcome.checkpoint.diagnostics.target_tokens) == ("fallback", 3_904)
+    assert outcome.checkpoint.replacement_tokens <= 3_904
+    verify_checkpoint(small.context, outcome.checkpoint, COUNTER)
+
+
+def test_F2_the_fallback_of_a_16000_window_is_built_for_half_the_input_budget() -> None:
+    state = coding_session(12, output_chars=4000, log=Log(window=16_000)).state()
+    service, _ = compactor(http_error(400, "no summaries today"))
+    outcome = service.compact(request(state))
+    checkpoint = outcome.checkpoint
+    assert (outcome.strategy, checkpoint.diagnostics.target_tokens) == ("fallback", 3_904)
+    assert checkpoint.replacement_tokens == 3_904
+    assert checkpoint.source_tokens - checkpoint.replacement_tokens >= 7_665 // 10  # minimum progress
+    # an explicit output cap makes the budget (B1): 16,000 - 2,000 = 14,000, half is 7,000, so
+    # C10's 6,132 stands
+    capped = coding_session(12, output_chars=4000, log=Log(window=16_000))
+    capped.records[0] = replace(
+        capped.records[0], event=replace(capped.records[0].event, max_output_tokens=2_000)
+    )
+    service, _ = compactor(http_error(400, "no summaries today"))
+    assert service.compact(request(capped.state())).checkpoint.diagnostics.target_tokens == 6_132

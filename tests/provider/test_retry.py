@@ -50,6 +50,12 @@ def test_C5_a_hint_on_429_and_503_is_waited_plus_jitter_of_up_to_20_percent() ->
     assert decision.retry and decision.hint_ms == 5_000 and 5_999 <= decision.wait_ms < 6_000
 
 
+def test_C5_a_hint_on_529_anthropic_overloaded_is_honoured_like_503() -> None:
+    assert _decide(0, status=529, hint_ms=4_000).wait_ms == 4_000
+    assert _decide(0, status=529, hint_ms=4_000, draw=0.5).wait_ms == 4_400
+    assert _decide(0, status=500, hint_ms=4_000).wait_ms == 375  # other 5xx keep the floor
+
+
 def test_C5_a_hint_shorter_than_the_schedule_keeps_the_floor() -> None:
     assert _decide(0, status=429, hint_ms=100).wait_ms == 375
     assert _decide(1, status=429, hint_ms=0).wait_ms == 750
@@ -102,12 +108,12 @@ def test_C5_a_retry_never_waits_less_than_the_floor_or_the_hint_nor_more_than_th
     if left == 0:
         assert not decision.retry
         return
-    if status in (429, 503) and hint is not None and hint > 60_000:
+    if status in (429, 503, 529) and hint is not None and hint > 60_000:
         assert not decision.retry
         return
     assert decision.retry
     assert floor <= decision.wait_ms <= 60_000
-    if status in (429, 503) and hint is not None:
+    if status in (429, 503, 529) and hint is not None:
         assert decision.wait_ms >= hint
     else:
         assert decision.wait_ms == floor

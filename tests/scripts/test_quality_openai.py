@@ -130,3 +130,26 @@ def test_the_judge_answers_every_probe_from_the_full_and_the_compacted_context()
 def test_the_judge_asks_nothing_offline() -> None:
     figures = _figures(quality.run_with(True, "scripted", {"CAIRN_BENCH_JUDGE": "1"}, longrun=False))
     assert "quality.judge.accuracy_after_over_before" not in figures
+
+
+def test_cairn_bench_only_quality_provider_openai_runs_through_the_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cairn bench --only quality --provider openai` (the README's command): the flag reaches the
+    suite, whose summaries go to the endpoint the `CAIRN_*` settings name."""
+    import json
+
+    from cairn import cli
+
+    monkeypatch.setenv("CAIRN_BENCH_PROVIDER", "scripted")  # restored after: the bench sets it
+    with ChatServer(responder=_ledger_model) as server:
+        for name, value in _env(server).items():
+            monkeypatch.setenv(name, value)
+        status = cli.main(["bench", "--only", "quality", "--quick", "--provider", "openai", "--json"])
+        summaries = len(server.requests)
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0 and report["all_met"]
+    assert summaries == 20
+    figures = _figures(report["figures"])
+    assert "judge-model at http://127.0.0.1:" in str(figures["quality.summarizer.facts_kept"]["detail"])
+    assert figures["quality.summarizer.meets_quality_target"]["met"] is True

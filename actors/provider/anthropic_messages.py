@@ -1,0 +1,207 @@
+"""The Anthropic adapter: streaming Messages API calls through the official `anthropic` SDK.
+
+The module is not named `anthropic.py` so that it can never shadow the SDK
+it imports. It follows `openai_compat`'s contract (see `base`):
+
+| purpose   | temperature   | output cap (`max_tokens`, always sent)  | thinking      | timeout              |
+|-----------|---------------|-----------------------------------------|---------------|----------------------|
+| `turn`    | the request's | request's, else configured, else 8,192  | configured    | request's, configured|
+| `summary` | 0 (C5) (1)    | min(8,000, request's, configured) (C5)  | off           | request's, else 60 s |
+
+(1) A temperature is sent only where the SDK's `messages.create` still
+takes one: later SDKs (1.17 and 2.16 among them) dropped the sampling
+parameters, and the API's default stands in for C5's 0 there. With extended thinking on
+(`thinking_budget`), a turn is sent `thinking: {"type": "enabled",
+"budget_tokens": N}` and no temperature (the API allows none with
+thinking). A request whose own cap is not above the budget gets the budget
+cut to the cap less one token, and no thinking when that is under the API's
+floor of 1,024: the cap is the session's output reserve, never exceeded.
+
+The messages, system prompt, tools and cache breakpoints are built by
+`anthropic_request`; the events are read by `anthropic_stream`; errors are
+classed by `anthropic_errors`.
+
+The SDK's own retries are off (`max_retries=0`): cairn decides retries. The
+timeout bounds connecting and each wait for the next bytes of the stream,
+so a stalled stream fails after it as a retryable `network` failure. Errors
+are raised as `ProviderFailure` with `output_delivered` true once anything
+was yielded (R2). The request goes out when the returned iterator is first
+advanced; closing the iterator early closes the HTTP response.
+
+The key goes in the SDK's authentication header (`x-api-key`, or
+`Authorization: Bearer` in later SDKs) and nowhere else: it is given to the
+SDK explicitly (a key-less local server gets a placeholder), so the SDK never
+reads a key, token or profile of its own from the environment or the disk;
+it is kept out of every repr and scrubbed from every failure. One provider
+may be used from several threads at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import closing
+from types import TracebackType
+from typing import Any, cast
+
+import anthropic
+
+from cairn.actors.provider.anthropic_errors import to_failure
+from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropic_body
+from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
+from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
+from cairn.actors.provider.chat_errors import scrubber
+from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig
+
+#: C5: the summary call's bounds
+SUMMARY_TEMPERATURE = 0.0
+SUMMARY_MAX_OUTPUT_TOKENS = 8000
+SUMMARY_TIMEOUT_S = 60.0
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AnthropicProvider:
+    """A `Provider` on Anthropic's Messages API (or a server that speaks it)."""
+
+    def __init__(self, config: AnthropicConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
+        """`clock_ms`: the clock a `Retry-After` date is read against (default: the wall clock)."""
+        self._config = config
+        self._clock_ms = clock_ms if clock_ms is not None else _wall_ms
+        self._scrub = scrubber(config.api_key)
+        self._client = anthropic.Anthropic(
+            api_key=config.api_key if config.api_key is not None else NO_KEY,
+            base_url=config.base_url,
+            max_retries=0,
+            timeout=config.timeout_s,
+        )
+        # older SDKs (0.75) read ANTHROPIC_AUTH_TOKEN even beside an explicit key, and would send it
+        # as a bearer token to whatever server this is: the key given is the only credential
+        self._client.auth_token = None
+        #: whether the SDK's API still takes a temperature (later SDKs dropped sampling parameters)
+        self._temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> AnthropicProvider:
+        """A provider from the settings given and the `CAIRN_*` environment (see `config`).
+
+        Raises `ProviderConfigError` naming the setting that is missing or malformed.
+        """
+        return cls(AnthropicConfig.from_env(environ, **settings))
+
+    @property
+    def config(self) -> AnthropicConfig:
+        return self._config
+
+    @property
+    def api_key(self) -> str | None:
+        """The key, for the provider actor to redact from what it keeps (`redact.adapter_secrets`)."""
+        return self._config.api_key
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(model={self._config.model!r}, endpoint={self._config.endpoint!r})"
+
+    def close(self) -> None:
+        """Close the HTTP client's connections. Streams still open fail as `network`."""
+        self._client.close()
+
+    def __enter__(self) -> AnthropicProvider:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- a request -------------------------------------------------------
+
+    def arguments(self, request: ProviderRequest) -> tuple[dict[str, Any], float]:
+        """The SDK arguments of `request` (see the module table) and its timeout.
+
+        Raises `ProviderFailure` (`bad-request`) for a tool schema that is not a JSON object.
+        """
+        config = self._config
+        summary = request.purpose == "summary"
+        try:
+            body = to_anthropic_body(
+                request.messages,
+                request.tools,
+                cache_breakpoints=request.cache_breakpoints,
+                caching=config.prompt_caching,
+            )
+        except ToolSchemaError as error:
+            raise ProviderFailure("bad-request", str(error)) from None
+        thinking = config.thinking_budget if not summary else None
+        if summary:
+            given = [c for c in (request.max_output_tokens, config.max_output_tokens) if c is not None]
+            cap = min([*given, SUMMARY_MAX_OUTPUT_TOKENS])
+        else:
+            cap = request.max_output_tokens if request.max_output_tokens is not None else config.output_cap
+            if thinking is not None and thinking >= cap:  # the budget must stay below the cap
+                thinking = cap - 1 if cap - 1 >= MIN_THINKING_BUDGET else None
+        arguments: dict[str, Any] = {
+            "model": request.model or config.model,
+            "messages": body.messages,
+            "max_tokens": cap,
+        }
+        if body.system:
+            arguments["system"] = body.system
+        if body.tools:
+            arguments["tools"] = body.tools
+        if thinking is not None:
+            arguments["thinking"] = {"type": "enabled", "budget_tokens": thinking}
+        elif self._temperature:
+            temperature = SUMMARY_TEMPERATURE if summary else request.temperature
+            if temperature is not None:
+                arguments["temperature"] = temperature
+        if request.timeout_s is not None:
+            timeout = request.timeout_s
+        else:
+            timeout = SUMMARY_TIMEOUT_S if summary else config.timeout_s
+        return arguments, timeout
+
+    def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
+        arguments, timeout = self.arguments(request)
+        return self._run(arguments, timeout)
+
+    def _failure(self, error: Exception, timeout: float, delivered: bool) -> ProviderFailure | None:
+        return to_failure(
+            error,
+            scrub=self._scrub,
+            endpoint=self._config.endpoint,
+            timeout_s=timeout,
+            output_delivered=delivered,
+            now_ms=self._clock_ms(),
+        )
+
+    def _run(self, arguments: dict[str, Any], timeout: float) -> Iterator[ProviderOutput]:
+        delivered = False  # R2: has anything been yielded?
+        failure: ProviderFailure | None = None
+        try:
+            with closing(self._outputs(arguments, timeout)) as outputs:
+                for item in outputs:
+                    delivered = True
+                    yield item
+        except Exception as error:
+            failure = self._failure(error, timeout, delivered)
+            if failure is None:
+                raise
+        if failure is not None:
+            raise failure  # outside the handler: the SDK's unscrubbed error is not chained to it
+
+    def _outputs(self, arguments: dict[str, Any], timeout: float) -> Generator[ProviderOutput, None, None]:
+        assembler = EventAssembler()
+        create = cast(Any, self._client.messages.create)
+        stream = create(**arguments, stream=True, timeout=timeout)
+        try:
+            for event in stream:
+                yield from assembler.feed(event)
+            content_type = str(stream.response.headers.get("content-type", ""))
+            if not assembler.events and "json" in content_type.lower():
+                raise MalformedChunk("the server answered with JSON, not an event stream: does it stream?")
+            yield from assembler.end()
+        finally:
+            stream.close()
