@@ -46,6 +46,15 @@ class SessionExists(InputError):
     """A fork's target already has events."""
 
 
+class NoInputBudget(InputError):
+    """Settings whose window is not larger than the output reserve plus the fixed context (B1, B2, P2).
+
+    With them the budget is unknown or empty: no hand-off, no compaction,
+    only local slimming (L3). Refused at `Host.open` and for a new session's
+    own settings; `context_window=None` states an unknown window on purpose.
+    """
+
+
 class WorkspaceMismatch(InputError):
     """A message named another workspace than the one the session was started with."""
 

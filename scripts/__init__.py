@@ -26,6 +26,10 @@ from typing import TYPE_CHECKING, Any
 _WHERE: dict[str, str] = {
     # the host and its settings
     "Host": "cairn.actors.host",
+    "AsyncHost": "cairn.actors.host",
+    "AsyncTurn": "cairn.actors.host",
+    "CompactResult": "cairn.actors.host",
+    "InterruptedTurn": "cairn.actors.host",
     "HostStats": "cairn.actors.host",
     "HostConfig": "cairn.actors.host",
     "SessionSettings": "cairn.actors.session.settings",
@@ -77,6 +81,7 @@ _WHERE: dict[str, str] = {
     "UnknownSession": "cairn.actors.errors",
     "SessionExists": "cairn.actors.errors",
     "WorkspaceMismatch": "cairn.actors.errors",
+    "NoInputBudget": "cairn.actors.errors",
     "CompactionBlocked": "cairn.actors.compactor.errors",
     "ClusterClient": "cairn.actors.cluster.client",
     "RemoteTurn": "cairn.actors.cluster.client",
@@ -125,6 +130,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.errors import (
         HostError as HostError,
     )
+    from cairn.actors.errors import NoInputBudget as NoInputBudget
     from cairn.actors.errors import (
         SessionExists as SessionExists,
     )
@@ -137,9 +143,13 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.errors import (
         WorkspaceMismatch as WorkspaceMismatch,
     )
+    from cairn.actors.host import AsyncHost as AsyncHost
+    from cairn.actors.host import AsyncTurn as AsyncTurn
+    from cairn.actors.host import CompactResult as CompactResult
     from cairn.actors.host import Host as Host
     from cairn.actors.host import HostConfig as HostConfig
     from cairn.actors.host import HostStats as HostStats
+    from cairn.actors.host import InterruptedTurn as InterruptedTurn
     from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.base import (
         Finished as Finished,

@@ -3,7 +3,8 @@
 Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 
 The parser, `main` and the exit codes of errors are here; the commands are
-in `_cli_read` (sessions, log, checkpoints, replay, context) and
+in `_cli_read` (sessions, log, checkpoints, replay, context), `_cli_interrupted`
+(interrupted) and
 `_cli_maintain` (verify, reindex, repair), `_cli_serve` (serve: a host of
 a cluster), with what they share in
 `_cli_base` (the usage error, the store of `--store`) and `_cli_output`.
@@ -17,8 +18,9 @@ from collections.abc import Sequence
 
 import lmdb
 
-from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UsageError, default_store
+from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, StoreDefault, UsageError, default_store
 from cairn._cli_cluster import cluster_options, cmd_export
+from cairn._cli_interrupted import cmd_interrupted
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
 from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_sessions
@@ -94,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     reads = [common, cluster_options()]  # the commands that read a local store or a cluster's
 
     parser = argparse.ArgumentParser(prog="cairn", description="cairn: event-sourced context engine")
+    parser.add_argument(
+        "--store",
+        dest="store_before",
+        default=None,
+        metavar="STORE",
+        help="store directory, before the command too (`cairn --store DIR sessions`)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
@@ -116,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sessions", parents=reads, help="list sessions")
     p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser(
+        "interrupted", parents=reads, help="turns a crash interrupted, with the user message to send again"
+    )
+    p.set_defaults(func=cmd_interrupted)
 
     p = sub.add_parser("log", parents=reads, help="a session's events (--json: JSON Lines)")
     p.add_argument("session")
@@ -221,6 +235,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def merge_store(args: argparse.Namespace) -> None:
+    """`--store` given before the command (`cairn --store DIR sessions`) is the command's `--store`.
+
+    Given on both sides it must name the same directory (a usage error otherwise).
+    """
+    before = getattr(args, "store_before", None)
+    if before is None:
+        return
+    after = getattr(args, "store", None)
+    if after is not None and not isinstance(after, StoreDefault) and after != before:
+        raise UsageError(f"--store given twice, differently: {before} before the command, {after} after it")
+    args.store = before
+
+
 def exit_code(error: BaseException) -> int:
     """What an error that ends a command means for its exit status (see the module doc).
 
@@ -246,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
+        merge_store(args)
         return int(args.func(args))
     except BrokenPipeError:
         return EXIT_OK

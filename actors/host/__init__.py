@@ -1,13 +1,17 @@
 """The host: one store, many sessions, each a session actor (the API is `host.Host`).
 
-`host` is the API (open, send, compact, fork, close); `config` its tunables
+`host` is the API (open, send, compact, fork, close); `async_host` the same
+for asyncio code (`AsyncHost`); `interrupted` the turns a crash interrupted; `config` its tunables
 (`HostConfig`); `registry` the live session actors and their passivation;
 `inputs` the checks of what `send` is given; `fork` the copy of a history;
 `exit_hook` the closing of forgotten hosts at interpreter exit.
 """
 
+from cairn.actors.host.async_host import AsyncHost, AsyncTurn
 from cairn.actors.host.config import HostConfig
 from cairn.actors.host.host import Host
+from cairn.actors.host.interrupted import InterruptedTurn
 from cairn.actors.host.registry import HostStats
+from cairn.actors.session.manual import CompactResult
 
-__all__ = ["Host", "HostConfig", "HostStats"]
+__all__ = ["AsyncHost", "AsyncTurn", "CompactResult", "Host", "HostConfig", "HostStats", "InterruptedTurn"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from cairn.actors.compactor.service import CompactionConfig
@@ -23,9 +25,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     - `idle_timeout_s`: a session idle that long is passivated, by a sweeper
       thread when `sweep` (else only by `Host.passivate_idle()`).
     - `ask_timeout_s`: how long a load or a query of a session may take.
-    - `request_timeout_s`: each provider request's timeout (None: the
-      adapter's own); `max_requests_per_turn`: requests one turn may make
-      before it fails.
+    - `request_timeout_s`: each provider request's timeout, passed to the
+      adapter as `ProviderRequest.timeout_s` (None: the adapter's own, which
+      must be finite: `OpenAIProvider`'s and `AnthropicProvider`'s are
+      `CAIRN_TIMEOUT_S`, 600 s);
+      `max_requests_per_turn`: requests one turn may make before it fails.
+      Every timeout here is finite (README, "The host contract").
     - `turn_retries`: how often a turn's request is sent again after a
       transient provider error (rate limit, 5xx, timeout, reset) that came
       before any output, after 375 ms then 750 ms (as C5 waits for
@@ -50,5 +55,10 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     compaction: CompactionConfig | None = None
 
     def __post_init__(self) -> None:
+        timeout = self.request_timeout_s
+        if timeout is not None and not 0 < timeout < math.inf:
+            raise InputError(
+                f"request_timeout_s must be a finite positive number of seconds or None, got {timeout}"
+            )
         if self.max_live_sessions < 1:
             raise InputError(f"max_live_sessions must be at least 1, got {self.max_live_sessions}")

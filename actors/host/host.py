@@ -10,7 +10,7 @@ Embedding cairn::
             ...
         result = turn.result(timeout=60)    # TurnResult: completed / failed (phase) / rejected
         host.fork("session-1", "session-2") # history without the hidden hand-off (H6)
-        host.compact("session-1")           # K4: a checkpoint, or None below 50 % of the window
+        host.compact("session-1")           # K4: a CompactResult: a checkpoint, or why none
 
     Host.open(root, config=HostConfig(max_live_sessions=64, turn_retries=0))  # tunables
 
@@ -54,21 +54,24 @@ from cairn.actors.errors import HostTimeout, SessionCrashed, SessionExists, Unkn
 from cairn.actors.host import exit_hook
 from cairn.actors.host.config import HostConfig
 from cairn.actors.host.fork import copy_history
-from cairn.actors.host.inputs import checked_settings, checked_workspace, user_content
+from cairn.actors.host.inputs import check_budget, checked_settings, checked_workspace, user_content
+from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.scripted import ScriptedProvider
+from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.messages import ManualCompact, Query, Send
+from cairn.actors.session.profile import profile_of
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
-from cairn.actors.tokens import load_encoding
+from cairn.actors.tokens import Encoding, TokenCounter, load_encoding
 from cairn.actors.tools import ToolExecutor
-from cairn.events.codec import Record, validate_session_id
+from cairn.events.codec import validate_session_id
 from cairn.events.errors import InputError
 from cairn.events.model import Part
-from cairn.events.state import SessionState
+from cairn.events.state import SessionInfo, SessionState
 from cairn.store.backend import JournalBackend
 from cairn.store.errors import StorageFailed
 from cairn.store.journal import Journal
@@ -123,8 +126,13 @@ class Host:
 
         `config` is how the host runs (`HostConfig`: limits, timeouts,
         retries, compaction), `settings` what new sessions start with (model,
-        window, output cap, system prompt, tool schemas). The rest are live
-        objects, which no settings object holds:
+        window, output cap, system prompt, tool schemas). Settings whose
+        window is not larger than the output reserve plus the system prompt
+        and tool schemas raise `NoInputBudget` before anything is opened:
+        they would leave the budget unknown, and every session would run
+        without a hand-off or compaction (`context_window=None` says so on
+        purpose, and is accepted). The rest are live objects, which no
+        settings object holds:
 
         - `provider`: one adapter for every session (default: the offline
           `ScriptedProvider`), or `provider_factory(session_id)`: one each.
@@ -140,12 +148,14 @@ class Host:
         clock = clock_ms if clock_ms is not None else _wall_ms
         adapter_for = _adapter_for(provider, provider_factory)
         base = _with_tools(settings if settings is not None else SessionSettings(), tools)
+        encoding = load_encoding()  # once per process, before the first turn waits for it
+        check_budget(base, fixed_tokens(base, encoding))  # before anything is opened or written
         owns = journal is None
         if journal is None:
             journal = Journal.open(root, fsync=fsync, clock_ms=clock)
         runtime = Runtime(
             journal=journal,
-            encoding=load_encoding(),  # once per process, before the first turn waits for it
+            encoding=encoding,
             adapter_for=adapter_for,
             tools=tools,
             clock_ms=clock,
@@ -192,7 +202,10 @@ class Host:
         validate_session_id(session)
         content = user_content(text)
         where = checked_workspace(workspace) if workspace is not None else None
-        chosen = checked_settings(settings) if settings is not None else self._settings
+        chosen = self._settings
+        if settings is not None:
+            chosen = checked_settings(settings)
+            check_budget(chosen, fixed_tokens(chosen, self._rt.encoding))
         self._check_store()
         for _ in range(3):
             entry = self._registry.acquire(session)
@@ -210,28 +223,45 @@ class Host:
             return turn
         raise SessionCrashed(f"session {session} keeps failing to start")
 
-    def compact(self, session: str, *, timeout: float | None = 600.0) -> Record | None:
-        """K4: compact now with trigger `manual`; None below 50 % of the window.
+    def compact(self, session: str, *, timeout: float | None = 600.0) -> CompactResult:
+        """K4: compact now with trigger `manual`; the answer says whether it did, and why not.
 
-        Waits for a running turn to end first. Raises `CompactionBlocked`
-        when the pre-compaction hook refuses (C3), a store error when the
-        checkpoint cannot be written, `HostTimeout` after `timeout` seconds.
+        A `CompactResult`: `compacted` and the checkpoint's `record`, or
+        `reason` `below-threshold` (the projection is under half the window)
+        or `window-unknown`, with the projection and the threshold it was
+        compared with. Truthy exactly when it compacted. Waits for a running
+        turn to end first. Raises `CompactionBlocked` when the
+        pre-compaction hook refuses (C3), a store error when the checkpoint
+        cannot be written, `HostTimeout` after `timeout` seconds.
+        """
+        future = self.compact_future(session)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise HostTimeout(f"session {session}: no compaction result within {timeout} s") from None
+
+    def compact_future(self, session: str) -> concurrent.futures.Future[CompactResult]:
+        """`compact`, without waiting: the future of its answer (or its error), for `AsyncHost`.
+
+        Argument and store errors raise here; the session's answer, or its
+        error, goes to the future, set from the session's thread.
         """
         validate_session_id(session)
         if self.journal.last_seq(session) == 0:
             raise UnknownSession(f"no session {session} in the store")
-        future: concurrent.futures.Future[Record | None] = concurrent.futures.Future()
+        future: concurrent.futures.Future[CompactResult] = concurrent.futures.Future()
         entry = self._registry.acquire(session)
+        future.add_done_callback(lambda _: self._registry.release(entry))
         try:
             assert entry.ref is not None
             entry.ref.tell(ManualCompact(future))
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
-            raise HostTimeout(f"session {session}: no compaction result within {timeout} s") from None
         except pykka.ActorDeadError:
-            raise SessionCrashed(f"session {session} stopped before compacting; try again") from None
-        finally:
-            self._registry.release(entry)
+            crashed = SessionCrashed(f"session {session} stopped before compacting; try again")
+            future.set_exception(crashed)
+        except BaseException:
+            future.cancel()  # gives the entry back
+            raise
+        return future
 
     def fork(self, source: str, target: str) -> int:
         """Copy `source`'s history into the new session `target`, without hidden events (H6).
@@ -286,6 +316,26 @@ class Host:
         """Every session in the store, in id order."""
         for summary in self.journal.sessions():
             yield summary.sid
+
+    def interrupted_turns(self) -> list[InterruptedTurn]:
+        """The turns that never finished, one per session at most, with the user message to send again.
+
+        After a restart: each session whose last turn was interrupted (the
+        process died, or the session was stopped mid-turn), in session id
+        order; `text` is the message that started it (`InterruptedTurn`).
+        Derived from the log alone (`interrupted.interrupted_turn`), reading
+        every session's events: a start-up call, not a per-turn one. A turn
+        this host is running now is left out; sending the message again
+        starts a new turn, and the session drops out of this list.
+        """
+        live = set(self._registry.live_sessions)
+        found: list[InterruptedTurn] = []
+        for summary in self.journal.sessions():
+            turn = interrupted_turn(summary.sid, self.journal.read(summary.sid))
+            if turn is None or (turn.state == "open" and summary.sid in live):
+                continue
+            found.append(turn)
+        return found
 
     def close(self) -> None:
         """Stop every session actor (most recently used first), then close the store. Idempotent."""
@@ -375,3 +425,14 @@ def _with_tools(base: SessionSettings, tools: ToolExecutor | None) -> SessionSet
     if base.read_only_tools is None and read_only is not None:
         base = msgspec.structs.replace(base, read_only_tools=tuple(read_only))
     return base
+
+
+def fixed_tokens(settings: SessionSettings, encoding: Encoding | None) -> int:
+    """P2: the tokens the system prompt and tool schemas of `settings` add to every request."""
+    info = SessionInfo(
+        workspace="",
+        model=settings.model,
+        system_prompt=settings.system_prompt,
+        tool_schemas=settings.tool_schemas,
+    )
+    return profile_of(info, TokenCounter(encoding)).fixed_tokens

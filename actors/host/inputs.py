@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from cairn.actors.errors import NoInputBudget
+from cairn.actors.session.budget import output_reserve
 from cairn.actors.session.settings import SessionSettings
 from cairn.events.errors import InputError
 from cairn.events.model import ImagePart, Part, TextPart
@@ -107,3 +109,41 @@ def checked_settings(settings: object) -> SessionSettings:
         raise InputError(f"malformed settings: {exc}") from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"settings that cannot be recorded: {exc}") from None
+
+
+def budget_problem(settings: SessionSettings, fixed_tokens: int) -> str | None:
+    """Why these settings leave a session no input budget, or None when they leave one (pure).
+
+    The window must be larger than the output reserve (B1: the cap, else
+    10 % of the window, 8,192..32,768) plus the fixed context, the system
+    prompt and tool schemas every request sends (P2, `fixed_tokens`): else
+    the budget is unknown (B2) or filled before any history, and a session
+    would never hand off nor compact. `context_window=None` is the host
+    saying it does not know the window: no problem here (L3).
+    """
+    window = settings.context_window
+    if window is None:
+        return None
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return f"context_window must be a positive number of tokens or None, got {window!r}"
+    cap = settings.max_output_tokens
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
+        return f"max_output_tokens must be a non-negative number of tokens or None, got {cap!r}"
+    reserve = output_reserve(window, cap)
+    assert reserve is not None
+    if window > reserve + fixed_tokens:
+        return None
+    where = "the output cap" if cap is not None else "10 % of the window, at least 8,192"
+    return (
+        f"context_window={window:,} is not larger than the output reserve ({reserve:,}: {where}) plus "
+        f"the system prompt and tool schemas ({fixed_tokens:,} tokens): no input budget is left, so "
+        "sessions would never hand off nor compact. Use a larger window, a smaller max_output_tokens, "
+        "or context_window=None for a window you do not know"
+    )
+
+
+def check_budget(settings: SessionSettings, fixed_tokens: int) -> None:
+    """`NoInputBudget` when `budget_problem` finds one."""
+    problem = budget_problem(settings, fixed_tokens)
+    if problem is not None:
+        raise NoInputBudget(problem)

@@ -35,6 +35,7 @@ from cairn.actors.errors import UnknownSession
 from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.session.core import SessionCore, reply_error, reply_with
 from cairn.actors.session.inflight import PendingCompaction
+from cairn.actors.session.manual import CompactResult, not_compacted, with_checkpoint
 from cairn.actors.session.messages import ManualCompact
 from cairn.actors.session.recovery import recovery_source, snip_checkpoint
 from cairn.actors.session.tracker import occupancy
@@ -164,10 +165,12 @@ class Compacting(SessionCore):
             reply_error(message.reply, UnknownSession(f"no session {self._sid} in the store"))
             return self._resume()
         occ = occupancy(state, self._view)
-        if not manual_compaction_due(occ.projection.tokens, state.info.context_window):
-            reply_with(message.reply, None)
+        window = state.info.context_window
+        basis = not_compacted(self._sid, occ.projection.tokens, occ.projection.source, window)
+        if not manual_compaction_due(occ.projection.tokens, window):
+            reply_with(message.reply, basis)
             return self._resume()
-        self._compact("manual", source=None, reply=message.reply)
+        self._compact("manual", source=None, reply=_answered(message.reply, basis))
 
     def _manual_done(self, pending: PendingCompaction, done: CompactionDone) -> None:
         reply = pending.reply
@@ -190,3 +193,25 @@ class Compacting(SessionCore):
             reply_error(reply, exc)
             return
         reply_with(reply, records[-1])
+
+
+def _answered(
+    reply: concurrent.futures.Future[CompactResult], basis: CompactResult
+) -> concurrent.futures.Future[Record | None]:
+    """The future a manual compaction's checkpoint record goes to, answering `reply` with it.
+
+    The caller's future gets `basis` with the record (`with_checkpoint`), or
+    the same error; the copy runs on the thread that resolves the inner one.
+    """
+    inner: concurrent.futures.Future[Record | None] = concurrent.futures.Future()
+
+    def forward(done: concurrent.futures.Future[Record | None]) -> None:
+        error = done.exception()
+        if error is not None:
+            reply_error(reply, error)
+            return
+        record = done.result()
+        reply_with(reply, with_checkpoint(basis, record) if record is not None else basis)
+
+    inner.add_done_callback(forward)
+    return inner

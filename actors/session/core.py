@@ -27,7 +27,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pykka
 
@@ -225,13 +225,16 @@ class SessionCore(pykka.ThreadingActor):
             reply_error(pending.reply, stopped)
 
 
-def reply_with(future: concurrent.futures.Future[Record | None], value: Record | None) -> None:
+Reply = TypeVar("Reply")
+
+
+def reply_with(future: concurrent.futures.Future[Reply], value: Reply) -> None:
     """Answer a manual compaction's caller (a caller that gave up is no error)."""
     with contextlib.suppress(concurrent.futures.InvalidStateError):
         future.set_result(value)
 
 
-def reply_error(future: concurrent.futures.Future[Record | None], error: BaseException) -> None:
+def reply_error(future: concurrent.futures.Future[Any], error: BaseException) -> None:
     """Fail a manual compaction's caller with `error` (a caller that gave up is no error)."""
     with contextlib.suppress(concurrent.futures.InvalidStateError):
         future.set_exception(error)

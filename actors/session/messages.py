@@ -19,10 +19,10 @@ import msgspec
 
 from cairn.actors.compactor.actor import CompactionDone
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
+from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn
 from cairn.actors.session.turn import UserContent
-from cairn.events.codec import Record
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -46,9 +46,9 @@ class Send(msgspec.Struct, frozen=True):
 
 
 class ManualCompact(msgspec.Struct, frozen=True):
-    """Tell: K4 compaction; `reply` gets the checkpoint's record, None when not due, or the error."""
+    """Tell: K4 compaction; `reply` gets a `CompactResult` (the checkpoint, or why none), or the error."""
 
-    reply: concurrent.futures.Future[Record | None]
+    reply: concurrent.futures.Future[CompactResult]
 
 
 class RetryRequest(msgspec.Struct, frozen=True):

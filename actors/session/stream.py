@@ -13,7 +13,9 @@ What is published, in order:
   follows them holds the whole text.
 
 A handle is always resolved: by the turn's end, by its failure, by the
-session being stopped, or by the host being closed. Thread-safe.
+session being stopped, or by the host being closed. Thread-safe. Waits are
+bounded by default (`WAIT_S`); `watch` hands each item and the result to a
+callback instead, for `AsyncHost`, which bridges them to an event loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from cairn.actors.errors import TurnTimeout
 from cairn.actors.provider.base import ReasoningDelta, TextDelta
 from cairn.events.codec import Record
 from cairn.events.kinds import FailedPhase
+
+#: how long `Turn.result` and `Turn.events` wait by default (seconds): bounded, never forever
+WAIT_S = 3_600.0
 
 StreamItem = Record | TextDelta | ReasoningDelta
 TurnStatus = Literal["completed", "failed", "rejected"]
@@ -60,6 +65,10 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
         return self.status == "completed"
 
 
+#: told each new item of a turn, then its result (`Turn.watch`)
+Watcher = Callable[[StreamItem | TurnResult], None]
+
+
 class Turn:
     """A handle on one sent message's turn: `events()` live, then `result()`."""
 
@@ -69,14 +78,15 @@ class Turn:
         self._items: list[StreamItem] = []
         self._result: TurnResult | None = None
         self._on_done = on_done
+        self._watchers: list[Watcher] = []
 
     # -- reading (any thread) ------------------------------------------------------
 
-    def events(self, timeout: float | None = None) -> Iterator[StreamItem]:
+    def events(self, timeout: float | None = WAIT_S) -> Iterator[StreamItem]:
         """Every client-visible item of the turn, live, from its first; ends with the turn.
 
-        `timeout` bounds the wait for each next item (TurnTimeout); None waits
-        as long as the turn runs.
+        `timeout` bounds the wait for each next item (TurnTimeout; default
+        `WAIT_S`, an hour); None waits as long as the turn runs.
         """
         index = 0
         while True:
@@ -94,8 +104,13 @@ class Turn:
             if finished and index >= len(self._items):
                 return
 
-    def result(self, timeout: float | None = None) -> TurnResult:
-        """Wait for the turn's end; TurnTimeout when it does not come within `timeout` seconds."""
+    def result(self, timeout: float | None = WAIT_S) -> TurnResult:
+        """Wait for the turn's end; TurnTimeout when it does not come within `timeout` seconds.
+
+        The default, `WAIT_S` (an hour), keeps a caller from waiting forever
+        on a turn whose provider adapter never returns; the turn may still
+        finish, and `result()` may be called again. None waits without bound.
+        """
         with self._cond:
             if not self._cond.wait_for(lambda: self._result is not None, timeout):
                 raise TurnTimeout(f"session {self.session}: no result within {timeout} s")
@@ -106,6 +121,26 @@ class Turn:
         with self._cond:
             return self._result is not None
 
+    def watch(self, watcher: Watcher) -> tuple[list[StreamItem], TurnResult | None]:
+        """The items so far and the result if any; later items, then the result, go to `watcher`.
+
+        Atomic: no item is both in the list and given to `watcher`, none is
+        missed. `watcher` runs on the session's thread, under the handle's
+        lock, so it must only hand the item on (`loop.call_soon_threadsafe`);
+        one that raises is dropped. Not watched when the turn already ended.
+        For `AsyncHost`, which bridges a turn to an event loop without a thread.
+        """
+        with self._cond:
+            if self._result is None:
+                self._watchers.append(watcher)
+            return list(self._items), self._result
+
+    def unwatch(self, watcher: Watcher) -> None:
+        """Stop handing items to `watcher` (a no-op when it is not watching)."""
+        with self._cond:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
     # -- writing (the session actor's thread) -----------------------------------------
 
     def _publish(self, item: StreamItem) -> None:
@@ -113,6 +148,7 @@ class Turn:
             if self._result is None:
                 self._items.append(item)
                 self._cond.notify_all()
+                self._tell_watchers(item)
 
     def _finish(self, result: TurnResult) -> bool:
         """Resolve the handle once; later calls are ignored. Returns whether this call resolved it."""
@@ -121,9 +157,19 @@ class Turn:
                 return False
             self._result = result
             self._cond.notify_all()
+            self._tell_watchers(result)
+            self._watchers = []
         if self._on_done is not None:
             self._on_done(self)
         return True
+
+    def _tell_watchers(self, news: StreamItem | TurnResult) -> None:
+        """Hand `news` to every watcher (under the lock); one that raises is dropped, the turn goes on."""
+        for watcher in list(self._watchers):
+            try:
+                watcher(news)
+            except Exception:
+                self._watchers.remove(watcher)
 
     def __repr__(self) -> str:
         state = self._result.status if self._result is not None else "running"

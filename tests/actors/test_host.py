@@ -272,13 +272,19 @@ def test_K4_manual_compaction_only_from_half_the_window(tmp_path: Path) -> None:
     for _ in range(10):
         big.turn(tools=[1_000])  # about 10,500 tokens: over half of the 20,000 window
 
-    assert host.compact("small") is None
+    declined = host.compact("small")
+    assert not declined and declined.compacted is False and declined.record is None
+    assert declined.reason == "below-threshold" and declined.threshold == 10_000
+    assert declined.context_window == 20_000 and 0 < declined.projection < 10_000
     assert "checkpoint-committed" not in kinds(host.journal, "small")
     blocked["on"] = True
     with pytest.raises(CompactionBlocked):
         host.compact("big")
     blocked["on"] = False
-    record = host.compact("big")
+    result = host.compact("big")
+    assert result and result.compacted and result.reason == "compacted"
+    assert result.projection >= 10_000 and result.threshold == 10_000
+    record = result.record
     assert record is not None and isinstance(record.event, CheckpointCommitted)
     assert record.event.trigger == "manual" and record.event.strategy == "llm"
     assert host.state("big").checkpoint_seq == record.seq
@@ -293,7 +299,7 @@ def test_fork_copies_history_without_handoffs_and_renumbers_checkpoints(tmp_path
     for _ in range(13):
         seed.turn(user_tokens=900)
     assert host.send("s", "in the band").result(WAIT).ok  # writes a hand-off
-    assert host.compact("s") is not None  # then a checkpoint after it
+    assert host.compact("s").compacted  # then a checkpoint after it
     parent = list(host.journal.read("s"))
     handoff_seq = next(r.seq for r in parent if isinstance(r.event, Handoff))
 

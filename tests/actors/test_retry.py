@@ -101,7 +101,7 @@ def test_C5_the_compactor_of_a_session_waits_the_summary_calls_hint(tmp_path: Pa
     for _ in range(6):
         seed.turn(tools=[2_000])
 
-    record = host.compact("s")
+    record = host.compact("s").record
 
     assert record is not None and isinstance(record.event, CheckpointCommitted)
     checkpoint = record.event

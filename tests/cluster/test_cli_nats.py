@@ -80,7 +80,7 @@ def written(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         big = Seed(host.journal, "big", str(tmp))
         for _ in range(10):
             big.turn(tools=[1_000])
-        record = host.compact("big")
+        record = host.compact("big").record
         assert record is not None and isinstance(record.event, CheckpointCommitted)
         assert host.send("big", "after the checkpoint").result(WAIT).ok
         host.close()

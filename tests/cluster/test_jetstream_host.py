@@ -24,7 +24,7 @@ def test_a_host_on_the_cluster_runs_turns_compacts_and_a_fresh_host_reloads_them
         big = Seed(host.journal, "big", str(tmp_path))
         for _ in range(10):
             big.turn(tools=[1_000])  # over half of the 20,000-token window
-        record = host.compact("big")
+        record = host.compact("big").record
         assert record is not None and isinstance(record.event, CheckpointCommitted)
         assert host.send("big", "after the checkpoint").result(WAIT).ok
         assert sorted(host.sessions()) == ["a", "b.c", "big"]

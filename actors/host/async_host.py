@@ -1,0 +1,328 @@
+"""The host for asyncio code: `AsyncHost`, the threaded `Host` behind awaitables that never block the loop.
+
+    async with AsyncHost.open("./cairn-data", provider=my_adapter) as host:
+        turn = await host.send("session-1", "fix the failing test", workspace="/repo")
+        async for item in turn.events():     # records and text deltas, live
+            ...
+        result = await turn.result()         # the same TurnResult as Host's
+        await host.fork("session-1", "session-2")
+        await host.compact("session-1")      # a CompactResult
+
+How it stays off the loop. Sessions run in their actors' threads, as under
+`Host`. Every call that may wait (opening the store, spawning a session by
+replay, waiting for a live-session slot, reading the log, closing) runs on
+the host's own small thread pool and is awaited as a wrapped future
+(`loop.run_in_executor`); nothing calls a future's `.get()` or `.result()`
+on the loop thread. A turn's items and its result come from the session's
+thread through `Turn.watch`, handed to the loop with
+`loop.call_soon_threadsafe` into an `asyncio.Queue` (one per reader) and an
+`asyncio.Future`: no thread waits on a turn.
+
+Cancellation never reaches a turn. Cancelling a task that awaits
+`turn.result()` or iterates `turn.events()` only stops that wait: the turn
+runs on in its actor, its result stays retrievable (`await turn.result()`
+again, or a fresh `turn.events()`, which starts from the first item), and
+its log is written as always. A `send` cancelled while the message was
+already on its way still starts the turn: `host.last_turn(session)` gives
+its handle. A cancelled `compact` still compacts; its answer is dropped.
+
+Errors are the threaded host's: `InputError` and its kinds for bad
+arguments, `UnknownSession`, `CompactionBlocked`, `HostClosed`,
+`StorageFailed`, `HostTimeout`/`TurnTimeout`; a turn's own failure is its
+`TurnResult` (failed, with its phase), as under `Host`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from cairn.actors.errors import HostClosed, HostTimeout, TurnTimeout
+from cairn.actors.host.host import Host
+from cairn.actors.host.interrupted import InterruptedTurn
+from cairn.actors.session.manual import CompactResult
+from cairn.actors.session.request import AssembledRequest
+from cairn.actors.session.settings import SessionSettings
+from cairn.actors.session.stream import WAIT_S, StreamItem, Turn, TurnResult
+from cairn.events.errors import InputError
+from cairn.events.model import Part
+from cairn.events.state import SessionState
+
+T = TypeVar("T")
+
+#: threads of an AsyncHost's pool: calls that may wait on the store or for a session's slot
+DEFAULT_WORKERS = 16
+#: how long the pool's threads may take to start when the host opens
+WARM_TIMEOUT_S = 30.0
+
+
+class AsyncTurn:
+    """A turn for asyncio code: `async for item in turn.events()`, `await turn.result()`.
+
+    Wraps the threaded `Turn` (`turn.handle`); made on the loop that awaits
+    it. Any number of readers may iterate `events()`, each from the first
+    item; cancelling one never touches the turn.
+    """
+
+    def __init__(self, handle: Turn, loop: asyncio.AbstractEventLoop) -> None:
+        self.handle = handle
+        self.session = handle.session
+        self._loop = loop
+        self._result: asyncio.Future[TurnResult] = loop.create_future()
+        _, ended = handle.watch(self._on_news)
+        if ended is not None:
+            self._result.set_result(ended)
+
+    def _on_news(self, news: StreamItem | TurnResult) -> None:
+        """On the session's thread: hand the result to the loop (items go to each reader's queue)."""
+        if isinstance(news, TurnResult):
+            self._loop.call_soon_threadsafe(self._resolve, news)
+
+    def _resolve(self, result: TurnResult) -> None:
+        if not self._result.done():
+            self._result.set_result(result)
+
+    async def result(self, timeout: float | None = WAIT_S) -> TurnResult:
+        """The turn's end; `TurnTimeout` after `timeout` seconds (None: no bound).
+
+        Cancelling the awaiting task (or the timeout) leaves the turn
+        running and its result retrievable by awaiting this again.
+        """
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._result), timeout)
+        except TimeoutError:
+            raise TurnTimeout(f"session {self.session}: no result within {timeout} s") from None
+
+    async def events(self, timeout: float | None = WAIT_S) -> AsyncIterator[StreamItem]:
+        """Every client-visible item of the turn, live, from its first; ends with the turn.
+
+        `timeout` bounds the wait for each next item (`TurnTimeout`). Items
+        come from the session's thread through an `asyncio.Queue` of this
+        reader alone; leaving the loop early (break, cancel) unhooks it.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[StreamItem | TurnResult] = asyncio.Queue()
+
+        def deliver(news: StreamItem | TurnResult) -> None:  # on the session's thread
+            loop.call_soon_threadsafe(queue.put_nowait, news)
+
+        backlog, ended = self.handle.watch(deliver)
+        try:
+            for item in backlog:
+                yield item
+            if ended is not None:
+                return
+            while True:
+                try:
+                    news = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    raise TurnTimeout(f"session {self.session}: no event within {timeout} s") from None
+                if isinstance(news, TurnResult):
+                    return
+                yield news
+        finally:
+            self.handle.unwatch(deliver)
+
+    def done(self) -> bool:
+        return self.handle.done()
+
+    def __repr__(self) -> str:
+        return f"<AsyncTurn of {self.session}: {'done' if self.done() else 'running'}>"
+
+
+class AsyncHost:
+    """`Host` for asyncio code (see the module doc). Open with `AsyncHost.open(...)`."""
+
+    def __init__(self, host: Host, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        self.host = host
+        self._pool = pool
+        self._latest: dict[str, Turn] = {}
+        self._latest_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls, root: str | os.PathLike[str], *, workers: int = DEFAULT_WORKERS, **options: Any
+    ) -> _Opening:
+        """Open (or create) the store at `root`: `async with AsyncHost.open(...) as host`, or `await` it.
+
+        `options` are `Host.open`'s (config, settings, provider, tools, ...),
+        and raise what it raises (`NoInputBudget`, `StoreLocked`, ...).
+        `workers` threads run the calls that may wait (see the module doc).
+        """
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InputError(f"workers must be a positive number of threads, got {workers!r}")
+        return _Opening(cls, root, workers, options)
+
+    # -- the calls ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        session: str,
+        text: str | Sequence[Part],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        settings: SessionSettings | None = None,
+    ) -> AsyncTurn:
+        """`Host.send`: the handle of the turn the message starts (or steers).
+
+        If the awaiting task is cancelled after the message left, the turn
+        still runs: `last_turn(session)` gives its handle.
+        """
+
+        def send() -> Turn:
+            turn = self.host.send(session, text, workspace=workspace, settings=settings)
+            with self._latest_lock:
+                self._latest[session] = turn
+            return turn
+
+        handle = await self._run(send)
+        return AsyncTurn(handle, asyncio.get_running_loop())
+
+    def last_turn(self, session: str) -> AsyncTurn | None:
+        """The handle of the last turn sent to `session` through this host (None when none was)."""
+        with self._latest_lock:
+            handle = self._latest.get(session)
+        return AsyncTurn(handle, asyncio.get_running_loop()) if handle is not None else None
+
+    async def compact(self, session: str, *, timeout: float | None = 600.0) -> CompactResult:
+        """`Host.compact`: a `CompactResult` (the checkpoint, or why none); `HostTimeout` after `timeout`."""
+        future = await self._run(self.host.compact_future, session)
+        answer = asyncio.wrap_future(future)  # shielded: a cancelled wait leaves the session's future be
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            raise HostTimeout(f"session {session}: no compaction result within {timeout} s") from None
+
+    async def fork(self, source: str, target: str) -> int:
+        """`Host.fork`: `source`'s history copied into the new `target`; its last seq."""
+        return await self._run(self.host.fork, source, target)
+
+    async def sessions(self) -> list[str]:
+        """Every session in the store, in id order."""
+        return await self._run(lambda: list(self.host.sessions()))
+
+    async def interrupted_turns(self) -> list[InterruptedTurn]:
+        """`Host.interrupted_turns`: the turns a crash interrupted, with the message to send again."""
+        return await self._run(self.host.interrupted_turns)
+
+    async def state(self, session: str) -> SessionState:
+        """`Host.state`: the session's state (loaded by replay if needed)."""
+        return await self._run(self.host.state, session)
+
+    async def next_request(self, session: str) -> AssembledRequest:
+        """`Host.next_request`: what its next request would send now."""
+        return await self._run(self.host.next_request, session)
+
+    async def stop_session(self, session: str) -> bool:
+        """`Host.stop_session`: stop its actor now (a running turn ends interrupted)."""
+        return await self._run(self.host.stop_session, session)
+
+    async def passivate_idle(self) -> int:
+        """`Host.passivate_idle`: stop the sessions idle longer than the idle timeout."""
+        return await self._run(self.host.passivate_idle)
+
+    @property
+    def live_sessions(self) -> list[str]:
+        """Sessions with a live actor, least recently used first."""
+        return self.host.live_sessions
+
+    async def close(self) -> None:
+        """`Host.close` (every session stopped, running turns interrupted, the store closed). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self.host.close)
+        finally:
+            self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncHost:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- inside -------------------------------------------------------------------------------
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)` on the pool, awaited (its exception raised here, unchanged)."""
+        if self._closed:
+            raise HostClosed("the host is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(call, *args))
+
+
+class _Opening:
+    """What `AsyncHost.open` returns: awaitable (`host = await ...`) and an async context manager."""
+
+    def __init__(
+        self, cls: type[AsyncHost], root: str | os.PathLike[str], workers: int, options: dict[str, Any]
+    ) -> None:
+        self._cls = cls
+        self._root = root
+        self._workers = workers
+        self._options = options
+        self._host: AsyncHost | None = None
+
+    async def _open(self) -> AsyncHost:
+        pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="cairn-async")
+        loop = asyncio.get_running_loop()
+        opening = loop.run_in_executor(pool, _open_warm, pool, self._workers, self._root, self._options)
+        try:
+            host = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(functools.partial(_close_unwanted, pool))  # opened for nobody
+            raise
+        except BaseException:
+            pool.shutdown(wait=False)
+            raise
+        return self._cls(host, pool)
+
+    def __await__(self) -> Generator[Any, None, AsyncHost]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncHost:
+        self._host = await self._open()
+        return self._host
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._host is not None:
+            await self._host.close()
+
+
+def _close_unwanted(pool: concurrent.futures.ThreadPoolExecutor, opening: asyncio.Future[Host]) -> None:
+    """A host whose opener was cancelled: closed on the pool (off the loop), then the pool."""
+    if not opening.cancelled() and opening.exception() is None:
+        pool.submit(opening.result().close)
+    pool.shutdown(wait=False)
+
+
+def _open_warm(
+    pool: concurrent.futures.ThreadPoolExecutor,
+    workers: int,
+    root: str | os.PathLike[str],
+    options: dict[str, Any],
+) -> Host:
+    """`Host.open`, on the pool, after starting every thread of the pool there.
+
+    A pool starts its threads one per `submit` while none is idle, and
+    `Thread.start` waits for the new thread to run: done on the loop, that
+    is a wait of the loop on the scheduler (measured: tens of ms on a loaded
+    machine). Started here, off the loop, `submit` never starts a thread.
+    """
+    started = threading.Barrier(workers, timeout=WARM_TIMEOUT_S)
+    waits = [pool.submit(started.wait) for _ in range(workers - 1)]
+    started.wait()
+    for wait in waits:
+        wait.result(timeout=WARM_TIMEOUT_S)
+    return Host.open(root, **options)

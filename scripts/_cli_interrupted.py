@@ -1,0 +1,50 @@
+"""`cairn interrupted`: the turns a crash (or a stop) interrupted, with the user message to send again.
+
+Read-only, like the other listings: the same fold as `Host.interrupted_turns`
+(`cairn.actors.host.interrupted`), over every session of the store. A turn
+whose log still ends inside it is shown as `open`: interrupted by a crash,
+or still running in a host that writes the store now.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cairn._cli_base import EXIT_OK, open_store
+from cairn._cli_output import clip, iso, print_json, print_table
+
+if TYPE_CHECKING:
+    from cairn.actors.host.interrupted import InterruptedTurn
+
+
+def cmd_interrupted(args: argparse.Namespace) -> int:
+    """Every session whose last turn never finished: the turn, when, and its user message."""
+    from cairn.actors.host.interrupted import interrupted_turn  # the runtime, only when asked for
+
+    found: list[InterruptedTurn] = []
+    with open_store(args) as journal:
+        for summary in journal.sessions():
+            turn = interrupted_turn(summary.sid, journal.read(summary.sid))
+            if turn is not None:
+                found.append(turn)
+    if args.json:
+        print_json([msgspec.to_builtins(turn) for turn in found])
+        return EXIT_OK
+    rows = [
+        [
+            turn.session,
+            turn.turn_id,
+            turn.state,
+            iso(turn.started_ms),
+            iso(turn.interrupted_ms) if turn.interrupted_ms is not None else "",
+            clip(turn.text) + (f" [+{turn.images} image(s)]" if turn.images else ""),
+        ]
+        for turn in found
+    ]
+    print_table("interrupted turns", ["session", "turn", "state", "started", "interrupted", "message"], rows)
+    if not found:
+        print("no interrupted turns")
+    return EXIT_OK
