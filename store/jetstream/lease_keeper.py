@@ -33,7 +33,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cairn.store.jetstream.lease_policy import (
     Confirmed,
@@ -144,7 +144,15 @@ class LeaseKeeper:
         if lease is None:
             return False
         try:
-            return await self._core.release(lease)
+            if await self._core.release(lease):
+                return True
+            # `_forget` may have cancelled a renewal after the server applied it: the key then
+            # holds our own newer revision, which no one else writes while our name is on it.
+            # Free that one too, or the session stays held until its TTL runs out.
+            owner = await self._core.owner(sid)
+            if owner is None or owner.holder != lease.holder or owner.revision <= lease.revision:
+                return False
+            return await self._core.release(replace(lease, revision=owner.revision))
         except LeaseUnavailable:
             return False  # it expires after its TTL
 

@@ -204,6 +204,22 @@ def test_closing_a_keeper_releases_every_lease_it_holds(host_a: LeaseBucket, hos
         assert host_b.acquire(sid, "host-b", ttl_s=3).holder == "host-b"
 
 
+def test_closing_a_keeper_releases_a_lease_whose_last_renewal_landed_unseen(
+    host_a: LeaseBucket, host_b: LeaseBucket
+) -> None:
+    """A renewal cancelled by the close after the server applied it leaves the key at a revision
+    the keeper never learnt (seen under load in the test above); the close still frees it."""
+    sid = _sid("unseen")
+    # a clock far behind the leases' own: the keeper never renews by itself in this test
+    keeper = LeaseKeeper(host_a, on_lost=lambda notice: None, clock=lambda: 0.0)
+    kept = keeper.acquire(sid, "host-a", ttl_s=3)
+    landed = host_a.renew(kept)  # the renewal that landed unseen
+    assert landed.revision > kept.revision and keeper.held()[sid].revision == kept.revision
+    keeper.close()
+    assert keeper.held() == {}
+    assert host_b.acquire(sid, "host-b", ttl_s=3).holder == "host-b"  # no waiting for the TTL
+
+
 def test_a_host_retaking_its_own_session_renews_it_at_a_new_revision(host_a: LeaseBucket) -> None:
     sid = _sid("mine")
     lease = host_a.acquire(sid, "host-a", ttl_s=3)
