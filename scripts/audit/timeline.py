@@ -241,8 +241,17 @@ def render(data: Timeline) -> Any:
             linestyle=":",
             label=f"hand-off threshold ({data.handoff_threshold})",
         )
-    for index, seq in enumerate(data.turn_starts):
-        ax.axvline(seq, color="gray", linewidth=0.4, alpha=0.6, label="turn start" if index == 0 else None)
+    if data.turn_starts:  # one collection, not an artist per turn: a long session has thousands
+        ax.vlines(
+            data.turn_starts,
+            0,
+            1,
+            transform=ax.get_xaxis_transform(),
+            color="gray",
+            linewidth=0.4,
+            alpha=0.6,
+            label="turn start",
+        )
     if data.projected:
         xs, ys = zip(*data.projected, strict=True)
         ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")

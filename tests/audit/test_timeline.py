@@ -146,6 +146,8 @@ def test_the_figure_draws_the_data() -> None:
     provider = lines["context tokens, provider"]
     assert list(provider.get_xdata()) == [3, 5] and list(provider.get_ydata()) == [480, 650]
     assert list(lines["failed turn (1)"].get_xdata()) == [7]
+    (turns,) = [c for c in ax.collections if c.get_label() == "turn start"]
+    assert [segment[0][0] for segment in turns.get_segments()] == [2]
     assert list(lines["context window (100000)"].get_ydata()) == [100_000, 100_000]
     assert list(lines["compaction threshold (72000)"].get_ydata()) == [72_000, 72_000]
     assert list(lines["hand-off threshold (63000)"].get_ydata()) == [63_000, 63_000]
