@@ -18,6 +18,11 @@ store whatever the code keeps). Small and large run in alternating pairs;
 the figure is the large store's peak over the small store's, target
 <= 1.25x: memory is flat in the number of events (and in a session's length).
 
+`cairn verify` (which the report runs first) is measured alone the same way:
+its check of the index holds every index entry twice in memory (the
+store's, read in one short transaction, and the rebuild's, to compare), so
+it grows with the store, and with it the report's peak.
+
 `--quick`: 25,000 and 100,000 events, one pair.
 """
 
@@ -58,6 +63,8 @@ from cairn.events.model import Message, TextPart, ToolCall
 SESSIONS = 8
 BATCH = 2_000
 MEMORY_TARGET = 1.25
+#: what runs in the children: `cairn verify` alone too, as the report runs it (its share of the report)
+TASKS = ("export", "report", "verify")
 #: (small, large) events of the stores, and pairs
 FULL = (250_000, 1_000_000, 2)
 QUICK = (25_000, 100_000, 1)
@@ -213,8 +220,10 @@ def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
     argv = ["--store", str(store), "--json"]
     if task == "export":
         argv = ["export", *argv, "--format", "parquet", "--to", str(out)]
-    else:
+    elif task == "report":
         argv = ["report", *argv, "--out", str(out)]
+    else:
+        argv = ["verify", *argv]
     started = time.perf_counter()
     with open(os.devnull, "w") as sink:
         stdout, sys.stdout = sys.stdout, sink
@@ -265,7 +274,7 @@ def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) ->
         anon = alternate(lambda: run(small, small_store), lambda: run(large, large_store), pairs)
     hwm = Pairs([r["hwm_kib"] for r in runs[small]], [r["hwm_kib"] for r in runs[large]])
     seconds = Pairs([r["seconds"] for r in runs[small]], [r["seconds"] for r in runs[large]])
-    what = f"`cairn {'export --format parquet' if task == 'export' else 'report'}`"
+    what = f"`cairn {'export --format parquet' if task == 'export' else task}`"
     sizes = f"{small:,} vs {large:,} events in {SESSIONS} sessions"
     mib = [f"{r['anon_kib'] / 1024:.0f}" for r in runs[large]]
     return [
@@ -334,7 +343,7 @@ def run(quick: bool) -> list[Figure]:
                 f"{BATCH:,} events (Journal.append, fsynced), in {built:.1f} s",
             )
         )
-        for task in ("export", "report"):
+        for task in TASKS:
             figures += guarded(task, lambda task=task: bench_task(task, stores, workdir, pairs))  # type: ignore[misc]
         return figures
     finally:
