@@ -337,6 +337,8 @@ def test_bad_targets_are_refused_before_anything_is_written(pristine: Path, tmp_
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     for bad in (a_file, foreign, link, tmp_path / "no" / "such" / "dir"):
         assert report(pristine, bad) == 2
+    assert cli.main(["report", "--nats", "nats://127.0.0.1:1", "--out", str(tmp_path / "new")]) == 2
+    assert report(tmp_path / "no-store", tmp_path / "new") == 2
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     assert a_file.read_text() == "mine" and list(real.iterdir()) == []
 
