@@ -28,6 +28,7 @@ it grows with the store, and with it the report's peak.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -344,7 +345,7 @@ def run(quick: bool) -> list[Figure]:
             )
         )
         for task in TASKS:
-            figures += guarded(task, lambda task=task: bench_task(task, stores, workdir, pairs))  # type: ignore[misc]
+            figures += guarded(task, functools.partial(bench_task, task, stores, workdir, pairs))
         return figures
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
