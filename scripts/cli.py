@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         default=None,
         help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
-        "turns, cluster, hosts, placement)",
+        "turns, cluster, hosts, placement, audit)",
     )
     p.add_argument(
         "--provider",
