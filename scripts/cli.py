@@ -77,6 +77,13 @@ def cmd_timeline_lazy(args: argparse.Namespace) -> int:
     return cmd_timeline(args)
 
 
+def cmd_report_lazy(args: argparse.Namespace) -> int:
+    """`cairn report`: `cairn.audit.command.cmd_report` (imported only when used)."""
+    from cairn.audit.command import cmd_report
+
+    return cmd_report(args)
+
+
 # --- parser ----------------------------------------------------------------------------
 
 
@@ -207,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE", help="a .png or .svg file (needs the audit extra)")
     p.set_defaults(func=cmd_timeline_lazy)
 
+    p = sub.add_parser("report", parents=reads, help="a static HTML report of the whole store")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory, or a report's")
+    p.set_defaults(func=cmd_report_lazy)
+
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)
 
@@ -221,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         default=None,
         help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
-        "turns, cluster, hosts, placement)",
+        "turns, cluster, hosts, placement, audit)",
     )
     p.add_argument(
         "--provider",

@@ -288,12 +288,16 @@ class Index:
 
     def dump(self) -> list[tuple[str, bytes, bytes]]:
         """Every (db, key, value), in order: two indexes are equal iff their dumps are."""
-        rows: list[tuple[str, bytes, bytes]] = []
+        return list(self.rows())
+
+    def rows(self) -> Iterator[tuple[str, bytes, bytes]]:
+        """Every (db, key, value) in `dump`'s order, one at a time, from one read transaction held
+        until the iteration ends: for a private copy (verify's), not the store's own index, whose
+        readers must be short (PITFALLS 13)."""
         with self._read() as txn:
             for name in DBS:
                 for key, value in txn.cursor(db=self._dbs[name]):
-                    rows.append((name.decode(), bytes(key), bytes(value)))
-        return rows
+                    yield name.decode(), bytes(key), bytes(value)
 
     # -- writes (the writer's syncing thread only) -------------------------------
 

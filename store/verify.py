@@ -67,16 +67,18 @@ def verify_store(root: str | os.PathLike[str], progress: Progress | None = None)
     if (path / "log").is_symlink():
         return report  # named by the layout check: the store's log is not read through a link
     # the index and the evidence first, the log after: a live writer's later lines are then past them
-    snapshot = snapshot_index(path, report)
-    evidence = gather_evidence(path, snapshot.meta if snapshot is not None else None)
-    segments = _check_log_dir(path, report)
-    evidence = evidence.with_segments(segments)
-    for trouble in evidence.troubles:
-        report.warnings.append(Problem(code="evidence", message=trouble))
-    point = (snapshot.meta.segment, snapshot.meta.offset) if snapshot is not None and snapshot.meta else None
-    # one pass over the log: the checks below, and the index rebuilt through the point to compare with
-    rebuild = Rebuild(path, segments, point) if point is not None else None
+    snapshot = snapshot_index(path, report)  # a copy on disk, removed below
+    rebuild: Rebuild | None = None
     try:
+        evidence = gather_evidence(path, snapshot.meta if snapshot is not None else None)
+        segments = _check_log_dir(path, report)
+        evidence = evidence.with_segments(segments)
+        for trouble in evidence.troubles:
+            report.warnings.append(Problem(code="evidence", message=trouble))
+        meta = snapshot.meta if snapshot is not None else None
+        point = (meta.segment, meta.offset) if meta else None
+        # one pass over the log: the checks below, and the index rebuilt through the point to compare with
+        rebuild = Rebuild(path, segments, point) if point is not None else None
         scan = _LogCheck(path, report, point).run(segments, progress, rebuild)
         tail_in_acked = evidence.reaches(scan.tail_at)
         _report_torn_tail(scan, tail_in_acked, report)
@@ -85,6 +87,8 @@ def verify_store(root: str | os.PathLike[str], progress: Progress | None = None)
     finally:
         if rebuild is not None:
             rebuild.close()
+        if snapshot is not None:
+            snapshot.close()
     _check_modes(path, segments, report)
     return report
 

@@ -6,10 +6,16 @@ recovery point: they are lag (information), never a difference. Its point
 must be one the log backs (`point_doubt`), and its entries must equal those
 of an index rebuilt from nothing through that point (`rebuild_through`);
 differences are reported per session, in the log's terms (seqs, positions).
+
+Memory is flat in the size of the store: the snapshot is a copy of the
+index on disk (`Index.copy_to`, one read transaction, kept short), and the
+two indexes are compared entry by entry in their common order; only the
+entries that differ are held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +26,7 @@ import msgspec
 from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.index import Index
 from cairn.store.index_pass import rebuild_through
-from cairn.store.index_records import IndexMeta, decode_meta, explain_entry
+from cairn.store.index_records import DBS, IndexMeta, explain_entry
 from cairn.store.reader import LogLine
 from cairn.store.recovery import point_doubt
 from cairn.store.segments import segment_name
@@ -39,15 +45,34 @@ class IndexLag(msgspec.Struct, frozen=True):
     positions: tuple[int, int] = (0, 0)
 
 
-class IndexSnapshot(msgspec.Struct):
-    """The store's index as one read transaction saw it: every entry, and its recovery point."""
+Row = tuple[str, bytes, bytes]
+_DB_ORDER = {name.decode(): order for order, name in enumerate(DBS)}
 
-    rows: list[tuple[str, bytes, bytes]]
-    meta: IndexMeta | None
+
+class IndexSnapshot:
+    """The store's index as one read transaction saw it: a copy on disk (in a scratch directory that
+    `close` removes), and its recovery point."""
+
+    def __init__(self, scratch: Path, meta: IndexMeta | None) -> None:
+        self.scratch = scratch
+        self.meta = meta
+
+    @contextlib.contextmanager
+    def rows(self) -> Iterator[Iterator[Row]]:
+        """The copy's entries in `Index.dump`'s order, one at a time."""
+        index = Index(self.scratch / "index", readonly=True)
+        try:
+            yield index.rows()
+        finally:
+            index.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def snapshot_index(root: Path, report: VerifyReport) -> IndexSnapshot | None:
-    """The store's index, read in one transaction (None, with a warning or problem, when there is none)."""
+    """The store's index, copied in one read transaction (None, with a warning or problem, when there
+    is none). The caller closes it."""
     if (root / "index").is_symlink():
         return None  # named by the layout check; never read through
     if not (root / "index" / "data.mdb").exists():
@@ -63,12 +88,26 @@ def snapshot_index(root: Path, report: VerifyReport) -> IndexSnapshot | None:
     except UnexpectedEntry as exc:
         report.problems.append(Problem(code="unexpected-entry", segment="index", message=str(exc)))
         return None
+    scratch = Path(tempfile.mkdtemp(prefix="cairn-verify-snapshot-"))
     try:
-        rows = index.dump()
-    finally:
-        index.close()
-    through = [value for db, key, value in rows if db == "meta" and key == b"through"]
-    return IndexSnapshot(rows, decode_meta(through[0]) if through else None)
+        try:
+            (scratch / "index").mkdir()
+            index.copy_to(scratch / "index")
+        finally:
+            index.close()
+        copy = Index(scratch / "index", readonly=True)
+        try:
+            meta = copy.meta()
+        finally:
+            copy.close()
+    except IndexUnusable as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        report.problems.append(Problem(code="index-unreadable", message=str(exc)))
+        return None
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return IndexSnapshot(scratch, meta)
 
 
 class Rebuild:
@@ -107,10 +146,15 @@ class Rebuild:
                 else:
                     yield line
 
-    def dump(self, root: Path, segments: list[int]) -> list[tuple[str, bytes, bytes]]:
+    @contextlib.contextmanager
+    def rows(self, root: Path, segments: list[int]) -> Iterator[Iterator[Row]]:
+        """The rebuilt index's entries, one at a time (rebuilt again from the log when the pass could
+        not feed it)."""
         if self.usable and self.index is not None:
-            return self.index.dump()
-        return _fresh_dump(root, segments, self.point)
+            yield self.index.rows()
+        else:
+            with _fresh_rows(root, segments, self.point) as rows:
+                yield rows
 
     def close(self) -> None:
         if self.index is not None:
@@ -138,15 +182,16 @@ def check_index(
     if not _comparable(root, segments, meta, report):
         return
     point = (meta.segment, meta.offset)
-    if rebuild is not None and rebuild.point == point:
-        fresh = rebuild.dump(root, segments)
-    else:
-        fresh = _fresh_dump(root, segments, point)
+    with contextlib.ExitStack() as stack:
+        if rebuild is not None and rebuild.point == point:
+            fresh = stack.enter_context(rebuild.rows(root, segments))
+        else:
+            fresh = stack.enter_context(_fresh_rows(root, segments, point))
+        current = stack.enter_context(snapshot.rows())
+        have, want = _differences(current, fresh)
     report.index_checked = True
-    current = [row for row in snapshot.rows if not (row[0] == "meta" and row[1] == b"through")]
-    fresh = [row for row in fresh if not (row[0] == "meta" and row[1] == b"through")]
-    if current != fresh:
-        _report_differences(current, fresh, point, report)
+    if have or want:
+        _report_differences(have, want, point, report)
     if lag.lines:
         _report_lag(meta, lag, report)
 
@@ -211,15 +256,44 @@ def _report_lag(meta: IndexMeta, lag: IndexLag, report: VerifyReport) -> None:
     )
 
 
+def _differences(
+    current: Iterator[Row], fresh: Iterator[Row]
+) -> tuple[dict[tuple[str, bytes], bytes], dict[tuple[str, bytes], bytes]]:
+    """The entries where two indexes differ, as (the first's, the second's) values by (db, key):
+    both walked once in their common order (db, then key bytes), the recovery point left out."""
+    have: dict[tuple[str, bytes], bytes] = {}
+    want: dict[tuple[str, bytes], bytes] = {}
+
+    def ordered(rows: Iterator[Row]) -> Iterator[tuple[tuple[int, bytes], str, bytes]]:
+        for db, key, value in rows:
+            if not (db == "meta" and key == b"through"):
+                yield (_DB_ORDER[db], key), db, value
+
+    ours, theirs = ordered(current), ordered(fresh)
+    a, b = next(ours, None), next(theirs, None)
+    while a is not None or b is not None:
+        if b is None or (a is not None and a[0] < b[0]):
+            assert a is not None
+            have[(a[1], a[0][1])] = a[2]
+            a = next(ours, None)
+        elif a is None or b[0] < a[0]:
+            want[(b[1], b[0][1])] = b[2]
+            b = next(theirs, None)
+        else:
+            if a[2] != b[2]:
+                have[(a[1], a[0][1])] = a[2]
+                want[(b[1], b[0][1])] = b[2]
+            a, b = next(ours, None), next(theirs, None)
+    return have, want
+
+
 def _report_differences(
-    current: list[tuple[str, bytes, bytes]],
-    fresh: list[tuple[str, bytes, bytes]],
+    have: dict[tuple[str, bytes], bytes],
+    want: dict[tuple[str, bytes], bytes],
     point: tuple[int, int],
     report: VerifyReport,
 ) -> None:
     """Where the index and a rebuild through the same point disagree, per session, in the log's terms."""
-    have = {(db, key): value for db, key, value in current}
-    want = {(db, key): value for db, key, value in fresh}
     by_session: dict[str, list[tuple[int, str]]] = {}
     for db_key in sorted(set(have) | set(want)):
         if have.get(db_key) == want.get(db_key):
@@ -252,13 +326,15 @@ def _report_differences(
         )
 
 
-def _fresh_dump(root: Path, segments: list[int], point: tuple[int, int]) -> list[tuple[str, bytes, bytes]]:
+@contextlib.contextmanager
+def _fresh_rows(root: Path, segments: list[int], point: tuple[int, int]) -> Iterator[Iterator[Row]]:
+    """The entries of an index rebuilt from the log through `point`, in a scratch directory."""
     scratch = Path(tempfile.mkdtemp(prefix="cairn-verify-"))
     try:
         index = Index(scratch / "index")
         try:
             rebuild_through(root, index, segments, point)
-            return index.dump()
+            yield index.rows()
         finally:
             index.close()
     finally:

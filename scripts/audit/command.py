@@ -116,3 +116,29 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     else:
         print(f"drew {len(data.projected)} requests and {len(data.markers)} markers of {sid} into {out}")
     return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the static HTML report of the local store into `--out`; exit 1 when verify found problems
+    or a session is corrupt (the report shows them)."""
+    from cairn.audit.report import now_ms, write_report
+
+    if cluster_url(args) is not None:
+        raise UsageError(
+            "report reads a local store (--store): "
+            "copy a cluster's first with `cairn export --nats URL --to DIR`"
+        )
+    root = store_root(args)
+    out = Path(args.out)
+    with progress_bar("reporting: events read", not args.json, counting="items") as progress:
+        result = write_report(root, out, now_ms=now_ms(), progress=progress, warn=None if args.json else warn)
+    if args.json:
+        print_json(asdict(result))
+    else:
+        verdict = "verify ok" if result.verify_ok else f"verify found {result.verify_problems} problems"
+        corrupt = f", {len(result.corrupt)} corrupt" if result.corrupt else ""
+        print(
+            f"reported {result.sessions} sessions ({result.events} events{corrupt}; {verdict}) "
+            f"into {out / 'index.html'}"
+        )
+    return EXIT_OK if result.verify_ok and not result.corrupt else EXIT_PROBLEMS

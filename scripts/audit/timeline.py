@@ -2,6 +2,13 @@
 
 `timeline_data` is pure: it folds a session's records (in seq order) into
 what the picture shows, keeping O(requests + markers), never the records.
+Given `buckets` and the session's `span` (its last seq), it keeps
+O(buckets) instead, flat in the session's length (`cairn report` draws
+sessions of a million events so): the x axis is cut into `buckets` equal
+runs of seqs; per run a series keeps its first, lowest, highest and last
+point (so peaks and the saw teeth of compaction stay), each marker kind
+its first marker, and the turn starts their first. `marker_counts` always
+counts every marker. With runs of one seq nothing is dropped.
 `render` draws it with matplotlib's Agg backend (no display needed).
 
 The x axis is the event seq in the session, so every fact sits where it
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cairn._console import printable
 from cairn.actors.session.budget import budget_for
 from cairn.events.codec import Record
 from cairn.events.kinds import (
@@ -80,20 +88,79 @@ class Timeline:
     turn_starts: list[int] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     last_seq: int = 0
+    #: every marker of the session by kind, drawn or merged into a drawn one of its run
+    marker_counts: dict[str, int] = field(default_factory=dict)
+    #: seqs per run when the data was reduced to runs (`buckets`), else 1
+    run_width: int = 1
 
     @property
     def title(self) -> str:
         return f"session {self.sid}" + (f" · model {self.model}" if self.model else "")
 
 
-def timeline_data(sid: str, records: Iterable[Record]) -> Timeline:
-    """What `render` draws for one session (see the module doc); `records` in seq order."""
-    data = Timeline(sid=sid)
+class _Series:
+    """One series of (seq, tokens) points, reduced per run of `width` seqs to its first, lowest,
+    highest and last point (all of them when `width` is 1): O(runs) memory."""
+
+    def __init__(self, out: list[tuple[int, int]], width: int) -> None:
+        self._out = out
+        self._width = width
+        self._run = -1
+        self._kept: list[tuple[int, int]] = []
+
+    def add(self, seq: int, value: int) -> None:
+        if self._width == 1:
+            self._out.append((seq, value))
+            return
+        run = (seq - 1) // self._width
+        if run != self._run:
+            self.flush()
+            self._run = run
+        kept = self._kept
+        if not kept:
+            kept.extend([(seq, value)] * 4)  # first, lowest, highest, last
+            return
+        if value < kept[1][1]:
+            kept[1] = (seq, value)
+        if value > kept[2][1]:
+            kept[2] = (seq, value)
+        kept[3] = (seq, value)
+
+    def flush(self) -> None:
+        if self._kept:
+            self._out.extend(sorted(set(self._kept)))
+            self._kept = []
+
+
+def timeline_data(
+    sid: str, records: Iterable[Record], *, buckets: int | None = None, span: int | None = None
+) -> Timeline:
+    """What `render` draws for one session (see the module doc); `records` in seq order.
+
+    With `buckets` and `span` (the session's last seq, known beforehand), the
+    series, markers and turn starts are reduced to at most `buckets` runs.
+    """
+    width = 1 if buckets is None or span is None else max(1, -(-span // max(1, buckets)))
+    data = Timeline(sid=sid, run_width=width)
+    projected, provider = _Series(data.projected, width), _Series(data.provider, width)
     request_seq: dict[str, int] = {}
+    drawn: dict[str, int] = {}  # the run of each kind's latest drawn marker (and of the turn starts)
     level = 0  # the latest context figure, where markers without their own height sit
 
+    def first_of_run(kind: str, seq: int) -> bool:
+        run = (seq - 1) // width
+        if drawn.get(kind) == run:
+            return False
+        drawn[kind] = run
+        return True
+
+    def add_marker(marker: Marker) -> None:
+        data.marker_counts[marker.kind] = data.marker_counts.get(marker.kind, 0) + 1
+        if first_of_run(marker.kind, marker.seq):
+            data.markers.append(marker)
+
     def mark(kind: str, seq: int, label: str) -> None:
-        data.markers.append(Marker(kind, seq, label, level))
+        add_marker(Marker(kind, seq, label, level))
 
     for record in records:
         event, seq = record.event, record.seq
@@ -107,19 +174,20 @@ def timeline_data(sid: str, records: Iterable[Record]) -> Timeline:
             data.handoff_threshold = budget.handoff_threshold
             data.compaction_threshold = budget.compaction_threshold
         elif isinstance(event, TurnStarted):
-            data.turn_starts.append(seq)
+            if first_of_run(" turn", seq):
+                data.turn_starts.append(seq)
             request_seq.clear()
         elif isinstance(event, Request):
             request_seq[event.request_id] = seq
             if event.model:
                 data.model = event.model
             if event.projected_tokens is not None:
-                data.projected.append((seq, event.projected_tokens))
+                projected.add(seq, event.projected_tokens)
                 level = event.projected_tokens
         elif isinstance(event, Usage):
             at = request_seq.get(event.request_id)
             if at is not None and event.prompt_tokens is not None:
-                data.provider.append((at, event.prompt_tokens))
+                provider.add(at, event.prompt_tokens)
         elif isinstance(event, Handoff):
             mark("handoff", seq, f"hand-off (epoch {event.epoch})")
         elif isinstance(event, ContextSlimmed):
@@ -129,9 +197,7 @@ def timeline_data(sid: str, records: Iterable[Record]) -> Timeline:
                 f"checkpoint {event.trigger}/{event.strategy}: "
                 f"{event.source_tokens} → {event.replacement_tokens}"
             )
-            data.markers.append(
-                Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens)
-            )
+            add_marker(Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens))
             level = event.replacement_tokens
         elif isinstance(event, CompactionFailed):
             mark("compaction-failed", seq, f"compaction failed: {event.reason}")
@@ -140,6 +206,8 @@ def timeline_data(sid: str, records: Iterable[Record]) -> Timeline:
         elif isinstance(event, TurnFailed):
             kind = "interrupted" if event.phase == "interrupted" else "turn-failed"
             mark(kind, seq, f"turn failed ({event.phase})")
+    projected.flush()
+    provider.flush()
     return data
 
 
@@ -173,8 +241,17 @@ def render(data: Timeline) -> Any:
             linestyle=":",
             label=f"hand-off threshold ({data.handoff_threshold})",
         )
-    for index, seq in enumerate(data.turn_starts):
-        ax.axvline(seq, color="gray", linewidth=0.4, alpha=0.6, label="turn start" if index == 0 else None)
+    if data.turn_starts:  # one collection, not an artist per turn: a long session has thousands
+        ax.vlines(
+            data.turn_starts,
+            0,
+            1,
+            transform=ax.get_xaxis_transform(),
+            color="gray",
+            linewidth=0.4,
+            alpha=0.6,
+            label="turn start",
+        )
     if data.projected:
         xs, ys = zip(*data.projected, strict=True)
         ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
@@ -192,7 +269,7 @@ def render(data: Timeline) -> Any:
             marker=symbol,
             color=colour,
             markersize=7,
-            label=f"{label} ({len(chosen)})",
+            label=f"{label} ({data.marker_counts.get(kind, len(chosen))})",
         )
         for m in chosen:
             if m.y_after is not None:  # a checkpoint: an arrow from before to after, and its label
@@ -214,10 +291,12 @@ def render(data: Timeline) -> Any:
                 )
     ax.set_xlabel("event seq in the session")
     ax.set_ylabel("tokens")
-    ax.set_title(data.title)
+    # the title quotes the log (the model): control characters shown as escapes, `$` never mathtext
+    ax.set_title(printable(data.title), parse_math=False)
     ax.set_xlim(0, max(data.last_seq, 1) + 1)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if ax.get_legend_handles_labels()[0]:  # a session of no request and no window draws none
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return figure
 
 

@@ -117,6 +117,7 @@ SUITES = {
     "cluster": "cairn.bench.cluster",
     "hosts": "cairn.bench.hosts",
     "placement": "cairn.bench.placement",
+    "audit": "cairn.bench.audit",
 }
 
 

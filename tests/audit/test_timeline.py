@@ -146,6 +146,8 @@ def test_the_figure_draws_the_data() -> None:
     provider = lines["context tokens, provider"]
     assert list(provider.get_xdata()) == [3, 5] and list(provider.get_ydata()) == [480, 650]
     assert list(lines["failed turn (1)"].get_xdata()) == [7]
+    (turns,) = [c for c in ax.collections if c.get_label() == "turn start"]
+    assert [segment[0][0] for segment in turns.get_segments()] == [2]
     assert list(lines["context window (100000)"].get_ydata()) == [100_000, 100_000]
     assert list(lines["compaction threshold (72000)"].get_ydata()) == [72_000, 72_000]
     assert list(lines["hand-off threshold (63000)"].get_ydata()) == [63_000, 63_000]
@@ -173,3 +175,50 @@ def test_the_command_writes_png_and_svg_and_refuses_bad_input(
     assert not bad.exists() and not (tmp_path / "t.pdf").exists()
     err = capsys.readouterr().err
     assert "checksum mismatch" in err and "no session 'nope'" in err
+
+
+def long_session(requests: int) -> list[EventBase]:
+    """Turns of 10 requests with a saw-tooth projection (up by 7 per request, a checkpoint every 500
+    requests drops it to 100), each request's usage, and a provider error every 100 requests."""
+    events: list[EventBase] = [SessionStarted(workspace="/w", model="m", context_window=100_000)]
+    tokens = 100
+    for i in range(requests):
+        if i % 10 == 0:
+            events.append(TurnStarted(turn_id=f"t{i}"))
+        tokens += 7
+        events.append(request(f"r{i}", tokens))
+        events.append(Usage(request_id=f"r{i}", prompt_tokens=tokens - 3))
+        if i % 100 == 99:
+            events.append(ProviderError(request_id=f"r{i}", error_class="server", output_delivered=False))
+        if i % 500 == 499:
+            events.append(checkpoint(i // 500 + 1, len(events)))
+            tokens = 100
+    return events
+
+
+def test_reduced_to_runs_the_data_keeps_every_peak_and_counts_every_marker() -> None:
+    events = long_session(20_000)
+    span = len(events)
+    full = timeline_data("s", records(events))
+    reduced = timeline_data("s", records(events), buckets=100, span=span)
+    assert reduced.run_width == -(-span // 100)
+    assert len(full.projected) == 20_000 and len(reduced.projected) <= 400
+    assert len(reduced.provider) <= 400 and len(reduced.turn_starts) == 100
+    # the peaks (before each checkpoint) and the troughs after them are all drawn
+    assert max(y for _, y in reduced.projected) == max(y for _, y in full.projected) == 100 + 500 * 7
+    full_peaks = {x for x, y in full.projected if y == 3600}
+    assert full_peaks <= {x for x, _ in reduced.projected} and len(full_peaks) == 40
+    assert set(reduced.projected) <= set(full.projected) and set(reduced.provider) <= set(full.provider)
+    assert reduced.projected == sorted(reduced.projected)
+    assert reduced.marker_counts == full.marker_counts == {"provider-error": 200, "checkpoint": 40}
+    assert len(reduced.markers) <= 200 and set(reduced.markers) <= set(full.markers)
+    figure = render(reduced)
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert "provider error (200)" in legend and "checkpoint (before → after) (40)" in legend
+
+
+def test_a_session_shorter_than_its_runs_is_not_reduced() -> None:
+    events = long_session(120)
+    full = timeline_data("s", records(events))
+    assert timeline_data("s", records(events), buckets=1000, span=len(events)) == full
+    assert full.run_width == 1

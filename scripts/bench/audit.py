@@ -1,0 +1,369 @@
+"""Audit benchmarks of `cairn bench` (issue 15): export (Parquet) and report of a store of 1M events.
+
+Usage: python -m cairn.bench.audit [--quick] [--json]
+
+Two stores are built with the journal's batch append (`Journal.append` of
+one turn-shaped batch of about 2,000 events per call, no actor): a small one
+(250,000 events) and a large one (1,000,000), each of 8 sessions, so the
+large store's sessions are also 4x longer. Each holds what a host writes:
+turns of requests, assistant messages with tool calls, usage, tool results,
+slimming, provider errors, failed turns and a checkpoint every 150 turns.
+
+`cairn export --format parquet` and `cairn report` of each store run in a
+fresh child process (`--child`), which reports its time and its memory:
+the peak resident set (`VmHWM`) and the peak anonymous resident set
+(`RssAnon` sampled every 10 ms: heap and stacks, not the file pages of the
+mmapped log and index, which the kernel reclaims and which grow with the
+store whatever the code keeps). Small and large run in alternating pairs;
+the figure is the large store's peak over the small store's, target
+<= 1.25x: memory is flat in the number of events (and in a session's length).
+
+`cairn verify` (which the report runs first) is measured alone the same way,
+as its share of the report: its index check once held every index entry
+twice in memory (540 MiB at 1M events); it now compares a copy on disk
+entry by entry.
+
+`--quick`: 25,000 and 100,000 events, one pair.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cairn.bench import Figure, figure, guarded
+from cairn.bench._measure import LoadMeter, Pairs, alternate
+from cairn.bench._workload import payload
+from cairn.events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    ContextSlimmed,
+    EventBase,
+    ProviderError,
+    Request,
+    SessionStarted,
+    ToolResult,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+    Usage,
+    UserMessage,
+)
+from cairn.events.model import Message, TextPart, ToolCall
+
+SESSIONS = 8
+BATCH = 2_000
+MEMORY_TARGET = 1.25
+#: what runs in the children: `cairn verify` alone too, as the report runs it (its share of the report)
+TASKS = ("export", "report", "verify")
+#: (small, large) events of the stores, and pairs
+FULL = (250_000, 1_000_000, 2)
+QUICK = (25_000, 100_000, 1)
+
+
+# --- the stores ---------------------------------------------------------------------------
+
+
+class _Session:
+    """One session's events, written turn by turn: the state a turn's events need."""
+
+    def __init__(self, sid: str, rng: random.Random) -> None:
+        self.sid = sid
+        self.rng = rng
+        self.turn = 0
+        self.tokens = 2_000
+        self.epoch = 0
+        self.seq = 0
+
+    def turn_events(self) -> list[EventBase]:
+        """One turn: 3 requests (2 with a tool call and its result), each with its usage; now and
+        then slimming, a provider error and retry, a failed turn, and a checkpoint every 150 turns."""
+        n, rng = self.turn, self.rng
+        self.turn += 1
+        tid = f"t{n}"
+        events: list[EventBase] = [
+            TurnStarted(turn_id=tid, message_id=f"u{n}"),
+            UserMessage(message_id=f"u{n}", content=(TextPart(payload(rng, 40, 160)),)),
+        ]
+        for k in range(3):
+            rid = f"r{n}.{k}"
+            self.tokens += rng.randint(300, 900)
+            events.append(
+                Request(
+                    request_id=rid,
+                    turn_id=tid,
+                    attempt=1,
+                    fingerprint="f",
+                    history_revision=n,
+                    projected_tokens=self.tokens,
+                    phase="below_handoff",
+                    message_count=10 + k,
+                    model="bench",
+                )
+            )
+            if n % 40 == 7 and k == 0:
+                events.append(ProviderError(request_id=rid, error_class="server", output_delivered=False))
+                continue
+            calls = (
+                (ToolCall(id=f"c{n}.{k}", name="read", arguments='{"path": "src/app.py"}'),) if k < 2 else ()
+            )
+            events.append(
+                AssistantMessage(
+                    message_id=f"a{n}.{k}", request_id=rid, text=payload(rng, 20, 80), tool_calls=calls
+                )
+            )
+            events.append(
+                Usage(
+                    request_id=rid,
+                    prompt_tokens=self.tokens - 50,
+                    completion_tokens=40,
+                    total_tokens=self.tokens,
+                )
+            )
+            if calls:
+                text = payload(rng, 60, 240)
+                events.append(
+                    ToolResult(
+                        call_id=calls[0].id,
+                        tool_name="read",
+                        status="ok",
+                        effect="read",
+                        content=(TextPart(text),),
+                        original_chars=len(text),
+                    )
+                )
+        if n % 13 == 5:
+            events.append(ContextSlimmed(mode="micro", removed_call_ids=(f"c{n}.0",), tokens_saved=120))
+            self.tokens -= 120
+        if n % 97 == 50:
+            events.append(TurnFailed(turn_id=tid, phase="tool", error_class="ToolError", error="it broke"))
+        else:
+            events.append(TurnCompleted(turn_id=tid, requests=3))
+        if n % 150 == 149:
+            self.epoch += 1
+            events.append(
+                CheckpointCommitted(
+                    version=1,
+                    epoch=self.epoch,
+                    through_seq=self.seq + len(events),
+                    trigger="threshold",
+                    strategy="fallback",
+                    source_tokens=self.tokens,
+                    replacement_tokens=3_000,
+                    replacement_messages=(Message(role="user", content=payload(rng, 400, 800), id=f"s{n}"),),
+                )
+            )
+            self.tokens = 3_000
+        return events
+
+
+def build_store(root: Path, events: int, sessions: int = SESSIONS) -> int:
+    """A store of about `events` events in `sessions` sessions, by batch appends; the events written."""
+    from cairn.store import Journal
+
+    per_session = events // sessions
+    written = 0
+    with Journal.open(root) as journal:
+        for s in range(sessions):
+            session = _Session(f"bench-{s}", random.Random(s))
+            batch: list[EventBase] = [
+                SessionStarted(workspace="/w", model="bench", context_window=200_000, max_output_tokens=8_000)
+            ]
+            while session.seq + len(batch) < per_session:
+                batch += session.turn_events()
+                if len(batch) >= BATCH or session.seq + len(batch) >= per_session:
+                    journal.append(session.sid, batch, expected_seq=session.seq)
+                    session.seq += len(batch)
+                    written += len(batch)
+                    batch = []
+            if batch:
+                journal.append(session.sid, batch, expected_seq=session.seq)
+                session.seq += len(batch)
+                written += len(batch)
+    return written
+
+
+# --- one measured run, in a child process ---------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
+    """Run `task` (export or report) on `store` into `out`: its time and peak memory (this process)."""
+    from cairn import cli
+
+    peak_anon = _status_kib("RssAnon")
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_anon
+        while not done.wait(0.01):
+            peak_anon = max(peak_anon, _status_kib("RssAnon"))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    argv = ["--store", str(store), "--json"]
+    if task == "export":
+        argv = ["export", *argv, "--format", "parquet", "--to", str(out)]
+    elif task == "report":
+        argv = ["report", *argv, "--out", str(out)]
+    else:
+        argv = ["verify", *argv]
+    started = time.perf_counter()
+    with open(os.devnull, "w") as sink:
+        stdout, sys.stdout = sys.stdout, sink
+        try:
+            code = cli.main(argv)
+        finally:
+            sys.stdout = stdout
+    seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    peak_anon = max(peak_anon, _status_kib("RssAnon"))
+    return {"code": code, "seconds": seconds, "hwm_kib": _status_kib("VmHWM"), "anon_kib": peak_anon}
+
+
+def measure(task: str, store: Path, workdir: Path) -> dict[str, Any]:
+    """One child run of `task` on `store` (its output removed after)."""
+    out = Path(tempfile.mkdtemp(prefix=f"{task}-", dir=workdir)) / "out"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cairn.bench.audit", "--child", task, str(store), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=True,
+        )
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["code"] != 0:
+        raise RuntimeError(f"{task} of {store} exited {result['code']}: {done.stderr.strip()[-300:]}")
+    return result
+
+
+# --- the suite ------------------------------------------------------------------------------
+
+
+def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) -> list[Figure]:
+    """`task` on the small and the large store in alternating pairs: time, peaks, and the growth."""
+    (small, small_store), (large, large_store) = sorted(stores.items())
+    runs: dict[int, list[dict[str, Any]]] = {small: [], large: []}
+
+    def run(size: int, store: Path) -> float:
+        result = measure(task, store, workdir)
+        runs[size].append(result)
+        return float(result["anon_kib"])
+
+    with LoadMeter() as meter:
+        anon = alternate(lambda: run(small, small_store), lambda: run(large, large_store), pairs)
+    hwm = Pairs([r["hwm_kib"] for r in runs[small]], [r["hwm_kib"] for r in runs[large]])
+    seconds = Pairs([r["seconds"] for r in runs[small]], [r["seconds"] for r in runs[large]])
+    what = f"`cairn {'export --format parquet' if task == 'export' else task}`"
+    sizes = f"{small:,} vs {large:,} events in {SESSIONS} sessions"
+    mib = [f"{r['anon_kib'] / 1024:.0f}" for r in runs[large]]
+    return [
+        figure(
+            f"{task}.seconds_1m" if large == FULL[1] else f"{task}.seconds",
+            round(seconds.subject, 1),
+            "s",
+            detail=f"{what} of {large:,} events ({large / seconds.subject:,.0f} events/s), "
+            f"in a fresh process; {small:,} events took {seconds.baseline:.1f} s",
+            load=meter,
+        ),
+        figure(
+            f"{task}.peak_rss_mib",
+            round(hwm.subject / 1024, 1),
+            "MiB",
+            detail=f"VmHWM of the child at {large:,} events (file pages of the mmapped log and index "
+            f"included); {hwm.describe(',.0f')} KiB",
+        ),
+        figure(
+            f"{task}.peak_anon_mib",
+            round(anon.subject / 1024, 1),
+            "MiB",
+            detail=f"peak RssAnon of the child at {large:,} events (sampled every 10 ms): "
+            f"{', '.join(mib)} MiB",
+        ),
+        figure(
+            f"{task}.memory_growth",
+            round(anon.ratio, 3),
+            "x",
+            f"<= {MEMORY_TARGET}x",
+            anon.ratio <= MEMORY_TARGET,
+            f"peak anonymous RSS, large store over small ({sizes}; KiB)",
+            pairs=anon,
+            load=meter,
+            fmt=",.0f",
+        ),
+        figure(
+            f"{task}.rss_growth",
+            round(hwm.ratio, 3),
+            "x",
+            detail=f"peak RSS (VmHWM, file pages included), large over small ({sizes}): "
+            f"{hwm.describe(',.0f')}",
+        ),
+    ]
+
+
+def run(quick: bool) -> list[Figure]:
+    """The `audit` suite, in a scratch directory removed at the end."""
+    small, large, pairs = QUICK if quick else FULL
+    workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-"))
+    try:
+        stores: dict[int, Path] = {}
+        figures: list[Figure] = []
+        started = time.perf_counter()
+        written = 0
+        for size in (small, large):
+            stores[size] = workdir / f"store-{size}"
+            written += build_store(stores[size], size)
+        built = time.perf_counter() - started
+        figures.append(
+            figure(
+                "build.events_per_s",
+                round(written / built),
+                "events/s",
+                detail=f"{written:,} events in {SESSIONS} sessions per store, by batch appends of about "
+                f"{BATCH:,} events (Journal.append, fsynced), in {built:.1f} s",
+            )
+        )
+        for task in TASKS:
+            figures += guarded(task, functools.partial(bench_task, task, stores, workdir, pairs))
+        return figures
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`.
+
+    `--child TASK STORE OUT` is the measuring subprocess; not for people.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--child"] and len(args) == 4:
+        print(json.dumps(_child(args[1], Path(args[2]), Path(args[3]))))
+        return 0
+    from cairn import bench
+
+    return bench.main(args, suite="audit")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
