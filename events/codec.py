@@ -369,7 +369,6 @@ def frames_sound(
     lengths: Sequence[int],
     *,
     _crc: Callable[[bytes], int] = crc32c.crc32c,
-    _pack: Callable[..., bytes] = struct.pack,
 ) -> bool:
     """Whether `run` is exactly lines of these lengths, each ending in the crc field its bytes give.
 
@@ -394,9 +393,22 @@ def frames_sound(
             return False
         add_crc(_crc(run[start:cut]))
         add_tail(run[cut:end])
+    return crc_fields_match(crcs, tails)
+
+
+def crc_fields_match(
+    crcs: Sequence[int], tails: Sequence[bytes], *, _pack: Callable[..., bytes] = struct.pack
+) -> bool:
+    """Whether each of `tails` (a line's last 19 bytes) is the crc field of its line's CRC in `crcs`
+    (`,"crc":"`, the CRC's 8 lowercase hex digits, `"}`, a newline): all lines compared at once,
+    column by column, instead of formatting one crc field per line."""
     count = len(crcs)
+    if len(tails) != count:
+        return False
     digits = _pack(f">{count}I", *crcs).hex().encode()
     joined = b"".join(tails)
+    if len(joined) != count * _SUFFIX_WIDTH:
+        return False
     for column in range(_SUFFIX_WIDTH):
         if _HEX_AT <= column < _HEX_AT + 8:
             wanted = digits[column - _HEX_AT :: 8]
