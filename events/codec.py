@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 from collections.abc import Callable, Sequence
 
 import crc32c
@@ -280,42 +281,28 @@ def decode_run(
     lengths: Sequence[int],
     *,
     where: str = "",
-    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
-    _suffix: bytes = _CRC_SUFFIX_FORMAT,
     _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
     _tags: dict[type[EventBase], str] = TAG_OF,
 ) -> list[Record]:
     """Decode a run of whole lines, given their lengths: the replay hot path.
 
-    The whole run is decoded in one msgspec call, then one pass checks each
-    line's frame and CRC in place (no copy of the line) and its record's
-    version and kind; nothing is returned before every line passed. Anything
-    unexpected sends the run through
-    `_decode_slowly`, line by line, which raises the precise typed error
-    (naming `where` and the line's number when it is not the first).
+    The whole run is decoded in one msgspec call, every line's frame and CRC
+    are checked in place (`frames_sound`) and its record's version and kind
+    in one pass; nothing is returned before every line passed. Anything
+    unexpected sends the run through `_decode_slowly`, line by line, which
+    raises the precise typed error (naming `where` and the line's number
+    when it is not the first).
     """
     records: list[Record] = []
-    if len(run) == sum(lengths):
+    if frames_sound(run, lengths):
         try:
             records = _decode_many(run)
         except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError; deep nesting
             records = []  # the slow path checks each line's CRC first and names the bad one
     if len(records) == len(lengths):
-        # one pass for the frame and CRC of every line and the version and kind of its record
-        view = memoryview(run)
-        ends_with = run.startswith
-        start = 0
-        for record, length in zip(records, lengths, strict=True):
-            cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
-            # the line must end in exactly the crc field its content gives, newline included
-            if not (
-                length > _CRC_SUFFIX_LEN + 1
-                and ends_with(_suffix % _crc(view[start:cut]), cut)
-                and record.v == SCHEMA_VERSION
-                and record.line_kind == _tags[type(record.event)]
-            ):
+        for record in records:
+            if record.v != SCHEMA_VERSION or record.line_kind != _tags[type(record.event)]:
                 break
-            start += length
         else:
             return records
     out: list[Record] = []
@@ -334,8 +321,6 @@ def decode_session_run(
     first_seq: int,
     first_pos: int,
     *,
-    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
-    _suffix: bytes = _CRC_SUFFIX_FORMAT,
     _decode_many: Callable[[bytes], list[Record]] = _record_decoder.decode_lines,
     _tags: dict[type[EventBase], str] = TAG_OF,
 ) -> list[Record] | None:
@@ -343,39 +328,96 @@ def decode_session_run(
 
     `lengths` are the lines' lengths as an index holds them; the first line
     is at seq `first_seq` and pos `first_pos`, each next one at the next seq
-    and pos. One msgspec call decodes the run, then one pass checks, for
-    every line, what `decode_run` checks (frame, CRC, version, kind) and
-    that its record is the one the index names (session, seq, pos). Never
-    raises for bad input: a caller that gets None reads the run again line
-    by line to name the bad one.
+    and pos. One msgspec call decodes the run, `frames_sound` checks every
+    line's frame and CRC, then one pass checks what `decode_run` checks of
+    each record (version, kind) and that it is the one the index names
+    (session, seq, pos). Never raises for bad input: a caller that gets
+    None reads the run again line by line to name the bad one.
     """
+    if not frames_sound(run, lengths):
+        return None
     try:
         records = _decode_many(run)
     except (msgspec.DecodeError, RecursionError):
         return None
     if len(records) != len(lengths):
         return None
-    view = memoryview(run)
-    ends_with = run.startswith
-    start = 0
     seq = first_seq
     pos = first_pos
-    for record, length in zip(records, lengths, strict=True):
-        cut = start + length - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
-        if not (
-            record.seq == seq
-            and record.pos == pos
-            and record.sid == sid
-            and length > _CRC_SUFFIX_LEN + 1
-            and ends_with(_suffix % _crc(view[start:cut]), cut)
-            and record.v == SCHEMA_VERSION
-            and record.line_kind == _tags[type(record.event)]
+    for record in records:
+        if (
+            record.seq != seq
+            or record.pos != pos
+            or record.sid != sid
+            or record.v != SCHEMA_VERSION
+            or record.line_kind != _tags[type(record.event)]
         ):
             return None
-        start += length
         seq += 1
         pos += 1
-    return records if start == len(run) else None
+    return records
+
+
+#: a line's last 19 bytes with its crc's 8 hex digits left out, and where those digits go
+_SUFFIX_FRAME = _CRC_SUFFIX_HEAD + b'"}\n'
+_HEX_AT = len(_CRC_SUFFIX_HEAD)
+_SUFFIX_WIDTH = _CRC_SUFFIX_LEN + 1
+
+
+def frames_sound(
+    run: bytes,
+    lengths: Sequence[int],
+    *,
+    _crc: Callable[[bytes], int] = crc32c.crc32c,
+) -> bool:
+    """Whether `run` is exactly lines of these lengths, each ending in the crc field its bytes give.
+
+    Each line must be longer than its crc field and end in `,"crc":"`, the
+    8 lowercase hex digits of the CRC-32C of every byte before that, `"}`
+    and a newline. One pass takes each line's CRC and last 19 bytes; those
+    are then compared, all lines at once, column by column with what they
+    must hold (no formatting of a crc field per line).
+    """
+    if len(run) != sum(lengths):
+        return False
+    crcs: list[int] = []
+    tails: list[bytes] = []
+    add_crc = crcs.append
+    add_tail = tails.append
+    end = 0
+    for length in lengths:
+        start = end
+        end += length
+        cut = end - _SUFFIX_WIDTH
+        if cut <= start:
+            return False
+        add_crc(_crc(run[start:cut]))
+        add_tail(run[cut:end])
+    return crc_fields_match(crcs, tails)
+
+
+def crc_fields_match(
+    crcs: Sequence[int], tails: Sequence[bytes], *, _pack: Callable[..., bytes] = struct.pack
+) -> bool:
+    """Whether each of `tails` (a line's last 19 bytes) is the crc field of its line's CRC in `crcs`
+    (`,"crc":"`, the CRC's 8 lowercase hex digits, `"}`, a newline): all lines compared at once,
+    column by column, instead of formatting one crc field per line."""
+    count = len(crcs)
+    if len(tails) != count:
+        return False
+    digits = _pack(f">{count}I", *crcs).hex().encode()
+    joined = b"".join(tails)
+    if len(joined) != count * _SUFFIX_WIDTH:
+        return False
+    for column in range(_SUFFIX_WIDTH):
+        if _HEX_AT <= column < _HEX_AT + 8:
+            wanted = digits[column - _HEX_AT :: 8]
+        else:
+            at = column if column < _HEX_AT else column - 8
+            wanted = _SUFFIX_FRAME[at : at + 1] * count
+        if joined[column::_SUFFIX_WIDTH] != wanted:
+            return False
+    return True
 
 
 def _decode_slowly(line: bytes, where: str) -> Record:

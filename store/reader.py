@@ -24,12 +24,12 @@ import crc32c
 import msgspec
 
 from cairn.events.codec import (
-    CRC_SUFFIX_FORMAT,
     MAX_LINE_BYTES,
     SCHEMA_VERSION,
     Envelope,
     Record,
     chain_digest_of_content,
+    crc_fields_match,
     decode_envelope,
     decode_line,
     line_content,
@@ -220,9 +220,8 @@ def _chunk_lines(
     data: bytes,
     *,
     _decode_many: Callable[[bytes], list[Record]] = record_decoder.decode_lines,
-    _crc: Callable[[bytes | memoryview], int] = crc32c.crc32c,
+    _crc: Callable[[bytes], int] = crc32c.crc32c,
     _sha256: Callable[[bytes | memoryview], Any] = hashlib.sha256,
-    _suffix: bytes = CRC_SUFFIX_FORMAT,
     _tags: dict[type[EventBase], str] = TAG_OF,
     _head: bytes = _LINE_HEAD,
 ) -> list[LogLine] | None:
@@ -243,22 +242,26 @@ def _chunk_lines(
         return None
     if len(records) != count:
         return None
-    view = memoryview(data)
     ends_with = data.startswith
     find = data.find
     out: list[LogLine] = []
+    crcs: list[int] = []
+    tails: list[bytes] = []
     start = 0
     for record in records:
         stop = find(b"\n", start) + 1
         cut = stop - 19  # where `,"crc":"` starts: 18 bytes of crc field, then the newline
         if not (
-            ends_with(_head, start)
-            and ends_with(_suffix % _crc(view[start:cut]), cut)
+            cut > start
+            and ends_with(_head, start)
             and record.v == SCHEMA_VERSION
             and record.line_kind == _tags[type(record.event)]
         ):
             return None
-        digest = _sha256(view[start:cut])
+        prefix = data[start:cut]
+        crcs.append(_crc(prefix))
+        tails.append(data[cut:stop])  # its crc field: all checked at once below
+        digest = _sha256(prefix)
         digest.update(b"}")
         out.append(
             LogLine(
@@ -274,7 +277,7 @@ def _chunk_lines(
             )
         )
         start = stop
-    return out
+    return out if crc_fields_match(crcs, tails) else None
 
 
 class AuditRecord(msgspec.Struct, frozen=True):

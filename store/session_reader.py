@@ -15,7 +15,7 @@ read transactions and preads, and never blocks the writer.
 
 from __future__ import annotations
 
-import operator
+import functools
 import struct
 from collections.abc import Callable, Iterator
 
@@ -126,7 +126,7 @@ class SessionReader:
         lengths the index gives each line must cover the run's bytes.
         """
         count = len(values) // LOC.size
-        lengths = list(map(_first, _LENGTH.iter_unpack(values)))
+        lengths = _lengths_of(count).unpack(values)
         read = self._segments.read
         at = LOC.unpack_from
         checked: list[Record] = []  # the runs checked so far, fed to the fold in one page
@@ -308,9 +308,11 @@ class SessionReader:
         return replayer.state()
 
 
-#: the length in an index value (`LOC`: >QQIQ)
-_LENGTH = struct.Struct(">16xI8x")
-_first = operator.itemgetter(0)
+@functools.lru_cache(maxsize=8)
+def _lengths_of(count: int) -> struct.Struct:
+    """What unpacks the lengths of `count` index values (`LOC`: >QQIQ) packed back to back, all in
+    one call (a page is mostly `_SCAN_PAGE` values: one cached Struct serves every full page)."""
+    return struct.Struct(">" + "16xI8x" * count)
 
 
 def _run_end(values: bytes, first: int, count: int, segment: int, pos: int) -> int:

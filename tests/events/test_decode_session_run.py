@@ -6,7 +6,7 @@ import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.events.codec import GENESIS, decode_run, decode_session_run, encode_line
+from cairn.events.codec import GENESIS, decode_run, decode_session_run, encode_line, frames_sound
 from cairn.events.kinds import Usage
 from tests.strategies import events as event_strategies
 
@@ -53,3 +53,33 @@ def test_any_doubt_gives_none():
         forged_run = b"".join(forged)
         assert decode_session_run(forged_run, [len(line) for line in forged], "s1", 3, 10) is None, change
     assert decode_session_run(b"{not json\n", [10], "s1", 3, 10) is None
+
+
+def test_frames_sound_refuses_every_damaged_suffix_byte():
+    lines = _lines([Usage(request_id=f"r{n}") for n in range(3)])
+    run, lengths = b"".join(lines), [len(line) for line in lines]
+    assert frames_sound(run, lengths)
+    assert frames_sound(b"", [])
+    assert not frames_sound(b"\n", [])
+    # any change to any of the last 19 bytes of the middle line (crc field, its frame, the newline)
+    end = lengths[0] + lengths[1]
+    for at in range(end - 19, end):
+        for into in (b"A", b"0", b"\n", b"}"):
+            broken = run[:at] + into + run[at + 1 :]
+            if broken != run:
+                assert not frames_sound(broken, lengths), (at, into)
+    # an uppercase crc is not the crc field the writer writes
+    upper = lines[1][:-10] + lines[1][-10:-2].upper() + lines[1][-2:]
+    if upper != lines[1]:
+        assert not frames_sound(lines[0] + upper + lines[2], lengths)
+    assert not frames_sound(run, [lengths[0] + lengths[1], lengths[2]])  # two lines as one
+    assert not frames_sound(run, [19, lengths[0] - 19, *lengths[1:]])  # a piece no longer than its crc field
+    assert not frames_sound(run + b"x", lengths)
+
+
+@given(st.lists(event_strategies(), min_size=1, max_size=6), st.integers(0, 10_000), st.integers(1, 255))
+def test_frames_sound_refuses_any_flipped_byte(events_, where, mask):
+    lines = _lines(events_)
+    run = bytearray(b"".join(lines))
+    run[where % len(run)] ^= mask
+    assert not frames_sound(bytes(run), [len(line) for line in lines])

@@ -275,3 +275,63 @@ def test_verify_in_one_pass_reports_what_two_passes_report(
     assert (one.problems, one.warnings, one.info) == (two.problems, two.warnings, two.info)
     assert (one.lines, one.bytes, one.sessions) == (two.lines, two.bytes, two.sessions)
     assert verify_store(_store(tmp_path / "again")).problems == []
+
+
+def _capital_crc(line: bytes) -> bytes:
+    """The line with its crc field's hex digits in capitals: the same value, not the field the writer
+    writes (`crc_fields_match` compares bytes; int() would take it)."""
+    return line[:-10] + line[-10:-2].upper() + line[-2:]
+
+
+#: damage to one line, and whether the line itself is unsound (a seq gap is a sound line, out of place)
+LONG_RUN_DAMAGE = {
+    "bad crc": (lambda line: line.replace(b"message", b"massage"), True),
+    "crc field in capitals": (_capital_crc, True),
+    "malformed body, crc recomputed": (
+        lambda line: _recrc(line.replace(b'"type":"text"', b'"type":"texx"')),
+        True,
+    ),
+    "seq gap, crc recomputed": (lambda line: _recrc(line.replace(b'"seq":150,', b'"seq":151,')), False),
+}
+
+
+def _recrc(line: bytes) -> bytes:
+    prefix = line[: len(line) - len(b',"crc":"00000000"}')]
+    return prefix + b',"crc":"%08x"}' % crc32c.crc32c(prefix)
+
+
+@pytest.mark.parametrize("damage", sorted(LONG_RUN_DAMAGE))
+def test_damage_in_a_long_run_of_one_session_is_refused_by_replay_scan_and_verify(
+    tmp_path: Path, damage: str
+) -> None:
+    root = tmp_path / "store"
+    with Journal.open(root, clock_ms=lambda: CLOCK) as journal:  # one segment, one session: one long run
+        events = [started(), *(msg(i, f"message {i} " + "x" * (i % 50)) for i in range(299))]
+        journal.append("d", events, expected_seq=0)
+        sound = journal.replay_full("d")
+    assert sound.last_seq == 300
+    (path,) = sorted((root / "log").glob("*.jsonl"))
+    lines = path.read_bytes().split(b"\n")
+    line_no = next(n for n, line in enumerate(lines) if b'"seq":150,' in line)
+    damage_line, unsound = LONG_RUN_DAMAGE[damage]
+    damaged = damage_line(lines[line_no])
+    if damaged == lines[line_no]:  # a crc of digits only has no capitals: take the next line's field
+        line_no += 1
+        damaged = _capital_crc(lines[line_no])
+    assert damaged != lines[line_no] and b"\n" not in damaged
+    lines[line_no] = damaged
+    path.write_bytes(b"\n".join(lines))
+    with Journal.open(root, readonly=True) as journal:
+        with pytest.raises(CorruptionError) as fast:
+            journal.replay_full("d")
+        with pytest.raises(CorruptionError) as exact:
+            _exact_state(journal, "d")
+        assert str(fast.value) == str(exact.value)
+        assert fast.value.seq in (150, 151)
+        with pytest.raises(CorruptionError):
+            journal.load("d")
+    pieces = list(scan_log(root / "log"))
+    assert pieces == _line_by_line(root / "log")
+    at = sum(len(line) + 1 for line in lines[:line_no])
+    assert [piece.offset for piece in pieces if piece.error] == ([at] if unsound else [])
+    assert not verify_store(root).ok
