@@ -1,4 +1,4 @@
-"""Where a request may put prompt-cache breakpoints: after the checkpoint's summary and at the newest message."""
+"""Where a request may put prompt-cache breakpoints: after the summary and at the newest message."""
 
 from __future__ import annotations
 
