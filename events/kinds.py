@@ -198,7 +198,11 @@ class Usage(EventBase, frozen=True, tag="usage"):
     prompt_tokens: Int64 | None = None
     completion_tokens: Int64 | None = None
     total_tokens: Int64 | None = None
+    #: prompt tokens read from the provider's prompt cache (part of `prompt_tokens`)
     cached_prompt_tokens: Int64 | None = None
+    #: prompt tokens written to the provider's prompt cache (part of `prompt_tokens`); added
+    #: later, omitted when the provider reported none (older lines lack it; never null)
+    cache_write_tokens: Int64 | UnsetType = UNSET
 
 
 class ToolResult(EventBase, frozen=True, tag="tool-result"):
