@@ -15,6 +15,7 @@ import msgspec
 from cairn._cli_base import EXIT_OK, UsageError, open_store, where
 from cairn._cli_output import clip, iso, print_json, print_table
 from cairn.events.codec import Record
+from cairn.events.errors import CairnError
 from cairn.events.kinds import (
     KINDS,
     AssistantMessage,
@@ -38,6 +39,7 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
+    from cairn.actors.session.cache_account import CacheAccount
     from cairn.actors.session.request import AssembledRequest
     from cairn.store.backend import JournalBackend
     from cairn.store.index_records import SessionSummary
@@ -133,23 +135,67 @@ def _tokens_cell(value: int | None, complete: bool) -> str:
     return f"{value:,}" if complete else f"≥{value:,}"
 
 
+def account_of(journal: JournalBackend, summary: SessionSummary) -> CacheAccount | None:
+    """The session's prompt-cache account, folded from its events (None: its log cannot be read).
+
+    A session broken at some seq is folded up to it.
+    """
+    from cairn.actors.session.cache_account import cache_account
+
+    last = summary.broken_seq - 1 if summary.broken_seq else None
+    try:
+        return cache_account(journal.read(summary.sid, 1, last))
+    except CairnError:
+        return None
+
+
+def cache_of(account: CacheAccount | None) -> dict[str, Any]:
+    """A session's prompt-cache figures (`actors.session.cache_account`), None where unknown.
+
+    `cache_hit_ratio`: cache reads over the prompt tokens of the requests
+    that reported them, None when the provider reported none; `cache_breaks`:
+    slimming and checkpoint decisions that broke a cached prefix.
+    """
+    if account is None:
+        keys = ("cache_read_tokens", "cache_write_tokens", "cache_hit_ratio", "cache_breaks")
+        return {key: None for key in (*keys, "cache_breaks_by_slimming", "cache_breaks_by_checkpoint")}
+    reported = account.cache_reports > 0
+    return {
+        "cache_read_tokens": account.cache_read_tokens if reported else None,
+        "cache_write_tokens": account.cache_write_tokens if reported else None,
+        "cache_hit_ratio": account.hit_ratio,
+        "cache_breaks": account.breaks,
+        "cache_breaks_by_slimming": account.breaks_by_slimming,
+        "cache_breaks_by_checkpoint": account.breaks_by_checkpoint,
+    }
+
+
+def _ratio_cell(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.1%}"
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """Every session with its size, model, checkpoint and provider-reported usage."""
+    """Every session with its size, model, checkpoint, provider-reported usage and prompt cache.
+
+    The cache figures are folded from each session's events (`cache_of`): a
+    read of every event of the store.
+    """
     with open_store(args) as journal:
         summaries = full_summaries(journal)
+        caches = [cache_of(account_of(journal, s)) for s in summaries]
     if args.json:
         fields = ("prompt_reports", "completion_reports")
-        print_json(
-            [
-                {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
-                for s in summaries
-            ]
-        )
+        listed = [
+            {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s), **cache}
+            for s, cache in zip(summaries, caches, strict=True)
+        ]
+        print_json(listed)
         return EXIT_OK
     rows = []
-    for s in summaries:
+    for s, cache in zip(summaries, caches, strict=True):
         usage = usage_of(s)
         complete = usage["usage_complete"]
+        unread = cache["cache_breaks"] is None
         rows.append(
             [
                 s.sid,
@@ -159,6 +205,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                 s.checkpoint_seq or "",
                 _tokens_cell(usage["prompt_tokens"], complete),
                 _tokens_cell(usage["completion_tokens"], complete),
+                "?" if unread else _ratio_cell(cache["cache_hit_ratio"]),
+                "?" if unread else cache["cache_breaks"],
                 s.workspace,
             ]
         )
@@ -172,12 +220,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             "checkpoint",
             "prompt tokens",
             "completion tokens",
+            "cache hit",
+            "cache breaks",
             "workspace",
         ],
         rows,
     )
     if any(not usage_of(s)["usage_complete"] for s in summaries):
         print("unknown: the provider reported no usage; ≥: some responses came without usage")
+    if any(cache["cache_hit_ratio"] is None for cache in caches):
+        print("cache hit -: the provider reported no prompt-cache figures; ?: the log could not be read")
     return EXIT_OK
 
 
