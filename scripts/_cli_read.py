@@ -438,6 +438,7 @@ def _request_summary(session: str, request: AssembledRequest) -> dict[str, Any]:
         "handoff_threshold": snap.handoff_threshold,
         "compaction_threshold": snap.compaction_threshold,
         "phase": snap.phase,
+        "cache_breakpoints": list(request.cache_breakpoints),
     }
 
 

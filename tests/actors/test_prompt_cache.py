@@ -97,6 +97,12 @@ def test_breakpoints_usage_and_the_cost_of_slimming_through_a_host_and_the_cli(t
     assert (session["cache_breaks_by_slimming"], session["cache_breaks_by_checkpoint"]) == (3, 1)
     assert session["cache_breaks"] == 4
 
+    context = _cairn("context", "s", "--store", str(store), "--json")
+    assert context.returncode == 0, context.stderr
+    shown = json.loads(context.stdout)
+    assert shown["messages_sent"][1]["origin"] == "summary"
+    assert shown["cache_breakpoints"] == [1, shown["messages"] - 1]
+
     table = _cairn("sessions", "--store", str(store))
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
