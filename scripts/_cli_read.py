@@ -15,7 +15,6 @@ import msgspec
 from cairn._cli_base import EXIT_OK, UsageError, open_store, where
 from cairn._cli_output import clip, iso, print_json, print_table
 from cairn.events.codec import Record
-from cairn.events.errors import CairnError
 from cairn.events.kinds import (
     KINDS,
     AssistantMessage,
@@ -39,7 +38,6 @@ from cairn.events.model import text_of
 from cairn.events.state import replay
 
 if TYPE_CHECKING:
-    from cairn.actors.session.cache_account import CacheAccount
     from cairn.actors.session.request import AssembledRequest
     from cairn.store.backend import JournalBackend
     from cairn.store.index_records import SessionSummary
@@ -135,38 +133,24 @@ def _tokens_cell(value: int | None, complete: bool) -> str:
     return f"{value:,}" if complete else f"≥{value:,}"
 
 
-def account_of(journal: JournalBackend, summary: SessionSummary) -> CacheAccount | None:
-    """The session's prompt-cache account, folded from its events (None: its log cannot be read).
+def cache_of(summary: SessionSummary) -> dict[str, Any]:
+    """A session's prompt-cache figures, None where unknown (`SessionSummary` says how they are kept).
 
-    A session broken at some seq is folded up to it.
+    `cache_hit_ratio`: cache reads over the whole prompts of the requests
+    that reported them, None when the provider reported none;
+    `cache_breaks`: the slimming and checkpoint decisions that broke a
+    prefix a provider had cached (the cost a user pays for them).
     """
-    from cairn.actors.session.cache_account import cache_account
-
-    last = summary.broken_seq - 1 if summary.broken_seq else None
-    try:
-        return cache_account(journal.read(summary.sid, 1, last))
-    except CairnError:
-        return None
-
-
-def cache_of(account: CacheAccount | None) -> dict[str, Any]:
-    """A session's prompt-cache figures (`actors.session.cache_account`), None where unknown.
-
-    `cache_hit_ratio`: cache reads over the prompt tokens of the requests
-    that reported them, None when the provider reported none; `cache_breaks`:
-    slimming and checkpoint decisions that broke a cached prefix.
-    """
-    if account is None:
-        keys = ("cache_read_tokens", "cache_write_tokens", "cache_hit_ratio", "cache_breaks")
-        return {key: None for key in (*keys, "cache_breaks_by_slimming", "cache_breaks_by_checkpoint")}
-    reported = account.cache_reports > 0
+    reported = summary.cache_reports > 0
+    prompt = summary.cache_prompt_tokens
+    ratio = (summary.cache_read_tokens / prompt if prompt else 0.0) if reported else None
     return {
-        "cache_read_tokens": account.cache_read_tokens if reported else None,
-        "cache_write_tokens": account.cache_write_tokens if reported else None,
-        "cache_hit_ratio": account.hit_ratio,
-        "cache_breaks": account.breaks,
-        "cache_breaks_by_slimming": account.breaks_by_slimming,
-        "cache_breaks_by_checkpoint": account.breaks_by_checkpoint,
+        "cache_read_tokens": summary.cache_read_tokens if reported else None,
+        "cache_write_tokens": summary.cache_write_tokens if reported else None,
+        "cache_hit_ratio": ratio,
+        "cache_breaks": summary.cache_breaks_by_slimming + summary.cache_breaks_by_checkpoint,
+        "cache_breaks_by_slimming": summary.cache_breaks_by_slimming,
+        "cache_breaks_by_checkpoint": summary.cache_breaks_by_checkpoint,
     }
 
 
@@ -174,20 +158,30 @@ def _ratio_cell(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.1%}"
 
 
-def cmd_sessions(args: argparse.Namespace) -> int:
-    """Every session with its size, model, checkpoint, provider-reported usage and prompt cache.
+#: summary fields listed through `usage_of` and `cache_of`, or kept only for the index's own fold
+_UNLISTED = (
+    "prompt_reports",
+    "completion_reports",
+    "cache_reports",
+    "cache_prompt_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_breaks_by_slimming",
+    "cache_breaks_by_checkpoint",
+    "cache_request_id",
+    "cache_answered",
+)
 
-    The cache figures are folded from each session's events (`cache_of`): a
-    read of every event of the store.
-    """
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """Every session with its size, model, checkpoint, provider-reported usage and prompt cache."""
     with open_store(args) as journal:
         summaries = full_summaries(journal)
-        caches = [cache_of(account_of(journal, s)) for s in summaries]
+    caches = [cache_of(s) for s in summaries]
     if args.json:
-        fields = ("prompt_reports", "completion_reports")
         listed = [
-            {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s), **cache}
-            for s, cache in zip(summaries, caches, strict=True)
+            {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in _UNLISTED}, **usage_of(s), **c}
+            for s, c in zip(summaries, caches, strict=True)
         ]
         print_json(listed)
         return EXIT_OK
@@ -195,7 +189,6 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     for s, cache in zip(summaries, caches, strict=True):
         usage = usage_of(s)
         complete = usage["usage_complete"]
-        unread = cache["cache_breaks"] is None
         rows.append(
             [
                 s.sid,
@@ -205,8 +198,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                 s.checkpoint_seq or "",
                 _tokens_cell(usage["prompt_tokens"], complete),
                 _tokens_cell(usage["completion_tokens"], complete),
-                "?" if unread else _ratio_cell(cache["cache_hit_ratio"]),
-                "?" if unread else cache["cache_breaks"],
+                _ratio_cell(cache["cache_hit_ratio"]),
+                cache["cache_breaks"],
                 s.workspace,
             ]
         )
@@ -229,7 +222,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if any(not usage_of(s)["usage_complete"] for s in summaries):
         print("unknown: the provider reported no usage; ≥: some responses came without usage")
     if any(cache["cache_hit_ratio"] is None for cache in caches):
-        print("cache hit -: the provider reported no prompt-cache figures; ?: the log could not be read")
+        print("cache hit -: the provider reported no prompt-cache figures")
     return EXIT_OK
 
 

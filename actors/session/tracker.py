@@ -10,7 +10,7 @@ Rules:
 - P1 floor of a usage: the largest of total and prompt + completion, over the
   fields that are non-negative ints (a missing part of the sum counts 0 when
   the other part is there); no usable field: no usage. The prompt is the
-  whole prompt, cache reads and writes included (`whole_prompt`): a report
+  whole prompt, cache reads and writes included (`Usage.whole_prompt`): a report
   that left them out of `prompt_tokens` gets them added back.
 - P3 baseline, after a response with usable usage: {floor, revision, history
   length sent, model, fingerprint, fixed tokens} (all but the floor are
@@ -59,37 +59,15 @@ def _usable(value: object) -> int | None:
     return None
 
 
-def whole_prompt(usage: Usage) -> int | None:
-    """The whole prompt of a usage: uncached input + cache reads + cache writes (None: unknown).
-
-    `prompt_tokens` is the whole prompt by convention (as OpenAI counts its
-    cached tokens in it, and as the Anthropic adapter sums input, cache read
-    and cache write), so it is taken as it is when it holds the cache figures.
-    A report smaller than its own cache figures cannot hold them: it counted
-    only the uncached input (Anthropic's raw `input_tokens`), so they are
-    added, never left out (a floor may overcount, never undercount). With no
-    usable `prompt_tokens`, the cache figures alone are the prompt's lower bound.
-    """
-    prompt = _usable(usage.prompt_tokens)
-    reads = _usable(usage.cached_prompt_tokens)
-    writes = _usable(usage.cache_write_tokens)
-    if prompt is None and reads is None and writes is None:
-        return None
-    cached = (reads or 0) + (writes or 0)
-    if prompt is None:
-        return cached
-    return prompt if prompt >= cached else prompt + cached
-
-
 def provider_floor(usage: Usage | None) -> int | None:
     """P1: the provider-reported lower bound of what the last request and its reply occupy.
 
-    The prompt part is `whole_prompt`: cache reads and writes are prompt tokens.
+    The prompt part is `Usage.whole_prompt`: cache reads and writes are prompt tokens.
     """
     if usage is None:
         return None
     total = _usable(usage.total_tokens)
-    prompt = whole_prompt(usage)
+    prompt = usage.whole_prompt()
     completion = _usable(usage.completion_tokens)
     if prompt is None and completion is None:
         return total

@@ -128,4 +128,4 @@ def test_a_provider_that_reports_no_cache_figures_shows_a_dash(tmp_path: Path) -
     assert table.returncode == 0, table.stderr
     row = table.stdout.splitlines()[1].split()
     assert row[0] == "plain" and row[-3:-1] == ["-", "0"]  # cache hit, cache breaks, workspace
-    assert "cache hit -: the provider reported no prompt-cache figures" in table.stdout
+    assert "cache hit -: the provider reported no prompt-cache figures" in table.stdout.splitlines()

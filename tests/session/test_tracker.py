@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cairn.actors.session.slimming import plan_snip
-from cairn.actors.session.tracker import baseline_of, occupancy, project, provider_floor, whole_prompt
+from cairn.actors.session.tracker import baseline_of, occupancy, project, provider_floor
 from cairn.events.kinds import ContextSlimmed, Usage
 from cairn.events.model import Message
 from cairn.events.state import SessionState, evolve, replay
@@ -252,7 +252,7 @@ def _cached(prompt: object, reads: object, writes: object, completion: object, t
 def test_P1_cache_reads_and_writes_in_the_whole_prompt_count_once() -> None:
     # input 100, cache read 5,000, cache write 2,000, output 50, as the convention reports it:
     # prompt_tokens is the whole prompt (7,100), reads and writes are parts of it
-    assert whole_prompt(_cached(7_100, 5_000, 2_000, 50, None)) == 7_100
+    assert _cached(7_100, 5_000, 2_000, 50, None).whole_prompt() == 7_100
     assert provider_floor(_cached(7_100, 5_000, 2_000, 50, None)) == 7_150
     assert provider_floor(_cached(7_100, 5_000, 2_000, 50, 7_150)) == 7_150
     assert provider_floor(_cached(7_100, 5_000, None, 50, None)) == 7_150  # OpenAI: reads only
@@ -261,7 +261,7 @@ def test_P1_cache_reads_and_writes_in_the_whole_prompt_count_once() -> None:
 
 def test_P1_a_report_that_left_the_cache_out_of_prompt_tokens_never_undercounts() -> None:
     # the same request as Anthropic reports it raw: input_tokens 100 beside the cache figures
-    assert whole_prompt(_cached(100, 5_000, 2_000, 50, None)) == 7_100
+    assert _cached(100, 5_000, 2_000, 50, None).whole_prompt() == 7_100
     assert provider_floor(_cached(100, 5_000, 2_000, 50, None)) == 7_150
     assert provider_floor(_cached(100, 5_000, 2_000, 50, 150)) == 7_150  # a total of input + output
     assert provider_floor(_cached(None, 5_000, 2_000, 50, None)) == 7_050  # only the cache figures
@@ -272,7 +272,7 @@ def test_P1_unusable_cache_figures_are_left_out() -> None:
     assert provider_floor(_cached(7_100, -5, 2_000, 50, None)) == 7_150
     assert provider_floor(_cached(100, -5, -2, 50, None)) == 150
     assert provider_floor(_cached(100, True, None, 50, None)) == 150
-    assert whole_prompt(_cached(None, None, None, 50, 60)) is None
+    assert _cached(None, None, None, 50, 60).whole_prompt() is None
     assert provider_floor(_cached(None, None, None, None, None)) is None
 
 
