@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn._cli_base import EXIT_OK, UsageError, open_store, where
 from cairn._cli_output import clip, iso, print_json, print_table
@@ -66,9 +67,11 @@ def describe(event: EventBase) -> str:
             calls = ",".join(c.name for c in event.tool_calls)
             return clip(event.text) + (f" [calls: {calls}]" if calls else "")
         case Usage():
+            reads = "" if event.cached_prompt_tokens is None else f" cache_read={event.cached_prompt_tokens}"
+            writes = "" if event.cache_write_tokens is UNSET else f" cache_write={event.cache_write_tokens}"
             return (
                 f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} "
-                f"total={event.total_tokens}"
+                f"total={event.total_tokens}{reads}{writes}"
             )
         case ToolResult():
             return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"

@@ -97,6 +97,11 @@ def test_breakpoints_usage_and_the_cost_of_slimming_through_a_host_and_the_cli(t
     assert (session["cache_breaks_by_slimming"], session["cache_breaks_by_checkpoint"]) == (3, 1)
     assert session["cache_breaks"] == 4
 
+    logged = _cairn("log", "s", "--store", str(store), "--kind", "usage")
+    assert logged.returncode == 0, logged.stderr
+    assert "prompt=28 completion=" in logged.stdout and "total=" in logged.stdout
+    assert "cache_read=0 cache_write=28" in logged.stdout.splitlines()[1]
+
     context = _cairn("context", "s", "--store", str(store), "--json")
     assert context.returncode == 0, context.stderr
     shown = json.loads(context.stdout)
