@@ -198,7 +198,40 @@ class Usage(EventBase, frozen=True, tag="usage"):
     prompt_tokens: Int64 | None = None
     completion_tokens: Int64 | None = None
     total_tokens: Int64 | None = None
+    #: prompt tokens read from the provider's prompt cache (part of `prompt_tokens`)
     cached_prompt_tokens: Int64 | None = None
+    #: prompt tokens written to the provider's prompt cache (part of `prompt_tokens`); added
+    #: later, omitted when the provider reported none (older lines lack it; never null)
+    cache_write_tokens: Int64 | UnsetType = UNSET
+
+    def whole_prompt(self) -> int | None:
+        """The whole prompt: uncached input + cache reads + cache writes (None: unknown).
+
+        `prompt_tokens` is the whole prompt by convention (as OpenAI counts its
+        cached tokens in it, and as the Anthropic adapter sums input, cache read
+        and cache write), so it is taken as it is when it holds the cache
+        figures. A report smaller than its own cache figures cannot hold them:
+        it counted only the uncached input (Anthropic's raw `input_tokens`), so
+        they are added, never left out (a floor may overcount, never undercount).
+        With no `prompt_tokens`, the cache figures alone are the prompt's lower
+        bound. Only non-negative integers count (P1).
+        """
+        prompt = _usable(self.prompt_tokens)
+        reads = _usable(self.cached_prompt_tokens)
+        writes = _usable(self.cache_write_tokens)
+        if prompt is None and reads is None and writes is None:
+            return None
+        cached = (reads or 0) + (writes or 0)
+        if prompt is None:
+            return cached
+        return prompt if prompt >= cached else prompt + cached
+
+
+def _usable(value: object) -> int | None:
+    """A usage figure that counts: a non-negative int (not a bool); None otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 class ToolResult(EventBase, frozen=True, tag="tool-result"):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn._cli_base import EXIT_OK, UsageError, open_store, where
 from cairn._cli_output import clip, iso, print_json, print_table
@@ -66,9 +67,11 @@ def describe(event: EventBase) -> str:
             calls = ",".join(c.name for c in event.tool_calls)
             return clip(event.text) + (f" [calls: {calls}]" if calls else "")
         case Usage():
+            reads = "" if event.cached_prompt_tokens is None else f" cache_read={event.cached_prompt_tokens}"
+            writes = "" if event.cache_write_tokens is UNSET else f" cache_write={event.cache_write_tokens}"
             return (
                 f"{event.request_id} prompt={event.prompt_tokens} completion={event.completion_tokens} "
-                f"total={event.total_tokens}"
+                f"total={event.total_tokens}{reads}{writes}"
             )
         case ToolResult():
             return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"
@@ -133,21 +136,60 @@ def _tokens_cell(value: int | None, complete: bool) -> str:
     return f"{value:,}" if complete else f"≥{value:,}"
 
 
+def cache_of(summary: SessionSummary) -> dict[str, Any]:
+    """A session's prompt-cache figures, None where unknown (`SessionSummary` says how they are kept).
+
+    `cache_hit_ratio`: cache reads over the whole prompts of the requests
+    that reported them, None when the provider reported none;
+    `cache_breaks`: the slimming and checkpoint decisions that broke a
+    prefix a provider had cached (the cost a user pays for them).
+    """
+    reported = summary.cache_reports > 0
+    prompt = summary.cache_prompt_tokens
+    ratio = (summary.cache_read_tokens / prompt if prompt else 0.0) if reported else None
+    return {
+        "cache_read_tokens": summary.cache_read_tokens if reported else None,
+        "cache_write_tokens": summary.cache_write_tokens if reported else None,
+        "cache_hit_ratio": ratio,
+        "cache_breaks": summary.cache_breaks_by_slimming + summary.cache_breaks_by_checkpoint,
+        "cache_breaks_by_slimming": summary.cache_breaks_by_slimming,
+        "cache_breaks_by_checkpoint": summary.cache_breaks_by_checkpoint,
+    }
+
+
+def _ratio_cell(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.1%}"
+
+
+#: summary fields listed through `usage_of` and `cache_of`, or kept only for the index's own fold
+_UNLISTED = (
+    "prompt_reports",
+    "completion_reports",
+    "cache_reports",
+    "cache_prompt_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_breaks_by_slimming",
+    "cache_breaks_by_checkpoint",
+    "cache_request_id",
+    "cache_answered",
+)
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """Every session with its size, model, checkpoint and provider-reported usage."""
+    """Every session with its size, model, checkpoint, provider-reported usage and prompt cache."""
     with open_store(args) as journal:
         summaries = full_summaries(journal)
+    caches = [cache_of(s) for s in summaries]
     if args.json:
-        fields = ("prompt_reports", "completion_reports")
-        print_json(
-            [
-                {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in fields}, **usage_of(s)}
-                for s in summaries
-            ]
-        )
+        listed = [
+            {**{k: v for k, v in msgspec.to_builtins(s).items() if k not in _UNLISTED}, **usage_of(s), **c}
+            for s, c in zip(summaries, caches, strict=True)
+        ]
+        print_json(listed)
         return EXIT_OK
     rows = []
-    for s in summaries:
+    for s, cache in zip(summaries, caches, strict=True):
         usage = usage_of(s)
         complete = usage["usage_complete"]
         rows.append(
@@ -159,6 +201,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                 s.checkpoint_seq or "",
                 _tokens_cell(usage["prompt_tokens"], complete),
                 _tokens_cell(usage["completion_tokens"], complete),
+                _ratio_cell(cache["cache_hit_ratio"]),
+                cache["cache_breaks"],
                 s.workspace,
             ]
         )
@@ -172,12 +216,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             "checkpoint",
             "prompt tokens",
             "completion tokens",
+            "cache hit",
+            "cache breaks",
             "workspace",
         ],
         rows,
     )
     if any(not usage_of(s)["usage_complete"] for s in summaries):
         print("unknown: the provider reported no usage; ≥: some responses came without usage")
+    if any(cache["cache_hit_ratio"] is None for cache in caches):
+        print("cache hit -: the provider reported no prompt-cache figures")
     return EXIT_OK
 
 
@@ -386,6 +434,7 @@ def _request_summary(session: str, request: AssembledRequest) -> dict[str, Any]:
         "handoff_threshold": snap.handoff_threshold,
         "compaction_threshold": snap.compaction_threshold,
         "phase": snap.phase,
+        "cache_breakpoints": list(request.cache_breakpoints),
     }
 
 

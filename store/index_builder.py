@@ -6,6 +6,25 @@ construction. It keeps each touched session's running summary (its *head*:
 last seq, chain digest, counts, usage, checkpoint, broken seq), which the
 writer also reads to check `expected_seq` and to chain the next line.
 Pure: it turns lines into puts (`IndexBatch`); `store.index` commits them.
+
+Cache breaks (the prompt-cache account of a summary): a decision that
+rewrote history under a prefix a provider had cached. A request that was
+answered (an `assistant-message` of its request id) left its prompt cached
+up to its newest history message (`actors.session.cache_breakpoints`), and
+that prefix lasts until the next checkpoint replaces all history:
+
+| decision                                 | breaks a cached prefix when                  |
+|------------------------------------------|----------------------------------------------|
+| `context-slimmed` that removed calls     | a request of the epoch was answered          |
+| `checkpoint-committed`                   | a request of the epoch was answered          |
+
+Each decision counts once (a micro compaction and a snip before the same
+request are two). A slimming removes only calls the latest answered request
+had sent: S1, S4 and R3 keep at least the newest three tool turns, and only
+the newest one can have come after that request, so "a request of the epoch
+was answered" is the whole test and the head needs no list of calls. Whether
+the provider's cache had expired by then is not in the log: this counts the
+decisions that broke a prefix, the cost of slimming and compaction, not misses.
 """
 
 from __future__ import annotations
@@ -15,7 +34,15 @@ from collections.abc import Callable
 import msgspec
 
 from cairn.events.codec import GENESIS
-from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted, Usage
+from cairn.events.kinds import (
+    AssistantMessage,
+    CheckpointCommitted,
+    ContextSlimmed,
+    EventBase,
+    Request,
+    SessionStarted,
+    Usage,
+)
 from cairn.store.index_records import (
     CHECKPOINT,
     CORRUPT_KEY,
@@ -29,7 +56,9 @@ from cairn.store.index_records import (
 )
 
 #: the kinds whose body the summary reads
-_BODY_KINDS = frozenset({"usage", "checkpoint-committed", "session-started"})
+_BODY_KINDS = frozenset(
+    {"usage", "checkpoint-committed", "session-started", "request", "assistant-message", "context-slimmed"}
+)
 
 
 class _Head(msgspec.Struct, dict=True):
@@ -61,6 +90,14 @@ class _Head(msgspec.Struct, dict=True):
     completion_tokens: int
     prompt_reports: int
     completion_reports: int
+    cache_reports: int
+    cache_prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cache_breaks_by_slimming: int
+    cache_breaks_by_checkpoint: int
+    cache_request_id: str
+    cache_answered: bool
 
     def __post_init__(self) -> None:
         self.key = session_prefix(self.sid)
@@ -74,6 +111,18 @@ class _Head(msgspec.Struct, dict=True):
 
 assert _Head.__struct_fields__ == SessionSummary.__struct_fields__
 _COUNTS = _Head.__struct_fields__.index("counts")
+
+
+def _count_cache(head: _Head, usage: Usage) -> None:
+    """Add a usage event's cache reads and writes, and its whole prompt, when it reported reads."""
+    reads = usage.cached_prompt_tokens
+    if reads is None or reads < 0:
+        return
+    writes = usage.cache_write_tokens
+    head.cache_reports += 1
+    head.cache_prompt_tokens += usage.whole_prompt() or 0
+    head.cache_read_tokens += reads
+    head.cache_write_tokens += writes if isinstance(writes, int) and writes >= 0 else 0
 
 
 class IndexBatch(msgspec.Struct):
@@ -159,11 +208,23 @@ class IndexBuilder:
                 if event.completion_tokens is not None:
                     head.completion_tokens += event.completion_tokens
                     head.completion_reports += 1
+                _count_cache(head, event)
+            elif isinstance(event, Request):
+                head.cache_request_id = event.request_id
+            elif isinstance(event, AssistantMessage):
+                if event.request_id == head.cache_request_id:
+                    head.cache_answered = True
+            elif isinstance(event, ContextSlimmed):
+                if event.removed_call_ids and head.cache_answered:
+                    head.cache_breaks_by_slimming += 1
             elif isinstance(event, CheckpointCommitted):
                 head.checkpoint_seq = seq
                 head.checkpoint_pos = pos
                 head.checkpoint_epoch = event.epoch
                 self._checkpoints.append((head.key + U64.pack(event.epoch), CHECKPOINT.pack(seq, pos)))
+                if head.cache_answered:
+                    head.cache_breaks_by_checkpoint += 1
+                head.cache_request_id, head.cache_answered = "", False
             elif isinstance(event, SessionStarted):
                 head.info_seq = seq
                 head.workspace = event.workspace

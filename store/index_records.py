@@ -25,8 +25,9 @@ import msgspec
 from cairn.store.segments import segment_name
 
 #: the index's format; an index of another format is rebuilt from the log when opened (a
-#: read-only open reads through a private rebuilt copy). 2: cumulative usage in the summaries.
-FORMAT = b"cairn-index-2"
+#: read-only open reads through a private rebuilt copy). 2: cumulative usage in the summaries;
+#: 3: the prompt-cache account in the summaries.
+FORMAT = b"cairn-index-3"
 #: the named databases
 DBS = (b"events", b"sessions", b"checkpoints", b"corrupt", b"meta")
 
@@ -67,6 +68,16 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     responses came without any report. `last_usage_total_tokens` is the
     `total_tokens` of the latest usage event, i.e. of the last request that
     reported usage (None when none did, or it gave no total).
+
+    The prompt cache, as providers reported it: `cache_reports` counts the
+    usage events that reported cache reads (`cached_prompt_tokens` not
+    null), `cache_prompt_tokens` sums their whole prompts (`Usage.whole_prompt`),
+    `cache_read_tokens` and `cache_write_tokens` their reads and writes; the
+    hit ratio is reads over those prompts, unknown when no event reported.
+    `cache_breaks_by_*` count the decisions that broke a prefix a provider
+    had cached (`store.index_builder`, "Cache breaks"); `cache_request_id` and
+    `cache_answered` are that count's running state: the latest request of
+    the compaction epoch, and whether a request of the epoch was answered.
     """
 
     sid: str
@@ -89,6 +100,14 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int = 0
     prompt_reports: int = 0
     completion_reports: int = 0
+    cache_reports: int = 0
+    cache_prompt_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_breaks_by_slimming: int = 0
+    cache_breaks_by_checkpoint: int = 0
+    cache_request_id: str = ""
+    cache_answered: bool = False
 
 
 class CheckpointRef(msgspec.Struct, frozen=True):

@@ -208,6 +208,7 @@ def kind_strategies(
             completion_tokens=opt_ints,
             total_tokens=opt_ints,
             cached_prompt_tokens=opt_ints,
+            cache_write_tokens=st.just(msgspec.UNSET) | ints,
         ),
         "tool-result": build(
             ToolResult,

@@ -28,6 +28,12 @@ Beyond the plan:
 - `chunk_chars`: text is streamed in deltas of that many chars (0: one delta).
 - `prompt_tokens(request)`: how prompt tokens are estimated (default: about
   four chars a token, `estimate_prompt_tokens`).
+- `prompt_cache`: the model keeps a prompt cache, as Anthropic's does
+  (`ScriptedCache`): each request writes the prefixes that end at its
+  breakpoints (the end of the system messages, and each index of
+  `request.cache_breakpoints`), reads the longest prefix an earlier request
+  wrote, and its estimated usage reports both (`cached_prompt_tokens`,
+  `cache_write_tokens`; `prompt_tokens` is still the whole prompt).
 
 Every request is kept in `requests` (unless `keep_requests=False`), so
 tests see what was sent. Thread-safe: the plan and the request list are
@@ -36,6 +42,7 @@ guarded by a lock.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections import deque
@@ -162,6 +169,7 @@ class ScriptedProvider:
         prompt_tokens: Callable[[ProviderRequest], int] | None = None,
         keep_requests: bool = True,
         summary_format: SummaryFormat = "ledger",
+        prompt_cache: bool = False,
     ) -> None:
         self._plan: deque[Outcome] = deque(plan)
         self._plans: dict[str, deque[Outcome]] = {"turn": deque(turns), "summary": deque(summaries)}
@@ -172,6 +180,7 @@ class ScriptedProvider:
         self.summary_format: SummaryFormat = summary_format
         self._prompt_tokens = prompt_tokens if prompt_tokens is not None else estimate_prompt_tokens
         self._keep_requests = keep_requests
+        self.cache = ScriptedCache() if prompt_cache else None
         self._calls = 0
         self._lock = threading.Lock()
         self.requests: list[ProviderRequest] = []
@@ -240,6 +249,9 @@ class ScriptedProvider:
         for call in reply.tool_calls:
             yield ToolCallReady(call)
         usage = reply.usage if reply.usage is not None else _usage(prompt, reply)
+        if reply.usage is None and self.cache is not None:
+            reads, writes = self.cache.lookup(request, self._prompt_tokens)
+            usage = msgspec.structs.replace(usage, cached_prompt_tokens=reads, cache_write_tokens=writes)
         yield usage
         yield Finished(reply.finish_reason)
 
@@ -251,6 +263,47 @@ class ScriptedProvider:
         failure = outcome.failure.failure()
         failure.output_delivered = True
         raise failure
+
+
+class ScriptedCache:
+    """The scripted model's prompt cache: prefixes of earlier requests, by digest. Thread-safe.
+
+    A prefix is the model, the tool schemas and the first n messages. A
+    request's breakpoints are the end of its leading system messages (the
+    tools alone when there are none) and each index in `cache_breakpoints`.
+    It reads the longest cached prefix that ends at or before its last
+    breakpoint (a real cache looks back only some blocks from each
+    breakpoint; this one looks back all the way), writes what lies between
+    that and its last breakpoint, and caches every breakpoint's prefix. No
+    expiry.
+    """
+
+    def __init__(self) -> None:
+        self._prefixes: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def lookup(self, request: ProviderRequest, count: Callable[[ProviderRequest], int]) -> tuple[int, int]:
+        """(tokens read from the cache, tokens written to it) for `request`, counted by `count`."""
+        messages = request.messages
+        system = 0
+        while system < len(messages) and messages[system].role == "system":
+            system += 1
+        points = sorted({system, *(i + 1 for i in request.cache_breakpoints if 0 <= i < len(messages))})
+        last = points[-1]
+        digest = hashlib.sha256(msgspec.json.encode((request.model, request.tools)))
+        digests = [digest.digest()]
+        for message in messages[:last]:
+            digest.update(msgspec.json.encode(message))
+            digests.append(digest.digest())
+        with self._lock:
+            read = max((n for n in range(last + 1) if digests[n] in self._prefixes), default=None)
+            self._prefixes.update(digests[n] for n in points)
+
+        def tokens(n: int) -> int:
+            return count(msgspec.structs.replace(request, messages=messages[:n]))
+
+        reads = tokens(read) if read is not None else 0
+        return reads, max(0, tokens(last) - reads)
 
 
 def estimate_prompt_tokens(request: ProviderRequest) -> int:

@@ -6,8 +6,9 @@ auditor is shown is what the model was sent:
     messages = system messages (P2) + history rendered by the tool-result
                budget (X1-X3) + the current hand-off (H3/H4), last
 
-with the projection of that request (P4), its budget snapshot (B4) and the
-local token counts of each part. `request_event` turns it into the `request`
+with the projection of that request (P4), its budget snapshot (B4), the
+local token counts of each part and where a provider with prompt caching
+may put its breakpoints (`cache_breakpoints`). `request_event` turns it into the `request`
 event that must be persisted before the request is sent; that event is the
 baseline the next projection starts from (P3, P6).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from cairn.actors.session.budget import BudgetSnapshot
+from cairn.actors.session.cache_breakpoints import cache_breakpoints
 from cairn.actors.session.tracker import Occupancy, Projection, occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.events.kinds import Request
@@ -53,6 +55,8 @@ class AssembledRequest(msgspec.Struct, frozen=True, kw_only=True):
     projection: Projection
     snapshot: BudgetSnapshot
     parts: PartTokens
+    #: indexes into `messages` where a provider with prompt caching may put a breakpoint
+    cache_breakpoints: tuple[int, ...] = ()
 
 
 def assemble(
@@ -87,6 +91,7 @@ def assemble(
             history=view.total,
             handoff=view.counter.message(handoff) if handoff is not None else 0,
         ),
+        cache_breakpoints=cache_breakpoints(messages, history_start=len(profile.system)),
     )
 
 

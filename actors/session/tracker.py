@@ -9,7 +9,9 @@ Rules:
 
 - P1 floor of a usage: the largest of total and prompt + completion, over the
   fields that are non-negative ints (a missing part of the sum counts 0 when
-  the other part is there); no usable field: no usage.
+  the other part is there); no usable field: no usage. The prompt is the
+  whole prompt, cache reads and writes included (`Usage.whole_prompt`): a report
+  that left them out of `prompt_tokens` gets them added back.
 - P3 baseline, after a response with usable usage: {floor, revision, history
   length sent, model, fingerprint, fixed tokens} (all but the floor are
   fields of the `request` event). No usable usage: no baseline.
@@ -58,11 +60,14 @@ def _usable(value: object) -> int | None:
 
 
 def provider_floor(usage: Usage | None) -> int | None:
-    """P1: the provider-reported lower bound of what the last request and its reply occupy."""
+    """P1: the provider-reported lower bound of what the last request and its reply occupy.
+
+    The prompt part is `Usage.whole_prompt`: cache reads and writes are prompt tokens.
+    """
     if usage is None:
         return None
     total = _usable(usage.total_tokens)
-    prompt = _usable(usage.prompt_tokens)
+    prompt = usage.whole_prompt()
     completion = _usable(usage.completion_tokens)
     if prompt is None and completion is None:
         return total

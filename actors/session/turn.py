@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.provider.base import UsageReport, is_context_limit
@@ -180,6 +181,7 @@ def response_events(
                 completion_tokens=usage.completion_tokens,
                 total_tokens=usage.total_tokens,
                 cached_prompt_tokens=usage.cached_prompt_tokens,
+                cache_write_tokens=UNSET if usage.cache_write_tokens is None else usage.cache_write_tokens,
             )
         )
     return events

@@ -205,6 +205,7 @@ class TurnLoop(Compacting):
             max_output_tokens=info.max_output_tokens if info is not None else None,
             timeout_s=self._rt.request_timeout_s,
             request_id=request_id,
+            cache_breakpoints=assembled.cache_breakpoints,
         )
         provider = self._provider
         try:

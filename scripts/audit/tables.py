@@ -40,7 +40,8 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
     tool_calls            one row per tool call of an assistant message: request_id, message_id,
                           call_index int64, call_id, tool_name, arguments_json (as the model sent it)
     usage                 request_id, prompt_tokens, completion_tokens, total_tokens,
-                          cached_prompt_tokens (int64, null when the provider gave none)
+                          cached_prompt_tokens (cache reads), cache_write_tokens (int64,
+                          null when the provider gave none)
     tool_result           call_id, tool_name, status, effect, text, original_chars int64,
                           truncated bool, blobs int64, files_json, content_json
     provider_error        request_id, error_class, output_delivered bool, message,
@@ -71,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.events.codec import Record
 from cairn.events.kinds import (
@@ -170,6 +172,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("completion_tokens", INT),
         ("total_tokens", INT),
         ("cached_prompt_tokens", INT),
+        ("cache_write_tokens", INT),
     ),
     "tool_result": (
         ("call_id", STR),
@@ -399,7 +402,10 @@ def body_row(event: EventBase) -> dict[str, Any]:
             "tool_call_count": len(event.tool_calls),
             "tool_calls_json": _json(event.tool_calls),
         }
-    if isinstance(event, Usage | ProviderError | CompactionFailed | OwnerChanged):
+    if isinstance(event, Usage):
+        writes = event.cache_write_tokens
+        return {**msgspec.structs.asdict(event), "cache_write_tokens": None if writes is UNSET else writes}
+    if isinstance(event, ProviderError | CompactionFailed | OwnerChanged):
         return msgspec.structs.asdict(event)
     if isinstance(event, ToolResult):
         return {

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from msgspec import UNSET
 
 from cairn.actors.provider.actor import ProviderFailed
+from cairn.actors.provider.base import UsageReport
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.session.recovery import reactive_snip
 from cairn.actors.session.settings import SessionSettings
@@ -20,6 +22,7 @@ from cairn.actors.session.turn import (
     provider_failure,
     provider_verdict,
     reactive_verdict,
+    response_events,
     start_events,
     steering_events,
     tool_result_event,
@@ -36,6 +39,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnFailed,
     TurnStarted,
+    Usage,
     UserMessage,
 )
 from cairn.events.model import Message, TextPart, ToolCall
@@ -276,3 +280,27 @@ def test_R3_the_reactive_snip_keeps_three_tool_turns_from_ten_messages() -> None
     view = new_view()
     plan = reactive_snip(many.state, view, occupancy(many.state, view))
     assert plan is not None and plan.event.removed_call_ids == ("c0", "c1", "c2", "c3", "c4", "c5")
+
+
+def test_the_usage_of_a_response_records_the_cache_reads_and_writes_the_provider_reported() -> None:
+    def usage_of(report: UsageReport) -> Usage:
+        events = response_events(
+            SessionState(sid="s"),
+            request_id="r1",
+            text="ok",
+            reasoning="",
+            calls=(),
+            usage=report,
+            finish_reason=None,
+        )
+        assert isinstance(events[1], Usage)
+        return events[1]
+
+    cached = usage_of(UsageReport(7_100, 50, 7_150, cached_prompt_tokens=5_000, cache_write_tokens=2_000))
+    assert (cached.prompt_tokens, cached.cached_prompt_tokens, cached.cache_write_tokens) == (
+        7_100,
+        5_000,
+        2_000,
+    )
+    plain = usage_of(UsageReport(7_100, 50, 7_150))
+    assert plain.cached_prompt_tokens is None and plain.cache_write_tokens is UNSET  # omitted from the line

@@ -236,3 +236,62 @@ def test_P6_folding_live_with_evolve_equals_replay() -> None:
     replayed = replay(session.records)
     assert state == replayed
     assert occupancy(state, view_live) == occupancy(replayed, new_view())
+
+
+def _cached(prompt: object, reads: object, writes: object, completion: object, total: object) -> Usage:
+    return Usage(
+        request_id="r",
+        prompt_tokens=prompt,  # type: ignore[arg-type]
+        completion_tokens=completion,  # type: ignore[arg-type]
+        total_tokens=total,  # type: ignore[arg-type]
+        cached_prompt_tokens=reads,  # type: ignore[arg-type]
+        cache_write_tokens=writes,  # type: ignore[arg-type]
+    )
+
+
+def test_P1_cache_reads_and_writes_in_the_whole_prompt_count_once() -> None:
+    # input 100, cache read 5,000, cache write 2,000, output 50, as the convention reports it:
+    # prompt_tokens is the whole prompt (7,100), reads and writes are parts of it
+    assert _cached(7_100, 5_000, 2_000, 50, None).whole_prompt() == 7_100
+    assert provider_floor(_cached(7_100, 5_000, 2_000, 50, None)) == 7_150
+    assert provider_floor(_cached(7_100, 5_000, 2_000, 50, 7_150)) == 7_150
+    assert provider_floor(_cached(7_100, 5_000, None, 50, None)) == 7_150  # OpenAI: reads only
+    assert provider_floor(_cached(7_100, 0, 0, 50, None)) == 7_150
+
+
+def test_P1_a_report_that_left_the_cache_out_of_prompt_tokens_never_undercounts() -> None:
+    # the same request as Anthropic reports it raw: input_tokens 100 beside the cache figures
+    assert _cached(100, 5_000, 2_000, 50, None).whole_prompt() == 7_100
+    assert provider_floor(_cached(100, 5_000, 2_000, 50, None)) == 7_150
+    assert provider_floor(_cached(100, 5_000, 2_000, 50, 150)) == 7_150  # a total of input + output
+    assert provider_floor(_cached(None, 5_000, 2_000, 50, None)) == 7_050  # only the cache figures
+    assert provider_floor(_cached(None, 5_000, 2_000, None, None)) == 7_000
+
+
+def test_P1_unusable_cache_figures_are_left_out() -> None:
+    assert provider_floor(_cached(7_100, -5, 2_000, 50, None)) == 7_150
+    assert provider_floor(_cached(100, -5, -2, 50, None)) == 150
+    assert provider_floor(_cached(100, True, None, 50, None)) == 150
+    assert _cached(None, None, None, 50, 60).whole_prompt() is None
+    assert provider_floor(_cached(None, None, None, None, None)) is None
+
+
+def test_P3_P4_the_baseline_floor_holds_the_cached_tokens() -> None:
+    session = Session()
+    session.user("fix the failing test")
+    view = new_view()
+    session.request(view, "r1")
+    session.assistant("Looking at it.", request_id="r1")
+    session.add(
+        Usage(
+            request_id="r1",
+            prompt_tokens=100,
+            completion_tokens=50,
+            cached_prompt_tokens=5_000,
+            cache_write_tokens=2_000,
+        )
+    )
+    base = baseline_of(session.state)
+    assert base is not None and base.floor == 7_150
+    occ = occupancy(session.state, view)
+    assert occ.projection.source == "provider" and occ.projection.tokens == 7_150
