@@ -1,13 +1,16 @@
 """A session's history as the model sees it, kept in step with its state at O(new messages) a sync.
 
-`HistoryView` is a memo of three pure functions of `SessionState.context`:
+`HistoryView` is a memo of four pure functions of `SessionState.context`:
 the rendering of every message (tool_budget.render_context), the token count
-of each rendering (T1, with prefix sums so any range costs O(1)), and the
-tool turns (M3, events.model.tool_turns) with how often each call id occurs.
+of each rendering (T1, with prefix sums so any range costs O(1)), the tool
+turns (M3, events.model.tool_turns) with how often each call id occurs, and
+each turn's S2 class for the session's read-only tools (`rank_of` in
+slimming: kept as the turn grows, so a snip plan ranks nothing anew, even
+the first one after a respawn).
 
 Sync rule: the context changes only by appends, except at a slimming (the
 revision increases, P5) or a checkpoint (a new checkpoint seq). So while
-(sid, epoch, checkpoint seq, revision) stay the same and the messages already
+(sid, epoch, checkpoint seq, revision, read-only tools) stay the same and the messages already
 seen are still in place, a sync only walks the new messages; anything else
 rebuilds the memo from scratch, which gives the same result. Tests check the
 memo against the pure functions.
@@ -29,14 +32,28 @@ from cairn.actors.session.tool_budget import TurnBudgets
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import ShownCount, TokenCount
 from cairn.events.model import Message, ToolTurn
-from cairn.events.state import SessionState
+from cairn.events.state import SessionInfo, SessionState
+
+#: S2: tools read-only by default, when the host declares none
+DEFAULT_READ_ONLY_TOOLS = ("read", "grep", "glob", "search", "web-search", "web-fetch", "list")
+
+RANK_READ_ONLY = 0
+RANK_WRITE = 1
+RANK_ERROR = 2
+
+
+def read_only_tools(info: SessionInfo | None) -> frozenset[str]:
+    """S2: the tools the host declares read-only, or the default names."""
+    names = info.read_only_tools if info is not None else None
+    return frozenset(DEFAULT_READ_ONLY_TOOLS if names is None else names)
 
 
 class TurnEntry:
     """One tool turn (M3): the call's index, its call ids and the indexes of its results.
 
-    `rank` memoizes the S2 class of the turn for one set of read-only tool
-    names (the planner fills it in once the turn can no longer grow).
+    `rank` is the S2 class of the turn for the read-only tool names
+    `rank_for` (the view keeps it for its session's names as results come in;
+    `slimming.rank_of` computes it for any other names).
     """
 
     __slots__ = ("call_ids", "call_index", "id_set", "rank", "rank_for", "result_indexes")
@@ -67,6 +84,8 @@ class HistoryView:
         self.counter = counter
         self._key: _Key | None = None
         self._context: tuple[Message, ...] = ()
+        self._info: SessionInfo | None = None
+        self._read_only = read_only_tools(None)
         self._reset()
 
     def _reset(self) -> None:
@@ -76,6 +95,9 @@ class HistoryView:
         self._walk = TurnBudgets()
         self._turns: list[TurnEntry] = []
         self._open: TurnEntry | None = None
+        #: the open turn's S2 flags so far: an error result, a write (effect or tool not read-only)
+        self._open_error = False
+        self._open_write = False
         self._refs: Counter[str] = Counter()  # filled with dict calls (Counter.update is slow)
 
     def sync(self, state: SessionState) -> None:
@@ -83,8 +105,16 @@ class HistoryView:
         key = (state.sid, state.epoch, state.checkpoint_seq, state.revision)
         context = state.context
         seen = len(self._context)
+        info = state.info
+        renamed = False
+        if info is not self._info:
+            self._info = info
+            read_only = read_only_tools(info)
+            renamed = read_only != self._read_only
+            self._read_only = read_only
         if seen and (
-            key != self._key
+            renamed
+            or key != self._key
             or len(context) < seen
             or not _same(context[seen - 1], self._context[seen - 1])
             or not _same(context[0], self._context[0])
@@ -115,6 +145,8 @@ class HistoryView:
         refs = self._refs
         turns = self._turns
         open_turn = self._open
+        error, write = self._open_error, self._open_write
+        read_only = self._read_only
         trusted: list[Message] = []
         trusted_counts: list[int] = []
         for index in range(start, len(context)):
@@ -143,14 +175,27 @@ class HistoryView:
                 refs[call_id] = refs.get(call_id, 0) + 1
                 if open_turn is not None and call_id in open_turn.call_ids:
                     open_turn.result_indexes.append(index)
+                    meta = message.meta
+                    if meta.tool_status == "error":
+                        error = True
+                    elif meta.tool_effect == "write":
+                        write = True
+                    open_turn.rank = RANK_ERROR if error else RANK_WRITE if write else RANK_READ_ONLY
+                    open_turn.rank_for = read_only
             elif role == "assistant" and message.tool_calls:
-                open_turn = TurnEntry(index, tuple([call.id for call in message.tool_calls]))
+                calls = message.tool_calls
+                open_turn = TurnEntry(index, tuple([call.id for call in calls]))
                 for call_id in open_turn.call_ids:
                     refs[call_id] = refs.get(call_id, 0) + 1
+                error = False
+                write = any(call.name not in read_only for call in calls)
+                open_turn.rank = RANK_WRITE if write else RANK_READ_ONLY
+                open_turn.rank_for = read_only
                 turns.append(open_turn)
             elif role != "system":
                 open_turn = None
         self._open = open_turn
+        self._open_error, self._open_write = error, write
         if trusted:
             counter.remember_all(trusted, trusted_counts)
 
@@ -178,6 +223,11 @@ class HistoryView:
 
     def message_tokens(self, index: int) -> int:
         return self._prefix[index + 1] - self._prefix[index]
+
+    @property
+    def read_only(self) -> frozenset[str]:
+        """S2: the read-only tool names of the session last synced (what the turns' ranks are for)."""
+        return self._read_only
 
     @property
     def turns(self) -> list[TurnEntry]:
