@@ -52,19 +52,26 @@ class TurnEntry:
     """One tool turn (M3): the call's index, its call ids and the indexes of its results.
 
     `rank` is the S2 class of the turn for the read-only tool names
-    `rank_for` (the view keeps it for its session's names as results come in;
-    `slimming.rank_of` computes it for any other names).
+    `rank_for` (the view sets it for its session's names and raises it as
+    results come in, which for any names only raises it: an error result to
+    2, a write to at least 1; `slimming.rank_of` computes it for other names).
     """
 
     __slots__ = ("call_ids", "call_index", "id_set", "rank", "rank_for", "result_indexes")
 
-    def __init__(self, call_index: int, call_ids: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        call_index: int,
+        call_ids: tuple[str, ...],
+        rank: int | None = None,
+        rank_for: frozenset[str] | None = None,
+    ) -> None:
         self.call_index = call_index
         self.call_ids = call_ids
         self.id_set = frozenset(call_ids)
         self.result_indexes: list[int] = []
-        self.rank: int | None = None
-        self.rank_for: frozenset[str] | None = None
+        self.rank = rank
+        self.rank_for = rank_for
 
     @property
     def indexes(self) -> tuple[int, ...]:
@@ -95,9 +102,6 @@ class HistoryView:
         self._walk = TurnBudgets()
         self._turns: list[TurnEntry] = []
         self._open: TurnEntry | None = None
-        #: the open turn's S2 flags so far: an error result, a write (effect or tool not read-only)
-        self._open_error = False
-        self._open_write = False
         self._refs: Counter[str] = Counter()  # filled with dict calls (Counter.update is slow)
 
     def sync(self, state: SessionState) -> None:
@@ -145,7 +149,6 @@ class HistoryView:
         refs = self._refs
         turns = self._turns
         open_turn = self._open
-        error, write = self._open_error, self._open_write
         read_only = self._read_only
         trusted: list[Message] = []
         trusted_counts: list[int] = []
@@ -175,27 +178,25 @@ class HistoryView:
                 refs[call_id] = refs.get(call_id, 0) + 1
                 if open_turn is not None and call_id in open_turn.call_ids:
                     open_turn.result_indexes.append(index)
-                    meta = message.meta
+                    meta = message.meta  # S2, as results raise a turn's class
                     if meta.tool_status == "error":
-                        error = True
-                    elif meta.tool_effect == "write":
-                        write = True
-                    open_turn.rank = RANK_ERROR if error else RANK_WRITE if write else RANK_READ_ONLY
-                    open_turn.rank_for = read_only
+                        open_turn.rank = RANK_ERROR
+                    elif meta.tool_effect == "write" and open_turn.rank == RANK_READ_ONLY:
+                        open_turn.rank = RANK_WRITE
             elif role == "assistant" and message.tool_calls:
                 calls = message.tool_calls
-                open_turn = TurnEntry(index, tuple([call.id for call in calls]))
+                rank = RANK_READ_ONLY
+                for call in calls:
+                    if call.name not in read_only:
+                        rank = RANK_WRITE
+                        break
+                open_turn = TurnEntry(index, tuple([call.id for call in calls]), rank, read_only)
                 for call_id in open_turn.call_ids:
                     refs[call_id] = refs.get(call_id, 0) + 1
-                error = False
-                write = any(call.name not in read_only for call in calls)
-                open_turn.rank = RANK_WRITE if write else RANK_READ_ONLY
-                open_turn.rank_for = read_only
                 turns.append(open_turn)
             elif role != "system":
                 open_turn = None
         self._open = open_turn
-        self._open_error, self._open_write = error, write
         if trusted:
             counter.remember_all(trusted, trusted_counts)
 

@@ -117,3 +117,19 @@ def test_view_rebuilds_after_a_checkpoint_and_for_another_session() -> None:
     view.sync(other)
     assert view.rendered == list(other.context)
     assert view.total == counter().messages(other.context)
+
+
+def test_S2_a_turn_ranked_for_other_names_is_still_right_for_them_as_its_results_come_in() -> None:
+    view = HistoryView(counter())
+    state = SessionState()
+    call = AssistantMessage(message_id="a1", request_id="r", tool_calls=(ToolCall("c1", "read"),))
+    state = evolve(state, Record(1, "s1", 1, 1, GENESIS, call))
+    view.sync(state)
+    nothing_read_only: frozenset[str] = frozenset()
+    assert rank_of(view.turns[0], state.context, nothing_read_only) == 1  # "read" is a write for them
+    error = ToolResult(
+        call_id="c1", tool_name="read", status="error", effect="read", content=(TextPart("x"),)
+    )
+    state = evolve(state, Record(2, "s1", 2, 2, GENESIS, error))
+    view.sync(state)
+    assert rank_of(view.turns[0], state.context, nothing_read_only) == 2 == _fresh_ranks(state)[0]
