@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cairn.actors.session.tool_budget import TurnBudgets
+from cairn.actors.session.tool_budget import RESULT_LIMIT, TURN_LIMIT, render_other, render_result
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import ShownCount, TokenCount
-from cairn.events.model import Message, ToolTurn
+from cairn.events.model import Message, TextPart, ToolTurn
 from cairn.events.state import SessionInfo, SessionState
 
 #: S2: tools read-only by default, when the host declares none
@@ -99,7 +99,8 @@ class HistoryView:
         self._context = ()
         self._rendered: list[Message] = []
         self._prefix: list[int] = [0]
-        self._walk = TurnBudgets()
+        #: X2: chars of output the open tool turn's results have shown so far
+        self._used = 0
         self._turns: list[TurnEntry] = []
         self._open: TurnEntry | None = None
         self._refs: Counter[str] = Counter()  # filled with dict calls (Counter.update is slow)
@@ -142,19 +143,47 @@ class HistoryView:
         counter = self.counter
         scheme = counter.scheme
         count = counter.message
-        render = self._walk.render
         rendered_list = self._rendered
         prefix = self._prefix
         total = prefix[-1]
         refs = self._refs
         turns = self._turns
         open_turn = self._open
+        used = self._used
         read_only = self._read_only
         trusted: list[Message] = []
         trusted_counts: list[int] = []
         for index in range(start, len(context)):
             message = context[index]
-            rendered = render(message)
+            role = message.role
+            content = message.content
+            # the rendering (X1-X3), as tool_budget.TurnBudgets walks it: the open tool turn (M3)
+            # is this walk's `open_turn`, and its results share `used` of TURN_LIMIT chars
+            if role == "tool":
+                call_id = message.tool_call_id or ""
+                opened = open_turn is not None and message.tool_call_id in open_turn.call_ids
+                rendered = None
+                if type(content) is tuple:  # text parts only, shown whole: the message itself
+                    size = 0
+                    for part in content:
+                        if type(part) is not TextPart:
+                            break
+                        size += len(part.text)
+                    else:
+                        if size <= RESULT_LIMIT and (size <= TURN_LIMIT - used if opened else True):
+                            if opened:
+                                used += size
+                            rendered = message
+                if rendered is None:
+                    if opened:
+                        rendered, shown = render_result(message, max(0, TURN_LIMIT - used))
+                        used += shown
+                    else:
+                        rendered = render_result(message, TURN_LIMIT)[0]
+            else:
+                if role != "system":
+                    used = 0
+                rendered = message if type(content) is str else render_other(message)
             rendered_list.append(rendered)
             stored = counts[index]
             if (
@@ -172,9 +201,7 @@ class HistoryView:
                 tokens = count(rendered)
             total += tokens
             prefix.append(total)
-            role = message.role
             if role == "tool":
-                call_id = message.tool_call_id or ""
                 refs[call_id] = refs.get(call_id, 0) + 1
                 if open_turn is not None and call_id in open_turn.call_ids:
                     open_turn.result_indexes.append(index)
@@ -197,6 +224,7 @@ class HistoryView:
             elif role != "system":
                 open_turn = None
         self._open = open_turn
+        self._used = used
         if trusted:
             counter.remember_all(trusted, trusted_counts)
 

@@ -11,7 +11,7 @@ from cairn.actors.session.tool_budget import render_context
 from cairn.actors.session.view import HistoryView, TurnEntry, read_only_tools
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import AssistantMessage, ContextSlimmed, EventBase, ToolResult, UserMessage
-from cairn.events.model import BlobPart, TextPart, ToolCall, tool_turns
+from cairn.events.model import BlobPart, TextPart, ToolCall, text_of, tool_turns
 from cairn.events.state import SessionInfo, SessionState, evolve
 from tests.session.builders import counter, new_view, summary_message
 
@@ -133,3 +133,37 @@ def test_S2_a_turn_ranked_for_other_names_is_still_right_for_them_as_its_results
     state = evolve(state, Record(2, "s1", 2, 2, GENESIS, error))
     view.sync(state)
     assert rank_of(view.turns[0], state.context, nothing_read_only) == 2 == _fresh_ranks(state)[0]
+
+
+def test_X2_results_of_one_turn_share_its_budget_in_the_view_as_in_render_context() -> None:
+    calls = tuple(ToolCall(f"c{n}", "read") for n in range(3))
+    events: list[EventBase] = [
+        AssistantMessage(message_id="a1", request_id="r", tool_calls=calls),
+        *(
+            ToolResult(
+                call_id=f"c{n}",
+                tool_name="read",
+                status="ok",
+                effect="read",
+                content=(TextPart("r" * 90_000),),
+            )
+            for n in range(3)
+        ),
+        UserMessage(message_id="u1", content=(TextPart("next"),)),
+        AssistantMessage(message_id="a2", request_id="r", tool_calls=(ToolCall("c3", "read"),)),
+        ToolResult(
+            call_id="c3", tool_name="read", status="ok", effect="read", content=(TextPart("r" * 90_000),)
+        ),
+    ]
+    view = HistoryView(counter())
+    state = SessionState()
+    for seq, event in enumerate(events, start=1):
+        state = evolve(state, Record(seq, "s1", seq, seq, GENESIS, event))  # type: ignore[arg-type]
+        view.sync(state)  # one message at a time, as a live session
+    shown = [len(text_of(message.content)) for message in view.rendered]
+    # the third result gets what is left of the turn's 200,000 chars (20,000) and a note; a new turn, all
+    assert shown[1:3] == [90_000, 90_000] and 20_000 < shown[3] < 20_300 and shown[6] == 90_000
+    assert tuple(view.rendered) == render_context(state.context)
+    rebuilt = HistoryView(counter())
+    rebuilt.sync(state)  # all at once, as after a respawn
+    assert rebuilt.rendered == view.rendered and rebuilt.total == view.total
