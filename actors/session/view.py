@@ -1,7 +1,9 @@
 """A session's history as the model sees it, kept in step with its state at O(new messages) a sync.
 
 `HistoryView` is a memo of four pure functions of `SessionState.context`:
-the rendering of every message (tool_budget.render_context), the token count
+the rendering of every message (tool_budget.render_context; one walk does
+the rendering, the counts and the turns, the open tool turn's results
+sharing its X2 budget as `TurnBudgets` has them share it), the token count
 of each rendering (T1, with prefix sums so any range costs O(1)), the tool
 turns (M3, events.model.tool_turns) with how often each call id occurs, and
 each turn's S2 class for the session's read-only tools (`rank_of` in
@@ -10,8 +12,9 @@ the first one after a respawn).
 
 Sync rule: the context changes only by appends, except at a slimming (the
 revision increases, P5) or a checkpoint (a new checkpoint seq). So while
-(sid, epoch, checkpoint seq, revision, read-only tools) stay the same and the messages already
-seen are still in place, a sync only walks the new messages; anything else
+(sid, epoch, checkpoint seq, revision, read-only tools) stay the same and
+the messages already seen are still in place, a sync only walks the new
+messages; anything else
 rebuilds the memo from scratch, which gives the same result. Tests check the
 memo against the pure functions.
 
