@@ -41,7 +41,7 @@ from cairn.actors.session.messages import ManualCompact, Send
 from cairn.actors.session.request import assemble
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.stream import TurnResult, TurnStatus
-from cairn.actors.session.tracker import Occupancy
+from cairn.actors.session.tracker import Occupancy, prepare
 from cairn.actors.session.turn import failure_events, interrupted_events
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
@@ -106,7 +106,7 @@ class SessionCore(pykka.ThreadingActor):
             )
             state = replay(records, state)
         self._state = state
-        self._view.sync(state)
+        prepare(state, self._view)  # the first request pays no more than any other (see prepare)
         self._loaded = True
         return state.last_seq
 

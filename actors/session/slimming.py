@@ -39,31 +39,42 @@ from __future__ import annotations
 import msgspec
 
 from cairn.actors.session.tracker import Occupancy
-from cairn.actors.session.view import HistoryView, TurnEntry
+from cairn.actors.session.view import (
+    DEFAULT_READ_ONLY_TOOLS,
+    RANK_ERROR,
+    RANK_READ_ONLY,
+    RANK_WRITE,
+    HistoryView,
+    TurnEntry,
+    read_only_tools,
+)
 from cairn.events.codec import Record
 from cairn.events.kinds import ContextSlimmed, SlimMode
 from cairn.events.model import Message, MessageMeta
 from cairn.events.protocol import marker_text
-from cairn.events.state import SessionInfo, SessionState, evolve
+from cairn.events.state import SessionState, evolve
 
-#: S2: tools read-only by default, when the host declares none
-DEFAULT_READ_ONLY_TOOLS = ("read", "grep", "glob", "search", "web-search", "web-fetch", "list")
+__all__ = [
+    "DEFAULT_READ_ONLY_TOOLS",
+    "RANK_ERROR",
+    "RANK_READ_ONLY",
+    "RANK_WRITE",
+    "SlimPlan",
+    "apply_plan",
+    "candidates",
+    "micro_due",
+    "plan_micro",
+    "plan_snip",
+    "rank_of",
+    "read_only_tools",
+]
+
 SNIP_KEEP = 10
 SNIP_MINIMUM = 30
 MICRO_KEEP = 3
 MICRO_MINIMUM = 15
 #: S4: the provider's prompt cache is taken as expired after this long
 MICRO_IDLE_MS = 60_000
-
-RANK_READ_ONLY = 0
-RANK_WRITE = 1
-RANK_ERROR = 2
-
-
-def read_only_tools(info: SessionInfo | None) -> frozenset[str]:
-    """S2: the tools the host declares read-only, or the default names."""
-    names = info.read_only_tools if info is not None else None
-    return frozenset(DEFAULT_READ_ONLY_TOOLS if names is None else names)
 
 
 class SlimPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,8 +101,8 @@ class SlimPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def rank_of(entry: TurnEntry, context: tuple[Message, ...], read_only: frozenset[str]) -> int:
-    """S2: 0 read-only success, 1 write, 2 error."""
-    if entry.rank is not None and entry.rank_for == read_only:
+    """S2: 0 read-only success, 1 write, 2 error (the view's rank when it is for these names)."""
+    if entry.rank is not None and (entry.rank_for is read_only or entry.rank_for == read_only):
         return entry.rank
     rank = RANK_READ_ONLY
     for index in entry.result_indexes:
@@ -150,7 +161,7 @@ def plan_snip(
     if not pool:
         return None
     context = state.context
-    read_only = read_only_tools(state.info)
+    read_only = view.read_only  # synced to state by candidates(): the names the turns are ranked for
     ordered = sorted(pool, key=lambda entry: (rank_of(entry, context, read_only), entry.call_index))
     counter = view.counter
     top = max(occ.projection.tokens, occ.projection.local_tokens)
@@ -159,7 +170,13 @@ def plan_snip(
     for entry in ordered:
         chosen.append(entry)
         removed_tokens += sum(view.message_tokens(index) for index in entry.indexes)
-        if limit is not None and top - removed_tokens + counter.message(_marker(len(chosen))) < limit:
+        # a marker counts at least 0: while the rest alone is at or over the limit, it is not counted
+        # (each new count of a marker is an encode, which a counter new after a respawn would pay)
+        if (
+            limit is not None
+            and top - removed_tokens < limit
+            and top - removed_tokens + counter.message(_marker(len(chosen))) < limit
+        ):
             break
     marker_tokens = counter.message(_marker(len(chosen)))
     chosen.sort(key=lambda entry: entry.call_index)

@@ -174,7 +174,9 @@ class TurnBudgets:
     message with tool calls, until the next user or assistant message) draws
     on that turn's budget; any other result has a budget of its own. The walk
     is the same live and on replay, and can be resumed as messages are
-    appended. Not thread-safe: one walk per owner.
+    appended. Not thread-safe: one walk per owner. `HistoryView` walks the
+    same way in its own loop (tests hold it to `render_context`): a change
+    here is a change there.
     """
 
     __slots__ = ("_open", "_used")

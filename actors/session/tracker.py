@@ -166,6 +166,20 @@ class Occupancy(msgspec.Struct, frozen=True, kw_only=True):
     snapshot: BudgetSnapshot
 
 
+def prepare(state: SessionState, view: HistoryView) -> None:
+    """Bring a session's view and counter up to `state` when it is loaded, so its first request is warm.
+
+    The view walks the context once (renderings, stored counts, tool turns
+    and their S2 classes) and the counter counts the request's fixed parts
+    (system prompt, tool schemas) of the session's model. Called by the
+    session actor's load, so a respawn pays this once, at the load, and the
+    first request after it pays what any request pays; both are measured
+    apart by `cairn bench --only respawn`.
+    """
+    view.sync(state)
+    profile_of(state.info, view.counter)
+
+
 def occupancy(state: SessionState, view: HistoryView, *, model: str | None = None) -> Occupancy:
     """Profile, current hand-off, projection and budget snapshot of the next request."""
     profile = profile_of(state.info, view.counter, model=model)
