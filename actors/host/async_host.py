@@ -95,7 +95,8 @@ class AsyncTurn:
         running and its result retrievable by awaiting this again.
         """
         try:
-            return await asyncio.wait_for(asyncio.shield(self._result), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see `events`
+                return await asyncio.shield(self._result)
         except TimeoutError:
             raise TurnTimeout(f"session {self.session}: no result within {timeout} s") from None
 
@@ -120,7 +121,11 @@ class AsyncTurn:
                 return
             while True:
                 try:
-                    news = await asyncio.wait_for(queue.get(), timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+                    # cancellation that arrives as the item does, and the reader's task would
+                    # then go on as if never cancelled (seen in the cancellation test)
+                    async with asyncio.timeout(timeout):
+                        news = await queue.get()
                 except TimeoutError:
                     raise TurnTimeout(f"session {self.session}: no event within {timeout} s") from None
                 if isinstance(news, TurnResult):
@@ -196,7 +201,8 @@ class AsyncHost:
         future = await self._run(self.host.compact_future, session)
         answer = asyncio.wrap_future(future)  # shielded: a cancelled wait leaves the session's future be
         try:
-            return await asyncio.wait_for(asyncio.shield(answer), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see `AsyncTurn.events`
+                return await asyncio.shield(answer)
         except TimeoutError:
             raise HostTimeout(f"session {session}: no compaction result within {timeout} s") from None
 
