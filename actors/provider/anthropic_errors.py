@@ -42,7 +42,7 @@ from cairn.actors.provider.chat_errors import (
     _TRANSPORT,
     Scrub,
     _body_text,
-    _clip,
+    _failure_of,
     _Found,
     _malformed,
     _retry_hint,
@@ -92,17 +92,7 @@ def to_failure(
     """The failure an exception of a Messages API call stands for (the module table); None if it is
     not one. `now_ms` is the clock a `Retry-After` date is read against."""
     found = _classify(error, endpoint, timeout_s, now_ms)
-    if found is None:
-        return None
-    retryable = is_retryable_status(found.status) if found.retryable is None else found.retryable
-    return ProviderFailure(
-        found.error_class,
-        scrub(_clip(found.detail)),
-        status_code=found.status,
-        retryable=retryable,
-        output_delivered=output_delivered,
-        retry_after_ms=found.retry_after_ms,
-    )
+    return None if found is None else _failure_of(found, scrub, output_delivered)
 
 
 def _classify(error: BaseException, endpoint: str, timeout_s: float, now_ms: int) -> _Found | None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
-from contextlib import closing
 from types import TracebackType
 from typing import Any, cast
 
@@ -50,7 +49,7 @@ import anthropic
 from cairn.actors.provider.anthropic_errors import to_failure
 from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropic_body
 from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
-from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
+from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
 from cairn.actors.provider.chat_errors import scrubber
 from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig
 
@@ -178,19 +177,10 @@ class AnthropicProvider:
         )
 
     def _run(self, arguments: dict[str, Any], timeout: float) -> Iterator[ProviderOutput]:
-        delivered = False  # R2: has anything been yielded?
-        failure: ProviderFailure | None = None
-        try:
-            with closing(self._outputs(arguments, timeout)) as outputs:
-                for item in outputs:
-                    delivered = True
-                    yield item
-        except Exception as error:
-            failure = self._failure(error, timeout, delivered)
-            if failure is None:
-                raise
-        if failure is not None:
-            raise failure  # outside the handler: the SDK's unscrubbed error is not chained to it
+        return guarded(
+            lambda: self._outputs(arguments, timeout),
+            lambda error, delivered: self._failure(error, timeout, delivered),
+        )
 
     def _outputs(self, arguments: dict[str, Any], timeout: float) -> Generator[ProviderOutput, None, None]:
         assembler = EventAssembler()

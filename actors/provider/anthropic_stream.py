@@ -53,7 +53,7 @@ from cairn.actors.provider.base import (
     ToolCallReady,
     UsageReport,
 )
-from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream
+from cairn.actors.provider.chat_stream import MalformedChunk, TruncatedStream, count_of, field_of, is_object
 from cairn.events.model import ReasoningBlock, ToolCall
 
 STOP_REASONS: dict[str, str] = {
@@ -66,23 +66,6 @@ STOP_REASONS: dict[str, str] = {
 }
 
 __all__ = ["STOP_REASONS", "EventAssembler", "MalformedChunk", "TruncatedStream", "usage_report"]
-
-
-def _get(obj: object, name: str) -> object:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _is_object(obj: object) -> bool:
-    if isinstance(obj, Mapping):
-        return True
-    scalar = obj is None or isinstance(obj, str | bytes | int | float | list | tuple)
-    return not scalar and hasattr(obj, "__dict__")
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _text(value: object, what: str) -> str:
@@ -139,28 +122,28 @@ class EventAssembler:
         return self._events
 
     def feed(self, event: object) -> list[ProviderOutput]:
-        if not _is_object(event):
+        if not is_object(event):
             raise MalformedChunk(f"an event is not a JSON object: {type(event).__name__}")
         self._events += 1
-        kind = _get(event, "type")
+        kind = field_of(event, "type")
         if kind == "message_start":
-            message = _get(event, "message")
-            if _is_object(message):
-                self._keep_usage(_get(message, "usage"))
+            message = field_of(event, "message")
+            if is_object(message):
+                self._keep_usage(field_of(message, "usage"))
             return []
         if kind == "content_block_start":
-            return self._start(_index(event), _get(event, "content_block"))
+            return self._start(_index(event), field_of(event, "content_block"))
         if kind == "content_block_delta":
-            return self._delta(_index(event), _get(event, "delta"))
+            return self._delta(_index(event), field_of(event, "delta"))
         if kind == "content_block_stop":
             return self._stop(_index(event))
         if kind == "message_delta":
-            delta = _get(event, "delta")
-            if _is_object(delta):
-                reason = _get(delta, "stop_reason")
+            delta = field_of(event, "delta")
+            if is_object(delta):
+                reason = field_of(delta, "stop_reason")
                 if reason is not None:
                     self._stop_reason = _text(reason, "`stop_reason`")
-            self._keep_usage(_get(event, "usage"))
+            self._keep_usage(field_of(event, "usage"))
             return []
         if kind == "message_stop":
             self._stopped = True
@@ -174,54 +157,54 @@ class EventAssembler:
         return [usage_report(self._usage), Finished(STOP_REASONS.get(reason, reason) if reason else None)]
 
     def _keep_usage(self, usage: object) -> None:
-        if not _is_object(usage):
+        if not is_object(usage):
             return
         for name in USAGE_FIELDS:
-            value = _count(_get(usage, name))
+            value = count_of(field_of(usage, name))
             if value is not None:
                 self._usage[name] = value
 
     def _start(self, index: int, content: object) -> list[ProviderOutput]:
-        if not _is_object(content):
+        if not is_object(content):
             raise MalformedChunk("`content_block` is not an object")
-        kind = _text(_get(content, "type"), "a content block's `type`")
+        kind = _text(field_of(content, "type"), "a content block's `type`")
         block = _Block(kind)
         self._blocks[index] = block
         if kind == "text":
-            text = _text(_get(content, "text"), "a text block's `text`")
+            text = _text(field_of(content, "text"), "a text block's `text`")
             return [TextDelta(text)] if text else []
         if kind == "thinking":
-            text = _text(_get(content, "thinking"), "a thinking block's `thinking`")
-            block.signature.append(_text(_get(content, "signature"), "a thinking block's `signature`"))
+            text = _text(field_of(content, "thinking"), "a thinking block's `thinking`")
+            block.signature.append(_text(field_of(content, "signature"), "a thinking block's `signature`"))
             if text:
                 block.text.append(text)
                 return [ReasoningDelta(text)]
         elif kind == "redacted_thinking":
-            block.data = _text(_get(content, "data"), "a redacted thinking block's `data`")
+            block.data = _text(field_of(content, "data"), "a redacted thinking block's `data`")
         elif kind == "tool_use":
-            block.id = _text(_get(content, "id"), "a tool call's `id`")
-            block.name = _text(_get(content, "name"), "a tool call's `name`")
-            block.initial_input = _get(content, "input")
+            block.id = _text(field_of(content, "id"), "a tool call's `id`")
+            block.name = _text(field_of(content, "name"), "a tool call's `name`")
+            block.initial_input = field_of(content, "input")
         return []
 
     def _delta(self, index: int, delta: object) -> list[ProviderOutput]:
         block = self._blocks.get(index)
         if block is None:
             raise MalformedChunk(f"a delta for content block {index}, which was not started")
-        if not _is_object(delta):
+        if not is_object(delta):
             raise MalformedChunk("`delta` is not an object")
-        kind = _get(delta, "type")
+        kind = field_of(delta, "type")
         if kind == "text_delta":
-            text = _text(_get(delta, "text"), "a text delta")
+            text = _text(field_of(delta, "text"), "a text delta")
             return [TextDelta(text)] if text else []
         if kind == "thinking_delta":
-            text = _text(_get(delta, "thinking"), "a thinking delta")
+            text = _text(field_of(delta, "thinking"), "a thinking delta")
             block.text.append(text)
             return [ReasoningDelta(text)] if text else []
         if kind == "signature_delta":
-            block.signature.append(_text(_get(delta, "signature"), "a signature delta"))
+            block.signature.append(_text(field_of(delta, "signature"), "a signature delta"))
         elif kind == "input_json_delta":
-            block.text.append(_text(_get(delta, "partial_json"), "an input JSON delta"))
+            block.text.append(_text(field_of(delta, "partial_json"), "an input JSON delta"))
         return []
 
     def _stop(self, index: int) -> list[ProviderOutput]:
@@ -241,7 +224,7 @@ class EventAssembler:
 
 
 def _index(event: object) -> int:
-    index = _get(event, "index")
+    index = field_of(event, "index")
     if isinstance(index, bool) or not isinstance(index, int):
         raise MalformedChunk("a content block event has no integer `index`")
     return index

@@ -27,7 +27,8 @@ The contract, beyond the types:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from typing import Literal, Protocol
 
 import msgspec
@@ -156,6 +157,29 @@ class Provider(Protocol):
     def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
         """Yield output as it arrives; raise ProviderFailure on error."""
         ...
+
+
+def guarded(
+    outputs: Callable[[], Generator[ProviderOutput, None, None]],
+    failure_of: Callable[[Exception, bool], ProviderFailure | None],
+) -> Iterator[ProviderOutput]:
+    """An adapter's stream: `outputs()` opened on the first `next`, closed when left early, and an
+    SDK error turned into `failure_of(error, delivered)` (R2: whether anything was yielded yet).
+    An error `failure_of` does not know (None) is raised as it is. The failure is raised outside
+    the handler, so the SDK's unscrubbed error is not chained to it."""
+    delivered = False
+    failure: ProviderFailure | None = None
+    try:
+        with closing(outputs()) as items:
+            for item in items:
+                delivered = True
+                yield item
+    except Exception as error:
+        failure = failure_of(error, delivered)
+        if failure is None:
+            raise
+    if failure is not None:
+        raise failure
 
 
 def complete(provider: Provider, request: ProviderRequest) -> Completion:

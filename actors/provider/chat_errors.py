@@ -185,8 +185,12 @@ def to_failure(
     `now_ms` is the caller's clock, against which a `Retry-After` date is read.
     """
     found = _classify(error, endpoint, timeout_s, now_ms)
-    if found is None:
-        return None
+    return None if found is None else _failure_of(found, scrub, output_delivered)
+
+
+def _failure_of(found: _Found, scrub: Scrub, output_delivered: bool) -> ProviderFailure:
+    """The `ProviderFailure` of a classified error: its detail clipped and scrubbed, retryable by
+    its status unless the row said otherwise (shared with `anthropic_errors`)."""
     retryable = is_retryable_status(found.status) if found.retryable is None else found.retryable
     return ProviderFailure(
         found.error_class,

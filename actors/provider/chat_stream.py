@@ -58,33 +58,36 @@ class TruncatedStream(InputError):
     """
 
 
-def _get(obj: object, name: str) -> object:
+def field_of(obj: object, name: str) -> object:
+    """`obj[name]` of a mapping, else the attribute (None when absent): SDK objects and dicts alike."""
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
 
 
-def _is_object(obj: object) -> bool:
+def is_object(obj: object) -> bool:
+    """Whether `obj` is a mapping or an object with fields (not a scalar, list or None)."""
     if isinstance(obj, Mapping):
         return True
     scalar = obj is None or isinstance(obj, str | bytes | int | float | list | tuple)
     return not scalar and hasattr(obj, "__dict__")
 
 
-def _count(value: object) -> int | None:
+def count_of(value: object) -> int | None:
+    """`value` when it is a usable token count (an int, not a bool, 0 or more), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def usage_report(usage: object) -> UsageReport:
     """The usable fields of a usage object; every field None when there is none."""
-    if not _is_object(usage):
+    if not is_object(usage):
         return UsageReport()
-    details = _get(usage, "prompt_tokens_details")
-    cached = _count(_get(details, "cached_tokens")) if _is_object(details) else None
+    details = field_of(usage, "prompt_tokens_details")
+    cached = count_of(field_of(details, "cached_tokens")) if is_object(details) else None
     return UsageReport(
-        prompt_tokens=_count(_get(usage, "prompt_tokens")),
-        completion_tokens=_count(_get(usage, "completion_tokens")),
-        total_tokens=_count(_get(usage, "total_tokens")),
+        prompt_tokens=count_of(field_of(usage, "prompt_tokens")),
+        completion_tokens=count_of(field_of(usage, "completion_tokens")),
+        total_tokens=count_of(field_of(usage, "total_tokens")),
         cached_prompt_tokens=cached,
     )
 
@@ -120,29 +123,29 @@ class ChunkAssembler:
         return self._finish
 
     def feed(self, chunk: object) -> list[ProviderOutput]:
-        if not _is_object(chunk):
+        if not is_object(chunk):
             raise MalformedChunk(f"a chunk is not a JSON object: {type(chunk).__name__}")
-        usage = _get(chunk, "usage")
+        usage = field_of(chunk, "usage")
         if usage is not None:
             self._usage = usage
-        choices = _get(chunk, "choices")
+        choices = field_of(chunk, "choices")
         if choices is None:
             return []
         if not isinstance(choices, list):
             raise MalformedChunk("`choices` is not a list")
         out: list[ProviderOutput] = []
         for choice in choices:
-            if not _is_object(choice):
+            if not is_object(choice):
                 raise MalformedChunk("a choice is not an object")
-            index = _get(choice, "index")
+            index = field_of(choice, "index")
             if index not in (None, 0):
                 continue  # we never ask for n > 1
-            delta = _get(choice, "delta")
+            delta = field_of(choice, "delta")
             if delta is not None:
-                if not _is_object(delta):
+                if not is_object(delta):
                     raise MalformedChunk("`delta` is not an object")
                 out.extend(self._delta(delta))
-            finish = _get(choice, "finish_reason")
+            finish = field_of(choice, "finish_reason")
             if finish is not None:
                 self._finish = _text(finish, "`finish_reason`")
                 out.extend(self._release_calls())
@@ -156,16 +159,16 @@ class ChunkAssembler:
 
     def _delta(self, delta: object) -> list[ProviderOutput]:
         out: list[ProviderOutput] = []
-        reasoning = _text(_get(delta, "reasoning_content"), "`reasoning_content`") or _text(
-            _get(delta, "reasoning"), "`reasoning`"
+        reasoning = _text(field_of(delta, "reasoning_content"), "`reasoning_content`") or _text(
+            field_of(delta, "reasoning"), "`reasoning`"
         )
         if reasoning:
             out.append(ReasoningDelta(reasoning))
         for key in ("content", "refusal"):
-            text = _text(_get(delta, key), f"`{key}`")
+            text = _text(field_of(delta, key), f"`{key}`")
             if text:
                 out.append(TextDelta(text))
-        fragments = _get(delta, "tool_calls")
+        fragments = field_of(delta, "tool_calls")
         if fragments is None:
             return out
         if not isinstance(fragments, list):
@@ -177,17 +180,17 @@ class ChunkAssembler:
         return out
 
     def _fragment(self, fragment: object) -> None:
-        if not _is_object(fragment):
+        if not is_object(fragment):
             raise MalformedChunk("a tool-call fragment is not an object")
-        call_id = _text(_get(fragment, "id"), "a tool call's `id`")
-        function = _get(fragment, "function")
-        if function is not None and not _is_object(function):
+        call_id = _text(field_of(fragment, "id"), "a tool call's `id`")
+        function = field_of(fragment, "function")
+        if function is not None and not is_object(function):
             raise MalformedChunk("a tool call's `function` is not an object")
         name = arguments = ""
         if function is not None:
-            name = _text(_get(function, "name"), "a tool call's name")
-            arguments = _text(_get(function, "arguments"), "a tool call's arguments")
-        index = _get(fragment, "index")
+            name = _text(field_of(function, "name"), "a tool call's name")
+            arguments = _text(field_of(function, "arguments"), "a tool call's arguments")
+        index = field_of(fragment, "index")
         if isinstance(index, bool) or not isinstance(index, int | None):
             raise MalformedChunk("a tool call's `index` is not an integer")
         slot: int

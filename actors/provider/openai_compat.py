@@ -37,13 +37,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
-from contextlib import closing
 from types import TracebackType
 from typing import Any, cast
 
 import openai
 
-from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest
+from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
 from cairn.actors.provider.chat_errors import scrubber, to_failure
 from cairn.actors.provider.chat_messages import ToolSchemaError, to_chat_messages, to_chat_tools
 from cairn.actors.provider.chat_stream import ChunkAssembler, MalformedChunk
@@ -181,19 +180,10 @@ class OpenAIProvider:
         )
 
     def _run(self, arguments: dict[str, Any], timeout: float) -> Iterator[ProviderOutput]:
-        delivered = False  # R2: has anything been yielded?
-        failure: ProviderFailure | None = None
-        try:
-            with closing(self._outputs(arguments, timeout)) as outputs:
-                for item in outputs:
-                    delivered = True
-                    yield item
-        except Exception as error:
-            failure = self._failure(error, timeout, delivered)
-            if failure is None:
-                raise
-        if failure is not None:
-            raise failure  # outside the handler: the SDK's unscrubbed error is not chained to it
+        return guarded(
+            lambda: self._outputs(arguments, timeout),
+            lambda error, delivered: self._failure(error, timeout, delivered),
+        )
 
     def _outputs(self, arguments: dict[str, Any], timeout: float) -> Generator[ProviderOutput, None, None]:
         assembler = ChunkAssembler(_new_call_id)
