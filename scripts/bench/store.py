@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -429,3 +430,14 @@ def run(quick: bool) -> list[Figure]:
         return figures
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from cairn import bench
+
+    return bench.main(argv, suite="store")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
