@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from cairn.events.errors import InputError
@@ -212,28 +212,51 @@ class OpenAIConfig:
     ) -> OpenAIConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
-        url = base_url if base_url is not None else _env(env, ENV_BASE_URL)
-        openai_url = url is None
-        if url is None:
-            url = _env(env, ENV_OPENAI_BASE_URL) or DEFAULT_BASE_URL
-        key = api_key if api_key is not None else _env(env, ENV_API_KEY)
-        if key is None and (openai_url or _is_openai_host(url)):
-            key = _env(env, ENV_OPENAI_API_KEY)
-        return cls(
-            model=model if model is not None else _env(env, ENV_MODEL) or "",
-            base_url=url,
-            api_key=key,
-            context_window=(
-                context_window if context_window is not None else _env_int(env, ENV_CONTEXT_WINDOW)
-            ),
-            max_output_tokens=(
-                max_output_tokens if max_output_tokens is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS)
-            ),
-            timeout_s=(
-                timeout_s if timeout_s is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S)
-            ),
-            output_cap_field=output_cap_field,
+        given = _Given(model, base_url, api_key, context_window, max_output_tokens, timeout_s)
+        common = _common_settings(
+            env, given, ENV_OPENAI_BASE_URL, DEFAULT_BASE_URL, ENV_OPENAI_API_KEY, _is_openai_host
         )
+        return cls(**common, output_cap_field=output_cap_field)
+
+
+class _Given(NamedTuple):
+    """The settings a `from_env` caller gave (None: read the environment)."""
+
+    model: str | None
+    base_url: str | None
+    api_key: str | None
+    context_window: int | None
+    max_output_tokens: int | None
+    timeout_s: float | None
+
+
+def _common_settings(
+    env: Mapping[str, str],
+    given: _Given,
+    vendor_url_env: tuple[str, ...],
+    vendor_url: str,
+    vendor_key_env: tuple[str, ...],
+    is_vendor_host: Callable[[str], bool],
+) -> dict[str, Any]:
+    """The settings every adapter has, from `given` else `env`. The vendor's own key variable
+    (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) is read only for the vendor's own host (its default
+    URL, its URL variable, or a URL on its domain), so it never goes to another server."""
+    url = given.base_url if given.base_url is not None else _env(env, ENV_BASE_URL)
+    own_url = url is None
+    if url is None:
+        url = _env(env, vendor_url_env) or vendor_url
+    key = given.api_key if given.api_key is not None else _env(env, ENV_API_KEY)
+    if key is None and (own_url or is_vendor_host(url)):
+        key = _env(env, vendor_key_env)
+    window, cap, timeout = given.context_window, given.max_output_tokens, given.timeout_s
+    return {
+        "model": given.model if given.model is not None else _env(env, ENV_MODEL) or "",
+        "base_url": url,
+        "api_key": key,
+        "context_window": window if window is not None else _env_int(env, ENV_CONTEXT_WINDOW),
+        "max_output_tokens": cap if cap is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS),
+        "timeout_s": timeout if timeout is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S),
+    }
 
 
 def _check_positive_int(setting: str, value: object) -> None:
@@ -391,26 +414,12 @@ class AnthropicConfig:
     ) -> AnthropicConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
-        url = base_url if base_url is not None else _env(env, ENV_BASE_URL)
-        own_url = url is None
-        if url is None:
-            url = _env(env, ENV_ANTHROPIC_BASE_URL) or ANTHROPIC_BASE_URL
-        key = api_key if api_key is not None else _env(env, ENV_API_KEY)
-        if key is None and (own_url or _is_anthropic_host(url)):
-            key = _env(env, ENV_ANTHROPIC_API_KEY)
+        given = _Given(model, base_url, api_key, context_window, max_output_tokens, timeout_s)
+        common = _common_settings(
+            env, given, ENV_ANTHROPIC_BASE_URL, ANTHROPIC_BASE_URL, ENV_ANTHROPIC_API_KEY, _is_anthropic_host
+        )
         return cls(
-            model=model if model is not None else _env(env, ENV_MODEL) or "",
-            base_url=url,
-            api_key=key,
-            context_window=(
-                context_window if context_window is not None else _env_int(env, ENV_CONTEXT_WINDOW)
-            ),
-            max_output_tokens=(
-                max_output_tokens if max_output_tokens is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS)
-            ),
-            timeout_s=(
-                timeout_s if timeout_s is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S)
-            ),
+            **common,
             thinking_budget=(
                 thinking_budget if thinking_budget is not None else _env_int(env, ENV_THINKING_BUDGET)
             ),
