@@ -108,6 +108,12 @@ class IndexUnusable(StorageError):
     """The index cannot be opened or trusted; the caller rebuilds it (or reads through a private one)."""
 
 
+class IndexOutdated(IndexUnusable):
+    """The index was written by an older cairn (an earlier index format): not damage; it is rebuilt
+    from the log at the next open for writing (or by `cairn reindex`), and read-only opens read
+    through a private rebuild meanwhile."""
+
+
 class BlobError(StorageError):
     """A blob named by an event is missing or does not match its SHA-256."""
 

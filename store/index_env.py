@@ -20,7 +20,7 @@ from typing import Any
 
 import lmdb
 
-from cairn.store.errors import IndexUnusable, UnexpectedEntry
+from cairn.store.errors import IndexOutdated, IndexUnusable, UnexpectedEntry
 from cairn.store.files import FILE_MODE, check_dir, describe, private_dir
 from cairn.store.index_records import DBS, FORMAT
 
@@ -117,6 +117,8 @@ def acquire_env(path: Path, readonly: bool, map_size: int) -> SharedEnv:
                 with env.begin() as txn:
                     stored = txn.get(b"format", db=dbs[b"meta"])
             if stored != FORMAT:
+                if stored is not None and stored.startswith(b"cairn-index-"):
+                    raise IndexOutdated(f"index at {path} has the older format {stored!r}, not {FORMAT!r}")
                 raise IndexUnusable(f"index at {path} has format {stored!r}, not {FORMAT!r}")
         except lmdb.Error as exc:
             env.close()

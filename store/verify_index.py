@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from cairn.store.errors import IndexUnusable, UnexpectedEntry
+from cairn.store.errors import IndexOutdated, IndexUnusable, UnexpectedEntry
 from cairn.store.index import Index
 from cairn.store.index_pass import rebuild_through
 from cairn.store.index_records import DBS, IndexMeta, explain_entry
@@ -82,6 +82,15 @@ def snapshot_index(root: Path, report: VerifyReport) -> IndexSnapshot | None:
         return None
     try:
         index = Index(root / "index", readonly=True)
+    except IndexOutdated as exc:
+        report.warnings.append(
+            Problem(
+                code="index-outdated",
+                message=f"{exc}: written by an older cairn; it is rebuilt from the log at the next "
+                "open for writing, or by `cairn reindex`",
+            )
+        )
+        return None
     except IndexUnusable as exc:
         report.problems.append(Problem(code="index-unreadable", message=str(exc)))
         return None

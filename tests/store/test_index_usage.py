@@ -18,6 +18,7 @@ import pytest
 from cairn import cli
 from cairn.events.kinds import AssistantMessage, Usage
 from cairn.store import Journal, index_dump, reindex
+from cairn.store.verify import verify_store
 from tests.store.helpers import started
 
 
@@ -125,3 +126,28 @@ def test_an_index_from_before_the_figures_is_rebuilt_not_read_as_zeros(
         assert "cairn-index-1" in journal.recovery.index_rebuilt
         assert journal.session("all").prompt_tokens == 3003  # type: ignore[union-attr]
     assert index_dump(root) == rebuilt
+
+
+def test_verify_calls_an_index_of_an_older_format_outdated_a_warning_not_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    _downgrade(root)  # what an older cairn left: not damage, rebuilt at the next open for writing
+    report = verify_store(root)
+    assert report.ok and not report.problems
+    assert [w.code for w in report.warnings] == ["index-outdated"]
+    assert cli.main(["verify", "--store", str(root)]) == 0
+    assert "index-outdated" in capsys.readouterr().out
+
+
+def test_verify_calls_an_index_of_a_foreign_format_a_problem(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    env = lmdb.open(str(root / "index"), max_dbs=8)
+    meta = env.open_db(b"meta")  # before the write transaction, which open_db would wait for
+    with env.begin(write=True) as txn:
+        txn.put(b"format", b"not-an-index-of-ours", db=meta)
+    env.close()
+    report = verify_store(root)
+    assert [p.code for p in report.problems] == ["index-unreadable"]
