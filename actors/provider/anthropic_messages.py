@@ -15,7 +15,10 @@ parameters, and the API's default stands in for C5's 0 there. With extended thin
 "budget_tokens": N}` and no temperature (the API allows none with
 thinking). A request whose own cap is not above the budget gets the budget
 cut to the cap less one token, and no thinking when that is under the API's
-floor of 1,024: the cap is the session's output reserve, never exceeded.
+floor of 1,024: the cap is the session's output reserve, never exceeded. A
+request that carries the tool results of an assistant turn with no signed
+thinking (recorded under another provider) goes without thinking, since the
+API wants that turn to start with thinking blocks it never had.
 
 The messages, system prompt, tools and cache breakpoints are built by
 `anthropic_request`; the events are read by `anthropic_stream`; errors are
@@ -52,6 +55,7 @@ from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChun
 from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
 from cairn.actors.provider.chat_errors import scrubber
 from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig
+from cairn.events.model import Message
 
 #: C5: the summary call's bounds
 SUMMARY_TEMPERATURE = 0.0
@@ -134,6 +138,8 @@ class AnthropicProvider:
         except ToolSchemaError as error:
             raise ProviderFailure("bad-request", str(error)) from None
         thinking = config.thinking_budget if not summary else None
+        if thinking is not None and _continues_an_unsigned_tool_turn(request.messages):
+            thinking = None  # the API wants such a turn to start with signed thinking it never had
         if summary:
             given = [c for c in (request.max_output_tokens, config.max_output_tokens) if c is not None]
             cap = min([*given, SUMMARY_MAX_OUTPUT_TOKENS])
@@ -195,3 +201,18 @@ class AnthropicProvider:
             yield from assembler.end()
         finally:
             stream.close()
+
+
+def _continues_an_unsigned_tool_turn(messages: tuple[Message, ...]) -> bool:
+    """Whether the newest assistant message called tools without signed thinking to send back.
+
+    With thinking on, the Messages API wants the assistant turn whose tool
+    results a request carries to start with its thinking blocks, as the model
+    signed them. A turn recorded under another provider (or before thinking
+    was switched on) has none, and no thinking may be invented for it, so
+    such a request goes without thinking; the next turn has it again.
+    """
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return bool(message.tool_calls) and not message.reasoning_blocks
+    return False

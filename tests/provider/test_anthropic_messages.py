@@ -345,6 +345,34 @@ def test_signed_thinking_is_sent_back_verbatim_before_the_text_and_calls(
     assert "temperature" not in body
 
 
+def test_a_tool_turn_without_signed_thinking_is_continued_without_thinking(
+    server: ChatServer, connect: Any
+) -> None:
+    """A turn recorded under another provider has no thinking to send back: that request goes
+    without thinking (the API refuses a tool turn that does not start with it); the next has it."""
+    unsigned = Message(
+        role="assistant",
+        content="Let me look.",
+        reasoning="reasoning from another provider, unsigned",
+        tool_calls=(ToolCall("call_1", "read", '{"path": "a.py"}'),),
+    )
+    messages = (
+        Message(role="user", content="Check a.py."),
+        unsigned,
+        Message(role="tool", tool_call_id="call_1", content="x = 1\n"),
+    )
+    server.plan(text_message("Ok."), text_message("Fine."))
+    provider = connect(prompt_caching=False, thinking_budget=2_048)
+    complete(provider, turn(*messages))
+    body = server.requests[0].body
+    assert "thinking" not in body
+    assert [block["type"] for block in body["messages"][1]["content"]] == ["text", "tool_use"]
+    # the turn after it ended (an answer without tool calls) thinks again
+    later = (*messages, Message(role="assistant", content="Ok."), Message(role="user", content="And b.py?"))
+    complete(provider, turn(*later))
+    assert server.requests[1].body["thinking"] == {"type": "enabled", "budget_tokens": 2_048}
+
+
 def test_cache_breakpoints_go_after_tools_system_and_the_newest_listed_messages_four_at_most(
     server: ChatServer, connect: Any
 ) -> None:
