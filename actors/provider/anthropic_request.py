@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.actors.provider.chat_messages import ToolSchemaError, blob_text
+from cairn.actors.provider.chat_messages import ToolSchemaError, blob_text, schema_object
 from cairn.events.model import IMAGE_PLACEHOLDER, ImagePart, Message, Part, TextPart
 
 Block = dict[str, Any]
@@ -150,12 +150,7 @@ def to_anthropic_tools(schemas: Sequence[str]) -> list[Block]:
     """Tool schemas (canonical JSON strings) as Messages API tools. Raises `ToolSchemaError`."""
     tools: list[Block] = []
     for index, schema in enumerate(schemas):
-        try:
-            value = json.loads(schema)
-        except ValueError:
-            raise ToolSchemaError(index, "not valid JSON") from None
-        if not isinstance(value, dict):
-            raise ToolSchemaError(index, "not a JSON object")
+        value = schema_object(index, schema)
         if isinstance(value.get("input_schema"), dict):
             function, parameters = value, value["input_schema"]
         elif value.get("type") == "function" and isinstance(value.get("function"), dict):

@@ -28,6 +28,17 @@ from cairn.events.model import IMAGE_PLACEHOLDER, BlobPart, ImagePart, Message, 
 ChatMessage = dict[str, Any]
 
 
+def schema_object(index: int, schema: str) -> dict[str, Any]:
+    """Tool schema number `index` (canonical JSON) decoded; `ToolSchemaError` unless a JSON object."""
+    try:
+        value = json.loads(schema)
+    except ValueError:
+        raise ToolSchemaError(index, "not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ToolSchemaError(index, "not a JSON object")
+    return value
+
+
 class ToolSchemaError(InputError):
     """A tool schema that is not a JSON object naming a function; `index` is its position in the request.
 
@@ -129,12 +140,7 @@ def to_chat_tools(schemas: Iterable[str]) -> list[dict[str, Any]]:
     """
     tools: list[dict[str, Any]] = []
     for index, schema in enumerate(schemas):
-        try:
-            value = json.loads(schema)
-        except ValueError:
-            raise ToolSchemaError(index, "not valid JSON") from None
-        if not isinstance(value, dict):
-            raise ToolSchemaError(index, "not a JSON object")
+        value = schema_object(index, schema)
         if value.get("type") == "function" and isinstance(value.get("function"), dict):
             function = value["function"]
         else:
