@@ -105,7 +105,8 @@ WINDOW = 200_000
 WORKSPACE = "/bench/ws"
 
 _MODULES = ("ledger", "journal", "budget", "segment", "lease", "replay", "index", "router", "cache")
-_WORDS = [
+#: filler words of the generated sessions (the long runs use its first 25)
+WORDS = [
     "parser",
     "module",
     "config",
@@ -302,12 +303,12 @@ class _Builder:
     # -- filler ---------------------------------------------------------------------------------
 
     def prose(self, words: int) -> str:
-        return " ".join(self.rng.choice(_WORDS) for _ in range(words))
+        return " ".join(self.rng.choice(WORDS) for _ in range(words))
 
     def code(self, lines: int) -> str:
         out = []
         for i in range(lines):
-            a, b = self.rng.choice(_WORDS), self.rng.choice(_WORDS)
+            a, b = self.rng.choice(WORDS), self.rng.choice(WORDS)
             out.append(
                 self.rng.choice(
                     (
@@ -327,7 +328,7 @@ class _Builder:
         return "\n".join(out)
 
     def filler_path(self) -> str:
-        return f"src/app/{self.rng.choice(_WORDS)}_{self.rng.choice(_WORDS)}.py"
+        return f"src/app/{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.py"
 
     def read_filler(self) -> int:
         path = self.filler_path()
@@ -340,7 +341,7 @@ class _Builder:
         )
 
     def grep_filler(self) -> int:
-        word = self.rng.choice(_WORDS)
+        word = self.rng.choice(WORDS)
         hits = "\n".join(
             f"{self.filler_path()}:{self.rng.randrange(1, 400)}: {self.prose(7)}" for _ in range(12)
         )
@@ -349,7 +350,7 @@ class _Builder:
     def test_filler(self, passed: int | None = None) -> int:
         count = passed if passed is not None else self.rng.randrange(5, 60)
         lines = [
-            f"tests/test_{self.rng.choice(_WORDS)}.py ....{'.' * self.rng.randrange(1, 9)}" for _ in range(6)
+            f"tests/test_{self.rng.choice(WORDS)}.py ....{'.' * self.rng.randrange(1, 9)}" for _ in range(6)
         ]
         lines.append(f"===== {count} passed =====")
         return self.tool("bash", '{"cmd": "pytest -q"}', "\n".join(lines), text=self.maybe_text())
@@ -397,7 +398,7 @@ class _Names:
         self.path = f"src/cairn_{self.mod}/{self.mod}_{s}.py"
         self.test = f"tests/test_{self.mod}_{s}.py"
         self.const = f"{self.mod.upper()}_LIMIT_{s.upper()}"
-        self.case = f"{rng.choice(_WORDS)}_{s}"
+        self.case = f"{rng.choice(WORDS)}_{s}"
         self.goal = rng.choice(_GOALS)
         self.goal2 = rng.choice([g for g in _GOALS if g != self.goal])
         self.rule = rng.choice(_RULES)
@@ -558,7 +559,7 @@ def _research(b: _Builder, index: int) -> None:
         if i == 10:
             _identifier(b, nm)
             continue
-        url = f"https://docs.example.org/{b.rng.choice(_WORDS)}/{b.rng.choice(_WORDS)}"
+        url = f"https://docs.example.org/{b.rng.choice(WORDS)}/{b.rng.choice(WORDS)}"
         if b.rng.random() < 0.4:
             b.tool(
                 "web-fetch", f'{{"url": "{url}"}}', b.prose(b.rng.randrange(200, 700)), text=b.maybe_text()

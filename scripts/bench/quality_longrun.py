@@ -33,7 +33,7 @@ from cairn.actors.session.slimming import apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
-from cairn.bench.quality_corpus import KINDS, WORKSPACE
+from cairn.bench.quality_corpus import KINDS, WORDS, WORKSPACE
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,
@@ -52,33 +52,8 @@ TURNS = 1_000
 LONGRUN_WINDOW = 128_000
 #: the multi-compaction kind runs in a small window, so it compacts often
 SMALL_WINDOW = 32_000
-_WORDS = [
-    "parser",
-    "module",
-    "config",
-    "retry",
-    "cache",
-    "index",
-    "token",
-    "buffer",
-    "handler",
-    "schema",
-    "request",
-    "session",
-    "journal",
-    "segment",
-    "offset",
-    "commit",
-    "replay",
-    "checkpoint",
-    "summary",
-    "budget",
-    "window",
-    "fixture",
-    "value",
-    "payload",
-    "record",
-]
+#: filler words: the corpus's first 25 (the same list, so the seeded text is unchanged)
+_WORDS = WORDS[:25]
 
 
 @dataclass
