@@ -54,7 +54,15 @@ from cairn.store.jetstream.names import session_token
 from cairn.store.jetstream.pointer import Pointer, advanced, get_pointer, matters, put_pointer
 from cairn.store.jetstream.reads import DirectReader
 from cairn.store.jetstream.submit import Pending
-from cairn.store.jetstream.writer import Framed, Head, frame_call, head_of, log, publish_call
+from cairn.store.jetstream.writer import (
+    Framed,
+    Head,
+    attempt_timeout,
+    frame_call,
+    head_of,
+    log,
+    publish_call,
+)
 
 #: sessions whose head this journal keeps (least recently used out)
 CACHED_HEADS = 4_096
@@ -146,7 +154,7 @@ class Appender:
 
     async def _send(self, calls: list[_Call]) -> None:
         now = asyncio.get_running_loop().time()
-        timeout_s = max(0.001, min(self._request_timeout_s, min(c.deadline for c in calls) - now))
+        timeout_s = attempt_timeout(0.0, min(c.deadline for c in calls) - now, self._request_timeout_s)
         if len(calls) == 1 and len(calls[0].framed.lines) == 1:  # alone: a plain guarded publish
             call = calls[0]
             headers = {
@@ -205,7 +213,8 @@ class Appender:
 
     async def _publish(self, call: _Call) -> list[Record]:
         """Publish until stored, fenced, refused or past the call's deadline; then move the pointer."""
-        left = call.deadline - asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
+        left = call.deadline - now
         if left <= 0:
             raise AppendTimeout(
                 f"session {call.pending.sid}: no acknowledgement within {call.pending.timeout_s} s"
@@ -220,6 +229,7 @@ class Appender:
                 call.framed,
                 timeout_s=left,
                 request_timeout_s=self._request_timeout_s,
+                elapsed_s=now - (call.deadline - call.pending.timeout_s),
             )
         except SeqConflict:
             self._heads.pop(call.pending.sid, None)

@@ -125,8 +125,10 @@ class JetStreamJournal(SessionReads):
         """Connect to the cluster at `url` (comma-separated or a list), creating the layout if missing.
 
         `request_timeout_s` bounds one request; it is above the 5-7 s write
-        stall of a stream leader's failure, and an append retries (same
-        message ids) until its own `timeout`.
+        stall of a stream leader's failure. An append's attempts are shorter
+        while it is young (2 s: `writer.attempt_timeout`), so one sent to a
+        leader that just died goes again soon after the election; it retries
+        (same message ids) until its own `timeout`.
         """
         servers = [u for u in url.split(",") if u] if isinstance(url, str) else list(url)
         chosen = layout if layout is not None else Layout()

@@ -24,6 +24,16 @@ another digest, so it is never mistaken for ours.
 the subject before calling anything a conflict: our own lines there mean
 stored; another writer's mean fenced; nothing means not stored, and the
 call is sent again (same ids) until its deadline.
+
+Attempts are short while a call is young (`attempt_timeout`): a publish
+sent to a stream leader that has just died is never answered, and neither
+is the read that would settle it (only the leader completes it), so each
+waits out its whole timeout. With one request timeout (12 s) per attempt,
+an append in flight at a leader's SIGKILL stalled 12 s, though a new leader
+takes writes after 5-7 s (PITFALLS "NATS JetStream"). With 2 s attempts it
+is sent again, with the same ids, about every 2 s until the new leader
+answers; past one request timeout the attempts grow to it, so a cluster
+that is slow rather than leaderless is not flooded with resends.
 """
 
 from __future__ import annotations
@@ -53,6 +63,20 @@ from cairn.store.jetstream.layout import ClusterError, SessionFenced
 from cairn.store.jetstream.reads import DirectReader, Stored
 
 log = logging.getLogger("cairn.store.jetstream")
+
+#: one attempt's wait for its reply (and for the read that settles it) while a call is young
+SHORT_ATTEMPT_S = 2.0
+
+
+def attempt_timeout(elapsed_s: float, left_s: float, request_timeout_s: float) -> float:
+    """How long one publish attempt, or one settling read, waits: pure (see the module doc).
+
+    `SHORT_ATTEMPT_S` while the call has been under way for less than
+    `request_timeout_s`, then `request_timeout_s`; never above
+    `request_timeout_s`, never past the call's deadline (`left_s`), never 0.
+    """
+    wait = SHORT_ATTEMPT_S if elapsed_s < request_timeout_s else request_timeout_s
+    return max(0.001, min(wait, request_timeout_s, left_s))
 
 
 class Head(msgspec.Struct, frozen=True, gc=False):
@@ -144,14 +168,18 @@ async def publish_call(
     *,
     timeout_s: float,
     request_timeout_s: float,
+    elapsed_s: float = 0.0,
 ) -> int:
     """Publish a framed call until stored (returns its last stream seq), fenced, refused or timed out.
 
-    Raises `SessionFenced` when another writer's lines follow the head,
-    `ClusterError` for a refusal that a resend cannot cure, `AppendTimeout`
-    when `timeout_s` passed with the outcome unknown (it may still be stored).
+    `elapsed_s`: how long the call was under way before (a fast batch that
+    went unanswered), for `attempt_timeout`. Raises `SessionFenced` when
+    another writer's lines follow the head, `ClusterError` for a refusal
+    that a resend cannot cure, `AppendTimeout` when `timeout_s` passed with
+    the outcome unknown (it may still be stored).
     """
     loop = asyncio.get_running_loop()
+    begun = loop.time() - elapsed_s
     deadline = loop.time() + timeout_s
     pause = 0.05
     last = "no attempt"
@@ -160,7 +188,12 @@ async def publish_call(
         if left <= 0:
             raise AppendTimeout(f"session {sid}: no acknowledgement within {timeout_s} s ({last})")
         outcome = await publish_batch(
-            nc, subject, framed.lines, framed.msg_ids, head.stream_seq, min(request_timeout_s, left)
+            nc,
+            subject,
+            framed.lines,
+            framed.msg_ids,
+            head.stream_seq,
+            attempt_timeout(loop.time() - begun, left, request_timeout_s),
         )
         if outcome.kind == "stored":
             return outcome.seq
@@ -170,7 +203,9 @@ async def publish_call(
             )
         last = f"{outcome.kind} {outcome.code or ''} {outcome.description}".strip()
         try:
-            settled = await settle(reader, subject, head, framed)
+            read_s = attempt_timeout(loop.time() - begun, deadline - loop.time(), request_timeout_s)
+            async with asyncio.timeout(read_s):  # a dead leader never completes the read either
+                settled = await settle(reader, subject, head, framed)
         except (TimeoutError, NatsError, ClusterError, OSError) as exc:
             log.info("cairn: %s: cannot read the subject yet (%s); sending again", sid, exc)
             settled = None
