@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         default=None,
         help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
-        "turns, cluster, hosts, placement, audit)",
+        "turns, cluster, hosts, placement, audit, asyncloop)",
     )
     p.add_argument(
         "--provider",

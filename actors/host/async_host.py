@@ -13,10 +13,11 @@ How it stays off the loop. Sessions run in their actors' threads, as under
 replay, waiting for a live-session slot, reading the log, closing) runs on
 the host's own small thread pool and is awaited as a wrapped future
 (`loop.run_in_executor`); nothing calls a future's `.get()` or `.result()`
-on the loop thread. A turn's items and its result come from the session's
-thread through `Turn.watch`, handed to the loop with
-`loop.call_soon_threadsafe` into an `asyncio.Queue` (one per reader) and an
-`asyncio.Future`: no thread waits on a turn.
+on the loop thread, and the loop takes no lock a session's thread may hold.
+A turn's items and its result come from the session's thread through
+`Turn.watch` (set up on the pool), handed to the loop with
+`loop.call_soon_threadsafe` into the loop's own copy of the turn
+(`AsyncTurn`), which its readers read: no thread waits on a turn.
 
 Cancellation never reaches a turn. Cancelling a task that awaits
 `turn.result()` or iterates `turn.events()` only stops that wait: the turn
@@ -65,28 +66,67 @@ WARM_TIMEOUT_S = 30.0
 class AsyncTurn:
     """A turn for asyncio code: `async for item in turn.events()`, `await turn.result()`.
 
-    Wraps the threaded `Turn` (`turn.handle`); made on the loop that awaits
-    it. Any number of readers may iterate `events()`, each from the first
-    item; cancelling one never touches the turn.
+    Wraps the threaded `Turn` (`turn.handle`). Made off the loop, on the
+    host's pool (`AsyncHost.send`): it watches the handle there, once, and
+    from then on the session's thread hands it each item and the result with
+    `loop.call_soon_threadsafe`, so the loop keeps its own copy of the turn
+    and never takes the handle's lock (which the session's thread holds while
+    it publishes, and may hold while it waits for the GIL). Any number of
+    readers may iterate `events()`, each from the first item; cancelling one
+    never touches the turn.
     """
 
-    def __init__(self, handle: Turn, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        handle: Turn,
+        loop: asyncio.AbstractEventLoop,
+        on_ready: Callable[[AsyncTurn], None] | None = None,
+    ) -> None:
         self.handle = handle
         self.session = handle.session
         self._loop = loop
+        self._items: list[StreamItem] = []
+        self._ended: TurnResult | None = None
         self._result: asyncio.Future[TurnResult] = loop.create_future()
-        _, ended = handle.watch(self._on_news)
-        if ended is not None:
-            self._result.set_result(ended)
+        self._readers: set[asyncio.Event] = set()
+        #: news that reached the loop before `_ready` did (None once ready)
+        self._early: list[StreamItem | TurnResult] | None = []
+        backlog, ended = handle.watch(self._on_news)
+        # after every item the watch handed on from here: `_ready` is queued behind them, so it
+        # puts the backlog before them
+        loop.call_soon_threadsafe(self._ready, backlog, ended, on_ready)
 
     def _on_news(self, news: StreamItem | TurnResult) -> None:
-        """On the session's thread: hand the result to the loop (items go to each reader's queue)."""
-        if isinstance(news, TurnResult):
-            self._loop.call_soon_threadsafe(self._resolve, news)
+        """On the session's thread, under the handle's lock: hand the news to the loop, nothing more."""
+        self._loop.call_soon_threadsafe(self._take, news)
 
-    def _resolve(self, result: TurnResult) -> None:
-        if not self._result.done():
-            self._result.set_result(result)
+    def _ready(
+        self,
+        backlog: list[StreamItem],
+        ended: TurnResult | None,
+        on_ready: Callable[[AsyncTurn], None] | None,
+    ) -> None:
+        """On the loop: the items before the watch, then those that came meanwhile; then it is shown."""
+        early, self._early = self._early or [], None
+        for news in [*backlog, *([ended] if ended is not None else []), *early]:
+            self._take(news)
+        if on_ready is not None:
+            on_ready(self)
+
+    def _take(self, news: StreamItem | TurnResult) -> None:
+        """On the loop: one item (for every reader) or the result."""
+        if self._early is not None:
+            self._early.append(news)
+            return
+        if self._ended is not None:
+            return
+        if isinstance(news, TurnResult):
+            self._ended = news
+            self._result.set_result(news)
+        else:
+            self._items.append(news)
+        for wake in self._readers:
+            wake.set()
 
     async def result(self, timeout: float | None = WAIT_S) -> TurnResult:
         """The turn's end; `TurnTimeout` after `timeout` seconds (None: no bound).
@@ -103,39 +143,35 @@ class AsyncTurn:
     async def events(self, timeout: float | None = WAIT_S) -> AsyncIterator[StreamItem]:
         """Every client-visible item of the turn, live, from its first; ends with the turn.
 
-        `timeout` bounds the wait for each next item (`TurnTimeout`). Items
-        come from the session's thread through an `asyncio.Queue` of this
-        reader alone; leaving the loop early (break, cancel) unhooks it.
+        `timeout` bounds the wait for each next item (`TurnTimeout`). The
+        items are the loop's own copy (see the class doc); leaving the loop
+        early (break, cancel) only forgets this reader.
         """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[StreamItem | TurnResult] = asyncio.Queue()
-
-        def deliver(news: StreamItem | TurnResult) -> None:  # on the session's thread
-            loop.call_soon_threadsafe(queue.put_nowait, news)
-
-        backlog, ended = self.handle.watch(deliver)
+        wake = asyncio.Event()
+        self._readers.add(wake)
+        index = 0
         try:
-            for item in backlog:
-                yield item
-            if ended is not None:
-                return
             while True:
+                while index < len(self._items):
+                    index += 1
+                    yield self._items[index - 1]
+                if self._ended is not None:
+                    return
+                wake.clear()
                 try:
                     # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
                     # cancellation that arrives as the item does, and the reader's task would
                     # then go on as if never cancelled (seen in the cancellation test)
                     async with asyncio.timeout(timeout):
-                        news = await queue.get()
+                        await wake.wait()
                 except TimeoutError:
                     raise TurnTimeout(f"session {self.session}: no event within {timeout} s") from None
-                if isinstance(news, TurnResult):
-                    return
-                yield news
         finally:
-            self.handle.unwatch(deliver)
+            self._readers.discard(wake)
 
     def done(self) -> bool:
-        return self.handle.done()
+        """Whether the turn's end has reached the loop."""
+        return self._ended is not None
 
     def __repr__(self) -> str:
         return f"<AsyncTurn of {self.session}: {'done' if self.done() else 'running'}>"
@@ -147,8 +183,8 @@ class AsyncHost:
     def __init__(self, host: Host, pool: concurrent.futures.ThreadPoolExecutor) -> None:
         self.host = host
         self._pool = pool
-        self._latest: dict[str, Turn] = {}
-        self._latest_lock = threading.Lock()
+        #: session -> its last turn's handle; written on the loop (`AsyncTurn._ready`) only
+        self._latest: dict[str, AsyncTurn] = {}
         self._closed = False
 
     @classmethod
@@ -181,20 +217,17 @@ class AsyncHost:
         still runs: `last_turn(session)` gives its handle.
         """
 
-        def send() -> Turn:
-            turn = self.host.send(session, text, workspace=workspace, settings=settings)
-            with self._latest_lock:
-                self._latest[session] = turn
-            return turn
+        loop = asyncio.get_running_loop()
 
-        handle = await self._run(send)
-        return AsyncTurn(handle, asyncio.get_running_loop())
+        def send() -> AsyncTurn:
+            handle = self.host.send(session, text, workspace=workspace, settings=settings)
+            return AsyncTurn(handle, loop, functools.partial(self._latest.__setitem__, session))
+
+        return await self._run(send)
 
     def last_turn(self, session: str) -> AsyncTurn | None:
         """The handle of the last turn sent to `session` through this host (None when none was)."""
-        with self._latest_lock:
-            handle = self._latest.get(session)
-        return AsyncTurn(handle, asyncio.get_running_loop()) if handle is not None else None
+        return self._latest.get(session)
 
     async def compact(self, session: str, *, timeout: float | None = 600.0) -> CompactResult:
         """`Host.compact`: a `CompactResult` (the checkpoint, or why none); `HostTimeout` after `timeout`."""

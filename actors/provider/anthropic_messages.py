@@ -10,10 +10,15 @@ it imports. It follows `openai_compat`'s contract (see `base`):
 
 (1) A temperature is sent only where the SDK's `messages.create` still
 takes one: later SDKs (1.17 and 2.16 among them) dropped the sampling
-parameters, and the API's default stands in for C5's 0 there. With extended thinking on
-(`thinking_budget`), a turn is sent `thinking: {"type": "enabled",
-"budget_tokens": N}` and no temperature (the API allows none with
-thinking). A request whose own cap is not above the budget gets the budget
+parameters, and the API's default stands in for C5's 0 there. With extended thinking
+enabled (`thinking_budget`), a turn is sent `thinking: {"type": "enabled",
+"budget_tokens": N}`, with adaptive thinking `thinking: {"type": "adaptive"}`
+(the model decides when and how much to think), and either way no
+temperature (the API allows none with thinking); the thinking blocks come
+back and are sent back alike. An effort (`CAIRN_EFFORT`) goes out on turns
+as `output_config: {"effort": ...}`. Settings the installed SDK does not
+define are refused when the provider is made (`ProviderConfigError`). A
+request whose own cap is not above the budget gets the budget
 cut to the cap less one token, and no thinking when that is under the API's
 floor of 1,024: the cap is the session's output reserve, never exceeded. A
 request that carries the tool results of an assistant turn with no signed
@@ -54,7 +59,7 @@ from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropi
 from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
 from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
 from cairn.actors.provider.chat_errors import scrubber
-from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig
+from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig, ProviderConfigError
 from cairn.events.model import Message
 
 #: C5: the summary call's bounds
@@ -72,6 +77,7 @@ class AnthropicProvider:
 
     def __init__(self, config: AnthropicConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
         """`clock_ms`: the clock a `Retry-After` date is read against (default: the wall clock)."""
+        _check_sdk_takes(config)
         self._config = config
         self._clock_ms = clock_ms if clock_ms is not None else _wall_ms
         self._scrub = scrubber(config.api_key)
@@ -137,16 +143,18 @@ class AnthropicProvider:
             )
         except ToolSchemaError as error:
             raise ProviderFailure("bad-request", str(error)) from None
-        thinking = config.thinking_budget if not summary else None
-        if thinking is not None and _continues_an_unsigned_tool_turn(request.messages):
-            thinking = None  # the API wants such a turn to start with signed thinking it never had
+        mode = config.thinking_mode if not summary else "off"
+        if mode != "off" and _continues_an_unsigned_tool_turn(request.messages):
+            mode = "off"  # the API wants such a turn to start with signed thinking it never had
+        budget = config.thinking_budget
         if summary:
             given = [c for c in (request.max_output_tokens, config.max_output_tokens) if c is not None]
             cap = min([*given, SUMMARY_MAX_OUTPUT_TOKENS])
         else:
             cap = request.max_output_tokens if request.max_output_tokens is not None else config.output_cap
-            if thinking is not None and thinking >= cap:  # the budget must stay below the cap
-                thinking = cap - 1 if cap - 1 >= MIN_THINKING_BUDGET else None
+            if mode == "enabled" and budget is not None and budget >= cap:  # it must stay below the cap
+                budget = cap - 1
+                mode = "enabled" if budget >= MIN_THINKING_BUDGET else "off"
         arguments: dict[str, Any] = {
             "model": request.model or config.model,
             "messages": body.messages,
@@ -156,12 +164,16 @@ class AnthropicProvider:
             arguments["system"] = body.system
         if body.tools:
             arguments["tools"] = body.tools
-        if thinking is not None:
-            arguments["thinking"] = {"type": "enabled", "budget_tokens": thinking}
+        if mode == "enabled":
+            arguments["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        elif mode == "adaptive":
+            arguments["thinking"] = {"type": "adaptive"}
         elif self._temperature:
             temperature = SUMMARY_TEMPERATURE if summary else request.temperature
             if temperature is not None:
                 arguments["temperature"] = temperature
+        if config.effort is not None and not summary:
+            arguments["output_config"] = {"effort": config.effort}
         if request.timeout_s is not None:
             timeout = request.timeout_s
         else:
@@ -201,6 +213,28 @@ class AnthropicProvider:
             yield from assembler.end()
         finally:
             stream.close()
+
+
+def _sdk_version() -> str:
+    return str(getattr(anthropic, "__version__", "?"))
+
+
+def _check_sdk_takes(config: AnthropicConfig) -> None:
+    """`ProviderConfigError` for a setting the installed SDK does not define (older SDKs lack
+    adaptive thinking and `output_config`): refused when the provider is made, not at the first turn."""
+    if config.thinking_mode == "adaptive" and not hasattr(anthropic.types, "ThinkingConfigAdaptiveParam"):
+        raise ProviderConfigError(
+            "CAIRN_THINKING",
+            f"adaptive thinking is not in the installed anthropic SDK ({_sdk_version()}): upgrade it, "
+            "or set CAIRN_THINKING=enabled with CAIRN_THINKING_BUDGET",
+        )
+    create = anthropic.resources.Messages.create
+    if config.effort is not None and "output_config" not in inspect.signature(create).parameters:
+        raise ProviderConfigError(
+            "CAIRN_EFFORT",
+            f"the installed anthropic SDK ({_sdk_version()}) sends no output_config: upgrade it, "
+            "or unset CAIRN_EFFORT",
+        )
 
 
 def _continues_an_unsigned_tool_turn(messages: tuple[Message, ...]) -> bool:

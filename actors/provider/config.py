@@ -33,12 +33,24 @@ The Anthropic adapter's settings (`AnthropicConfig`, see `anthropic_messages`):
 | model           | `model`             | `CAIRN_MODEL`                          | none: required            |
 | context window  | `context_window`    | `CAIRN_CONTEXT_WINDOW`                 | none (the host decides)   |
 | output cap      | `max_output_tokens` | `CAIRN_MAX_OUTPUT_TOKENS`              | none: 8,192 is sent (1)   |
-| thinking budget | `thinking_budget`   | `CAIRN_THINKING_BUDGET`                | none: thinking off        |
+| thinking        | `thinking`          | `CAIRN_THINKING` (3)                   | by the budget (3)         |
+| thinking budget | `thinking_budget`   | `CAIRN_THINKING_BUDGET`                | none                      |
+| effort          | `effort`            | `CAIRN_EFFORT` (4)                     | none: not sent            |
 | prompt caching  | `prompt_caching`    | `CAIRN_PROMPT_CACHE` (`on` or `off`)   | on                        |
 | turn timeout    | `timeout_s`         | `CAIRN_TIMEOUT_S`                      | 600 s                     |
 
 (1) The Messages API requires an output cap on every request.
 (2) `https://api.anthropic.com`.
+(3) Extended thinking: `off`; `enabled`, with the budget (`thinking:
+{"type": "enabled", "budget_tokens": N}`); or `adaptive` (`{"type":
+"adaptive"}`: the model decides when and how much to think; it takes no
+budget). Unset, thinking is `enabled` when a budget is set, else `off`. A
+budget beside `off` or `adaptive`, or `enabled` without one, is refused.
+Adaptive thinking needs an SDK that defines it (2.x).
+(4) `low`, `medium`, `high`, `xhigh` or `max`, sent as `output_config:
+{"effort": ...}` on turns (never on the summary call): how much effort the
+model puts into its answer. Needs an SDK whose `messages.create` takes
+`output_config`.
 
 As for OpenAI, `ANTHROPIC_API_KEY` is only read for Anthropic's own host or
 the one `ANTHROPIC_BASE_URL` names, never sent to another server. A thinking
@@ -51,7 +63,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import urlsplit
 
 from cairn.events.errors import InputError
@@ -72,12 +84,20 @@ ENV_ANTHROPIC_BASE_URL = ("ANTHROPIC_BASE_URL",)
 ENV_ANTHROPIC_API_KEY = ("ANTHROPIC_API_KEY",)
 ENV_THINKING_BUDGET = ("CAIRN_THINKING_BUDGET",)
 ENV_PROMPT_CACHE = ("CAIRN_PROMPT_CACHE",)
+ENV_THINKING = ("CAIRN_THINKING",)
+ENV_EFFORT = ("CAIRN_EFFORT",)
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 #: the output cap sent when none is set: the Messages API requires one
 ANTHROPIC_DEFAULT_MAX_OUTPUT_TOKENS = 8192
 #: the smallest thinking budget the Messages API accepts
 MIN_THINKING_BUDGET = 1024
+
+#: extended thinking's modes (`CAIRN_THINKING`)
+ThinkingMode = Literal["off", "enabled", "adaptive"]
+THINKING_MODES: tuple[ThinkingMode, ...] = ("off", "enabled", "adaptive")
+#: the effort levels of the Messages API's `output_config` (`CAIRN_EFFORT`), as SDK 2.16 lists them
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 #: the adapters `CAIRN_PROVIDER` can name
 ProviderKind = Literal["openai", "anthropic"]
@@ -350,8 +370,13 @@ class AnthropicConfig:
     context_window: int | None = None
     max_output_tokens: int | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
-    #: extended thinking's budget in tokens; None: thinking off
+    #: extended thinking's budget in tokens, for `thinking` enabled
     thinking_budget: int | None = None
+    #: extended thinking: off, enabled (with `thinking_budget`) or adaptive (the model decides);
+    #: None: enabled when a budget is set, else off (`thinking_mode`)
+    thinking: ThinkingMode | None = None
+    #: `output_config.effort` sent on turns; None: not sent
+    effort: str | None = None
     #: mark `cache_control` breakpoints (tools, system prompt, the request's `cache_breakpoints`)
     prompt_caching: bool = True
 
@@ -383,6 +408,40 @@ class AnthropicConfig:
                 )
         if not isinstance(self.prompt_caching, bool):
             raise ProviderConfigError("CAIRN_PROMPT_CACHE", f"must be on or off, got {self.prompt_caching!r}")
+        self._check_thinking_mode()
+        if self.effort is not None and self.effort not in EFFORTS:
+            raise ProviderConfigError(
+                "CAIRN_EFFORT", f"must be one of {', '.join(EFFORTS)}, got {self.effort!r}"
+            )
+
+    def _check_thinking_mode(self) -> None:
+        mode, budget = self.thinking, self.thinking_budget
+        if mode is None:
+            return
+        if mode not in THINKING_MODES:
+            raise ProviderConfigError(
+                "CAIRN_THINKING", f"must be one of {', '.join(THINKING_MODES)}, got {mode!r}"
+            )
+        if mode == "enabled" and budget is None:
+            raise ProviderConfigError(
+                "CAIRN_THINKING_BUDGET",
+                f"thinking is enabled but has no budget: set CAIRN_THINKING_BUDGET (at least "
+                f"{MIN_THINKING_BUDGET:,} tokens), or CAIRN_THINKING=adaptive to let the model decide",
+            )
+        if mode != "enabled" and budget is not None:
+            why = "the model decides how much to think" if mode == "adaptive" else "thinking is off"
+            raise ProviderConfigError(
+                "CAIRN_THINKING",
+                f"{mode} takes no budget ({why}), but CAIRN_THINKING_BUDGET is {budget}: unset it, "
+                "or set CAIRN_THINKING=enabled",
+            )
+
+    @property
+    def thinking_mode(self) -> ThinkingMode:
+        """Extended thinking as sent: `thinking`, else enabled when a budget is set, else off."""
+        if self.thinking is not None:
+            return self.thinking
+        return "enabled" if self.thinking_budget is not None else "off"
 
     @property
     def endpoint(self) -> str:
@@ -411,6 +470,8 @@ class AnthropicConfig:
         timeout_s: float | None = None,
         thinking_budget: int | None = None,
         prompt_caching: bool | None = None,
+        thinking: ThinkingMode | None = None,
+        effort: str | None = None,
     ) -> AnthropicConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
@@ -426,7 +487,14 @@ class AnthropicConfig:
             prompt_caching=prompt_caching
             if prompt_caching is not None
             else _env_switch(env, ENV_PROMPT_CACHE),
+            thinking=thinking if thinking is not None else cast(Any, _env_lower(env, ENV_THINKING)),
+            effort=effort if effort is not None else _env_lower(env, ENV_EFFORT),
         )
+
+
+def _env_lower(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    raw = _env(env, names)
+    return None if raw is None else raw.lower()
 
 
 def _env_switch(env: Mapping[str, str], names: tuple[str, ...], default: bool = True) -> bool:

@@ -118,6 +118,7 @@ SUITES = {
     "hosts": "cairn.bench.hosts",
     "placement": "cairn.bench.placement",
     "audit": "cairn.bench.audit",
+    "asyncloop": "cairn.bench.asyncloop",
 }
 
 

@@ -94,6 +94,46 @@ def test_a_missing_or_malformed_setting_names_its_variable(env: dict[str, str], 
     assert KEY not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("thinking", "budget", "mode"),
+    [
+        ("", "", "off"),
+        ("", "4096", "enabled"),  # a budget alone turns thinking on, as before CAIRN_THINKING
+        ("Enabled", "4096", "enabled"),
+        (" adaptive ", "", "adaptive"),
+        ("off", "", "off"),
+    ],
+)
+def test_cairn_thinking_picks_off_enabled_or_adaptive(thinking: str, budget: str, mode: str) -> None:
+    env = {"CAIRN_MODEL": "m", "CAIRN_BASE_URL": LOCAL, "CAIRN_THINKING": thinking}
+    config = AnthropicConfig.from_env({**env, "CAIRN_THINKING_BUDGET": budget, "CAIRN_EFFORT": " High"})
+    assert (config.thinking_mode, config.effort) == (mode, "high")
+
+
+@pytest.mark.parametrize(
+    ("env", "setting", "said"),
+    [
+        ({"CAIRN_THINKING": "on"}, "CAIRN_THINKING", "must be one of off, enabled, adaptive, got 'on'"),
+        ({"CAIRN_THINKING": "enabled"}, "CAIRN_THINKING_BUDGET", "thinking is enabled but has no budget"),
+        (
+            {"CAIRN_THINKING": "adaptive", "CAIRN_THINKING_BUDGET": "4096"},
+            "CAIRN_THINKING",
+            "adaptive takes no budget",
+        ),
+        ({"CAIRN_THINKING": "off", "CAIRN_THINKING_BUDGET": "4096"}, "CAIRN_THINKING", "off takes no budget"),
+        ({"CAIRN_EFFORT": "extreme"}, "CAIRN_EFFORT", "low, medium, high, xhigh, max, got 'extreme'"),
+    ],
+)
+def test_a_bad_thinking_mode_or_effort_names_its_variable(
+    env: dict[str, str], setting: str, said: str
+) -> None:
+    with pytest.raises(ProviderConfigError) as caught:
+        AnthropicConfig.from_env({"CAIRN_MODEL": "m", "CAIRN_BASE_URL": LOCAL, **env})
+    assert caught.value.setting == setting and said in str(caught.value)
+    with pytest.raises(ProviderConfigError):  # the same through arguments
+        AnthropicConfig(model="m", base_url=LOCAL, thinking="maybe")  # type: ignore[arg-type]
+
+
 def test_the_key_is_kept_out_of_reprs_and_handed_to_the_actor_for_redaction() -> None:
     config = AnthropicConfig(model="m", base_url=LOCAL, api_key=KEY)
     with AnthropicProvider(config) as provider:

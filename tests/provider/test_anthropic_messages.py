@@ -29,7 +29,7 @@ from cairn.actors.provider.base import (
     UsageReport,
     complete,
 )
-from cairn.actors.provider.config import AnthropicConfig
+from cairn.actors.provider.config import AnthropicConfig, ProviderConfigError
 from cairn.events.model import ImagePart, Message, MessageMeta, ReasoningBlock, TextPart, ToolCall
 from tests.provider.chat_server import ChatServer, Error, Sse
 from tests.provider.conftest import SECRET_KEY
@@ -343,6 +343,72 @@ def test_signed_thinking_is_sent_back_verbatim_before_the_text_and_calls(
     ]
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2_048}
     assert "temperature" not in body
+
+
+#: what the installed SDK defines: adaptive thinking and `output_config` (2.x; not 0.49)
+SDK_ADAPTIVE = hasattr(anthropic.types, "ThinkingConfigAdaptiveParam")
+SDK_EFFORT = "output_config" in inspect.signature(anthropic.resources.Messages.create).parameters
+
+
+@pytest.mark.skipif(not (SDK_ADAPTIVE and SDK_EFFORT), reason="the SDK has no adaptive thinking or effort")
+def test_adaptive_thinking_and_effort_are_sent_and_its_signed_thinking_goes_back_as_with_enabled(
+    server: ChatServer, connect: Any
+) -> None:
+    server.plan(
+        stream(
+            message_start(),
+            *thinking_events("Plan: read a.py.", "sig-adaptive"),
+            *text_events("Reading.", index=1),
+            *tool_events(2, "toolu_a", "read", {"path": "a.py"}),
+            message_delta("tool_use", {"output_tokens": 30}),
+            message_stop(),
+        ),
+        text_message("Nothing to fix."),
+    )
+    provider = connect(prompt_caching=False, thinking="adaptive", effort="high")
+    question = Message(role="user", content="Check a.py.")
+    got = list(provider.stream(turn(question, temperature=0.7)))
+    block = ReasoningBlock(text="Plan: read a.py.", signature="sig-adaptive")
+    assert got[:3] == [ReasoningDelta("Plan: re"), ReasoningDelta("ad a.py."), ReasoningBlockReady(block)]
+    assert ToolCallReady(ToolCall("toolu_a", "read", '{"path": "a.py"}')) in got
+    first = server.requests[0].body
+    assert first["thinking"] == {"type": "adaptive"}  # no budget: the model decides
+    assert first["output_config"] == {"effort": "high"}
+    assert "temperature" not in first
+    # the next request sends the signed thinking back before the text and the call, as with enabled
+    assistant = Message(
+        role="assistant",
+        content="Reading.",
+        reasoning=block.text,
+        reasoning_blocks=(block,),
+        tool_calls=(ToolCall("toolu_a", "read", '{"path": "a.py"}'),),
+    )
+    result = Message(role="tool", tool_call_id="toolu_a", content="x = 1\n")
+    complete(provider, turn(question, assistant, result))
+    second = server.requests[1].body
+    assert second["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "Plan: read a.py.", "signature": "sig-adaptive"},
+        {"type": "text", "text": "Reading."},
+        {"type": "tool_use", "id": "toolu_a", "name": "read", "input": {"path": "a.py"}},
+    ]
+    assert (second["thinking"], second["output_config"]) == ({"type": "adaptive"}, {"effort": "high"})
+    # C5: the summary call goes without either
+    arguments, _ = provider.arguments(ProviderRequest(model="m", messages=(), purpose="summary"))
+    assert "thinking" not in arguments and "output_config" not in arguments
+
+
+@pytest.mark.skipif(SDK_ADAPTIVE and SDK_EFFORT, reason="the installed SDK defines both")
+def test_settings_the_installed_sdk_lacks_are_refused_when_the_provider_is_made(connect: Any) -> None:
+    """Older SDKs (0.49) have no adaptive thinking and no `output_config`: a typed error naming the
+    variable when the provider is made, never a request the SDK cannot describe."""
+    if not SDK_ADAPTIVE:
+        with pytest.raises(ProviderConfigError) as caught:
+            connect(thinking="adaptive")
+        assert caught.value.setting == "CAIRN_THINKING"
+    if not SDK_EFFORT:
+        with pytest.raises(ProviderConfigError) as caught:
+            connect(effort="low")
+        assert caught.value.setting == "CAIRN_EFFORT"
 
 
 def test_a_tool_turn_without_signed_thinking_is_continued_without_thinking(
