@@ -238,6 +238,9 @@ class Runs:
                     started = time.perf_counter()
                     summary = await _monitored(everyone)
                     self.async_seconds = time.perf_counter() - started
+                    inbox = host._inbox
+                    if inbox is not None and inbox.wakeups:
+                        summary["batch"] = inbox.delivered / inbox.wakeups
                     return summary
 
             return asyncio.run(main())
@@ -355,6 +358,16 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
                 fmt=".2f",
             )
         )
+    batches = [run.get("batch", 0.0) for run in s["async"]]
+    figures.append(
+        figure(
+            "asyncloop.items_per_wakeup",
+            round(statistics.median(batches), 1),
+            "items",
+            detail="the turns' items and ends handed to the loop per wake-up of it (AsyncHost's inbox "
+            f"batches what piled up while the loop was busy), per async run: {_listed(batches, '.1f')}",
+        )
+    )
     ticks = _series(s["async"], "ticks")
     figures.append(
         figure(

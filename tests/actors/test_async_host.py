@@ -326,3 +326,61 @@ def test_the_rest_of_the_hosts_calls_awaited(tmp_path: Path) -> None:
             assert await host.passivate_idle() == 0  # idle for less than the idle timeout
 
     asyncio.run(main())
+
+
+def test_the_loop_inbox_wakes_the_loop_once_for_a_burst_and_keeps_its_order() -> None:
+    """100 posts from a session's thread while the loop is busy: one wake-up, every call, in order."""
+    from cairn.actors.host.async_host import LoopInbox
+
+    async def main() -> tuple[LoopInbox, list[int]]:
+        inbox = LoopInbox(asyncio.get_running_loop())
+        seen: list[int] = []
+        posted = threading.Event()
+
+        def poster() -> None:
+            for n in range(100):
+                inbox.post(seen.append, n)
+            posted.set()
+
+        thread = threading.Thread(target=poster)
+        thread.start()
+        assert posted.wait(WAIT)  # the loop thread is held here (on purpose) while the thread posts
+        thread.join()
+        assert seen == []  # nothing runs before the loop gets back to its callbacks
+        while len(seen) < 100:
+            await asyncio.sleep(0)
+        inbox.post(seen.append, 100)  # the flag was cleared: a later post wakes the loop again
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return inbox, seen
+
+    inbox, seen = asyncio.run(main())
+    assert seen == list(range(101))
+    assert (inbox.wakeups, inbox.delivered) == (2, 101)
+
+
+def test_a_post_after_the_loop_closed_is_dropped_quietly() -> None:
+    """A session's thread handing news to a host whose loop has ended must not fail the session."""
+    from cairn.actors.host.async_host import LoopInbox
+
+    loop = asyncio.new_event_loop()
+    inbox = LoopInbox(loop)
+    loop.close()
+    inbox.post(print, "never")
+    inbox.post(print, "never")
+    assert inbox.delivered == 0
+
+
+def test_a_burst_of_turns_costs_the_loop_fewer_wake_ups_than_items(tmp_path: Path) -> None:
+    """50 sessions streaming at once: their news reaches the loop in batches (the inbox's point)."""
+
+    async def main() -> tuple[int, int]:
+        async with open_async(tmp_path / "store", scripted(), max_live_sessions=SESSIONS) as host:
+            await asyncio.gather(*(converse(host, f"s{i:02d}", str(tmp_path)) for i in range(SESSIONS)))
+            inbox = host._inbox
+            assert inbox is not None
+            return inbox.wakeups, inbox.delivered
+
+    wakeups, delivered = asyncio.run(main())
+    assert delivered >= SESSIONS * TURNS * 10  # every record and delta of every turn, and its end
+    assert wakeups < delivered

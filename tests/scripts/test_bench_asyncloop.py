@@ -48,6 +48,7 @@ def test_a_small_run_reports_every_figure_with_its_runs_and_the_target_stated() 
         "asyncloop.late_p50_ms",
         "asyncloop.late_p99_ms",
         "asyncloop.late_max_ms",
+        "asyncloop.items_per_wakeup",
         "asyncloop.ticks",
     }
     own = figures["asyncloop.own_stall_ms"]
@@ -60,3 +61,4 @@ def test_a_small_run_reports_every_figure_with_its_runs_and_the_target_stated() 
     }
     assert "load" in own and figures["asyncloop.late_p99_ms"]["pairs"]["baselines"]
     assert figures["asyncloop.ticks"]["value"] > 0
+    assert figures["asyncloop.items_per_wakeup"]["value"] >= 1.0  # every turn's items and end arrived
