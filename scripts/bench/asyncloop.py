@@ -29,22 +29,27 @@ thread's 1 ms ticks: the resolution). Beside it, the loop thread's CPU time
 between two wake-ups (`time.thread_time`): how much of a stall was the
 loop's own work rather than waiting.
 
-Target (judged): the loop's own worst stall in an async run at most 5 ms,
-in the median of the runs. Why 5 ms: a call that blocks the loop on a turn,
-a spawn or a store read costs a few to hundreds of ms (an fsync alone is
-0.2-5 ms here, a spawn by replay several ms, a turn hundreds), while the
-callbacks that hand a turn's items to the loop cost microseconds each; and
-5 ms is CPython's GIL switch interval, the longest one other thread may keep
-the loop thread waiting once it asks for the GIL back. The target holds
-only where the machine lets the loop thread run: with every CPU taken
-(other processes, or the session threads of the host itself), the loop
-thread waits for a CPU or behind a convoy of threads for the GIL while the
-plain thread runs, however little the loop does. The idle and the threaded
-runs show how much of that the machine and the same work on plain threads
-cause in the same pairs (on 2 CPUs at load 10, the threaded run's idle loop
-stalled 7-63 ms on its own). Lateness from all causes (p50, p99, max) is
-reported against the idle runs of the same pairs, with the machine's load;
-it is not judged, since a loaded machine makes any loop late.
+Targets (judged). First, the loop's own worst stall in an async run at
+most 5 ms, in the median of the runs. Why 5 ms: a call that blocks the loop
+on a turn, a spawn or a store read costs a few to hundreds of ms (an fsync
+alone is 0.2-5 ms here, a spawn by replay several ms, a turn hundreds),
+while the callbacks that hand a turn's items to the loop cost microseconds
+each; and 5 ms is CPython's GIL switch interval, the longest one other
+thread may keep the loop thread waiting once it asks for the GIL back. That
+bound holds only where the GIL lets the loop thread run: with every CPU
+taken (other processes, or the session threads of the host itself: 100
+sessions are some 200 busy threads here), the loop thread waits for a CPU
+or behind a convoy of threads for the GIL while the plain thread runs,
+however little the loop does. On a quiet 2-CPU machine the threaded run's
+idle loop, which runs nothing but the monitor, stalls 4-18 ms "on its own"
+that way (its median 8 ms), so this target is missed for reasons no loop
+code can remove. Second, and what AsyncHost itself answers for: the loop's
+own worst stall in an async run is at most 1.25x that of the idle loop
+beside the same work on plain threads, in the same round (the ratio, idle
+beside threads over async, at least 0.8 in the median of the rounds).
+Lateness from all causes (p50, p99, max) is reported against the idle runs
+of the same pairs, with the machine's load; it is not judged, since a
+loaded machine makes any loop late.
 
 `--quick`: 32 sessions x 5 turns, 3 rounds (seconds). Full: 100 x 10, 7
 rounds (about a minute).
@@ -83,6 +88,8 @@ SETTINGS = SessionSettings(
 TICK_S = 0.001
 #: the judged bound on the loop's own worst stall in an async run, in ms (the module doc says why)
 OWN_STALL_TARGET_MS = 5.0
+#: the judged floor of (the threaded run's own stall / the async run's), median of the rounds
+VS_THREADED_TARGET = 0.8
 FULL = {"sessions": 100, "turns": 10, "rounds": 7}
 QUICK = {"sessions": 32, "turns": 5, "rounds": 3}
 _TOOL_TEXT = " ".join(f"line {n}: nothing to see here." for n in range(40))
@@ -326,6 +333,7 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
             runs,
             "own",
         ),
+        _vs_threaded(s, work, load),
         _with_runs(
             figure(
                 "asyncloop.loop_busy_ms",
@@ -378,6 +386,29 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
         )
     )
     return figures
+
+
+def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMeter) -> Figure:
+    """The async run's own worst stall against the threaded run's idle loop, round by round (judged)."""
+    pairs = Pairs(
+        [max(v, 0.001) for v in _series(s["threaded"], "own")],
+        [max(v, 0.001) for v in _series(s["async"], "own")],
+        higher_is_better=False,
+    )
+    return figure(
+        "asyncloop.own_stall_vs_threaded",
+        round(pairs.ratio, 2),
+        "x",
+        target=f">= {VS_THREADED_TARGET:g} (the loop's own stall at most 1.25x that of an idle loop beside "
+        "the same work on threads)",
+        met=pairs.ratio >= VS_THREADED_TARGET,
+        detail=f"the own worst stall of an idle loop beside the same work on plain threads over that of "
+        f"the loop running it, {work}: what AsyncHost adds to what the threads' GIL already costs a "
+        "loop; threaded->async ms",
+        pairs=pairs,
+        load=load,
+        fmt=".2f",
+    )
 
 
 def _listed(values: list[float], fmt: str = ".2f") -> str:

@@ -44,6 +44,7 @@ def test_a_small_run_reports_every_figure_with_its_runs_and_the_target_stated() 
     figures = {f["name"]: f for f in asyncloop.measure(sessions=4, turns=2, rounds=2)}
     assert set(figures) == {
         "asyncloop.own_stall_ms",
+        "asyncloop.own_stall_vs_threaded",
         "asyncloop.loop_busy_ms",
         "asyncloop.late_p50_ms",
         "asyncloop.late_p99_ms",
@@ -61,4 +62,30 @@ def test_a_small_run_reports_every_figure_with_its_runs_and_the_target_stated() 
     }
     assert "load" in own and figures["asyncloop.late_p99_ms"]["pairs"]["baselines"]
     assert figures["asyncloop.ticks"]["value"] > 0
+    versus = figures["asyncloop.own_stall_vs_threaded"]
+    assert versus["target"].startswith(">= 0.8 ")
+    assert versus["met"] is (versus["value"] >= 0.8)
+    threaded, on_loop = own["runs"]["threaded"], own["runs"]["async"]
+    assert versus["pairs"]["baselines"] == [max(v, 0.001) for v in threaded]
+    assert versus["pairs"]["subjects"] == [max(v, 0.001) for v in on_loop]
     assert figures["asyncloop.items_per_wakeup"]["value"] >= 1.0  # every turn's items and end arrived
+
+
+def test_the_loop_is_judged_against_an_idle_loop_beside_the_same_work_on_threads() -> None:
+    """Round by round, the threaded run's own stall over the async run's; a loop stalling 4x as long fails."""
+    from cairn.bench._measure import LoadMeter
+
+    def runs(threaded: list[float], on_loop: list[float]) -> dict[str, list[dict[str, float]]]:
+        return {
+            "idle": [{"own": 0.5} for _ in threaded],
+            "threaded": [{"own": v} for v in threaded],
+            "async": [{"own": v} for v in on_loop],
+        }
+
+    with LoadMeter() as load:
+        even = asyncloop._vs_threaded(runs([8.0, 4.0, 6.0], [4.0, 8.0, 6.0]), "work", load)
+        blocked = asyncloop._vs_threaded(runs([5.0, 5.0, 5.0], [20.0, 20.0, 25.0]), "work", load)
+    assert even["value"] == 1.0  # ratios 2.0, 0.5, 1.0
+    assert even["met"] is True
+    assert blocked["value"] == 0.25
+    assert blocked["met"] is False
