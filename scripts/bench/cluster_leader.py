@@ -4,9 +4,12 @@
 wait for each ack (as `append_rate` does); once every session has
 appended, the node leading the stream is SIGKILLed. A new leader takes
 writes after the election (5-7 s here: PITFALLS "NATS JetStream"). The
-figure is the longest call that was under way at the kill, from its start
-to its acknowledgement (or its failure): the time a session's turn waits
-on the store when the cluster loses its leader. Target: under the 12 s
+figure is the longest call that ended after the kill (under way at it, or
+begun after it), from its start to its acknowledgement (or its failure):
+the longest a session's turn waits on the store when the cluster loses its
+leader. Not only the calls under way at the kill: on a quiet machine the
+few calls in flight at that instant may be acknowledged before the node
+dies, and it is the next ones that wait out the election. Target: under the 12 s
 request timeout, which an append in flight at the kill waited out whole
 before attempts were shortened (`writer.attempt_timeout`); the median and
 the calls that failed outright are reported beside it. The killed node is
@@ -89,12 +92,13 @@ def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, afte
         journal.close()
     cluster.start_node(index)
     cluster.wait_ready()
-    stalls = [end - began for began, end in calls.spans if began <= killed <= end]
+    stalls = [end - began for began, end in calls.spans if end >= killed]
     if not stalls:
-        return [figure("cluster.leader_kill_stall_s", 0, "", detail="no call was under way at the kill")]
+        return [figure("cluster.leader_kill_stall_s", 0, "", detail="no call ended after the kill")]
     worst = max(stalls)
     detail = (
-        f"{len(stalls)} calls under way when leader {leader} was SIGKILLed; "
+        f"{len(stalls)} calls ended after leader {leader} was SIGKILLed (under way at it or begun "
+        f"after it); "
         f"median {statistics.median(stalls):.2f} s; "
         f"{len(calls.failed)} calls failed; {len(calls.spans)} calls in all; was {BEFORE_S:.0f} s "
         f"(one whole request timeout)"

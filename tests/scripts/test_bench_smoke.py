@@ -61,9 +61,15 @@ def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -
     for sessions in (1, 16, 256):
         assert figures[f"cluster.append.sessions_{sessions}"]["value"] > 0
         assert figures[f"cluster.append.sessions_{sessions}.ratio"]["value"] > 0
-    assert figures["cluster.append.sessions_256.ratio"]["target"] == ">= 0.5 x local"
+    judged = figures["cluster.append.sessions_256.ratio"]
+    assert judged["target"] == ">= 0.5 x local"
+    assert "placed by the OS" in judged["detail"]  # cairn's default placement is the one judged
+    assert len(judged["pairs"]["baselines"]) == 1 and "load" in judged  # SMOKE: one round
     assert figures["cluster.load_messages_read"]["met"] is True
     failover = figures["cluster.failover_s"]  # hosts with a 2 s lease TTL here
     assert failover["target"] == "< 4 s (TTL + 2 s)" and failover["value"] > 0, failover
     stall = figures["cluster.leader_kill_stall_s"]  # appends in flight when the stream leader is SIGKILLed
-    assert stall["target"] == "< 12 s" and stall["value"] > 0, stall
+    # the kill is felt: some call waits out the election (seconds; NATS's shortest election timeout is
+    # 4 s), whether it was under way at the kill or began just after it (seen: 0.0 s when only the
+    # calls under way at the instant of the kill counted, those few being acknowledged before it)
+    assert stall["target"] == "< 12 s" and stall["value"] >= 1.0, stall
