@@ -18,7 +18,6 @@ started again and the cluster waited on before the suite goes on.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 
@@ -96,12 +95,13 @@ def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, afte
     if not stalls:
         return [figure("cluster.leader_kill_stall_s", 0, "", detail="no call ended after the kill")]
     worst = max(stalls)
+    at_kill = [end - began for began, end in calls.spans if began <= killed <= end]
+    waited = [stall for stall in stalls if stall >= 1.0]
     detail = (
-        f"{len(stalls)} calls ended after leader {leader} was SIGKILLed (under way at it or begun "
-        f"after it); "
-        f"median {statistics.median(stalls):.2f} s; "
-        f"{len(calls.failed)} calls failed; {len(calls.spans)} calls in all; was {BEFORE_S:.0f} s "
-        f"(one whole request timeout)"
+        f"the longest of the {len(stalls):,} calls that ended after leader {leader} was SIGKILLed "
+        f"(under way at it or begun after it; {len(waited)} of them waited 1 s or more); the "
+        f"{len(at_kill)} under way at the kill took at most {max(at_kill, default=0.0):.2f} s; "
+        f"{len(calls.failed)} calls failed; was {BEFORE_S:.0f} s (one whole request timeout)"
     )
     return [
         figure(
