@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import itertools
 import os
 import random
 import shutil
@@ -25,11 +24,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from cairn.actors.placement import batch_scheduled, on_one_cpu
 from cairn.bench import Figure, figure, guarded
-from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, spread, threads_rate
+from cairn.bench._measure import (
+    LoadMeter,
+    Pairs,
+    ThreadsRun,
+    alternate,
+    interleave,
+    spread,
+    threads_rate,
+    threads_run,
+)
 from cairn.bench._workload import mixed_event, sized_event
 from cairn.bench.store_replay import bench_eventsourcing, bench_replay, bench_restore
 from cairn.events.codec import GENESIS, encode_line
@@ -104,77 +112,6 @@ def append_rate(
     return threads_rate(sessions, per_session, step, setup)
 
 
-class ThreadsRun(NamedTuple):
-    """One run of `sessions` threads: its rate over the whole run and while every thread ran."""
-
-    #: calls/s from the barrier's release to the last return (what `threads_rate` measures)
-    whole: float
-    #: calls/s from the moment the last thread was out of the barrier until the first one was done:
-    #: every session running; None when there was no such moment (one finished before all started)
-    all_running: float | None
-    #: seconds from the barrier's release until the last thread was out of it
-    start: float
-
-
-def _threads_run(
-    sessions: int,
-    per_session: int,
-    step: Callable[[int, int], None],
-    setup: Callable[[int], None] | None = None,
-) -> ThreadsRun:
-    """`threads_rate`, with the window in which every thread runs measured beside the whole run.
-
-    The whole run includes the start (the barrier lets its threads go one
-    at a time, each taking its lock in turn, while those already out append:
-    at 1,024 threads that alone took 0.1-0.3 s here) and the end (the last
-    threads run with fewer beside them). The window counts the calls that
-    returned between the last thread's leaving the barrier and the first
-    thread's last return.
-    """
-    done = [0] * sessions
-    marks: dict[str, tuple[float, int]] = {}  # (time, calls returned by then): "all out", "first done"
-    started: list[float] = []
-    barrier = threading.Barrier(sessions + 1, action=lambda: started.append(time.perf_counter()))
-    # threads out of the barrier, threads done: `next` on a count is atomic (no lock to queue on)
-    counts = {"all out": itertools.count(1), "first done": itertools.count(1)}
-    errors: list[BaseException] = []
-
-    def mark(key: str, at: int) -> None:
-        if next(counts[key]) == at:
-            marks[key] = (time.perf_counter(), sum(done))
-
-    def work(n: int) -> None:
-        try:
-            if setup is not None:
-                setup(n)
-            barrier.wait()
-            mark("all out", sessions)
-            for i in range(per_session):
-                step(n, i)
-                done[n] = i + 1
-            mark("first done", 1)
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-            barrier.abort()
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(sessions)]
-    for thread in threads:
-        thread.start()
-    with contextlib.suppress(threading.BrokenBarrierError):  # a thread failed: raised below
-        barrier.wait()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    ended = time.perf_counter()
-    whole = sessions * per_session / (ended - started[0])
-    (all_out, calls_then), (first_done, calls_by_first) = marks["all out"], marks["first done"]
-    window = None
-    if first_done > all_out and calls_by_first > calls_then:
-        window = (calls_by_first - calls_then) / (first_done - all_out)
-    return ThreadsRun(whole, window, all_out - started[0])
-
-
 def append_run(
     journal: JournalBackend,
     sessions: int,
@@ -182,7 +119,7 @@ def append_run(
     events: Sequence[EventBase],
     prefix: str = "bench",
 ) -> ThreadsRun:
-    """`append_rate`, with the rate while every session runs beside the whole run's (`_threads_run`)."""
+    """`append_rate`, with the rate while every session runs beside the whole run's (`threads_run`)."""
     sids = [f"{prefix}-{n}" for n in range(sessions)]
 
     def setup(n: int) -> None:
@@ -191,11 +128,11 @@ def append_run(
     def step(n: int, i: int) -> None:
         journal.append(sids[n], [events[(n * per_session + i) % len(events)]], expected_seq=i + 1)
 
-    return _threads_run(sessions, per_session, step, setup)
+    return threads_run(sessions, per_session, step, setup)
 
 
 def _wake_floor_run(sessions: int, per_session: int, *, relay: bool = True) -> ThreadsRun:
-    """The same threads and acks (`_threads_run`) with a writer that does no work at all.
+    """The same threads and acks (`threads_run`) with a writer that does no work at all.
 
     Every ack wakes one waiting thread, and in CPython each wake also hands
     over the GIL; this measures what that alone allows on this machine, the
@@ -243,7 +180,7 @@ def _wake_floor_run(sessions: int, per_session: int, *, relay: bool = True) -> T
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        return _threads_run(sessions, per_session, step)
+        return threads_run(sessions, per_session, step)
     finally:
         stop.set()
         thread.join()
@@ -298,7 +235,7 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     The ceiling wakes its threads as cairn does, in a relay; the ceiling that
     wakes a batch all at once (the one judged before session 21, slower at 256
     threads) is measured beside it. The 1,024-over-256 figures are also given
-    for the appends acknowledged while every thread ran (`_threads_run`):
+    for the appends acknowledged while every thread ran (`threads_run`):
     with few appends a session, the start (1,024 threads leaving one barrier)
     and the end weigh on the whole run far more at 1,024 sessions than at 256.
 
@@ -314,7 +251,7 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
     def naive(tokens: int) -> Callable[[], float]:
         return lambda: _naive_fsync_rate(workdir, lines[tokens])
 
-    #: the window while every thread ran (`_threads_run`), of the runs that report it, by measure name
+    #: the window while every thread ran (`threads_run`), of the runs that report it, by measure name
     runs: dict[str, list[ThreadsRun]] = collections.defaultdict(list)
 
     def journal(tokens: int, sessions: int, name: str | None = None) -> Callable[[], float]:

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from cairn.bench.store import ThreadsRun, _threads_run, _wake_floor_run
+from cairn.bench._measure import ThreadsRun, threads_run
+from cairn.bench.store import _wake_floor_run
 
 
 def _in_time(fn: object, timeout: float = 60.0) -> ThreadsRun:
@@ -43,7 +44,7 @@ def test_every_step_runs_once_and_the_window_opens_when_all_threads_are_out() ->
             all_in.wait()
         calls.append((n, i))
 
-    run = _in_time(lambda: _threads_run(sessions, per_session, step))
+    run = _in_time(lambda: threads_run(sessions, per_session, step))
     assert sorted(calls) == [(n, i) for n in range(4) for i in range(5)]
     assert run.whole > 0 and run.start >= 0
     assert run.all_running is not None and run.all_running > 0
@@ -51,7 +52,7 @@ def test_every_step_runs_once_and_the_window_opens_when_all_threads_are_out() ->
 
 def test_setup_runs_once_per_thread_before_the_clock() -> None:
     seen: list[int] = []
-    _in_time(lambda: _threads_run(3, 2, lambda n, i: None, seen.append))
+    _in_time(lambda: threads_run(3, 2, lambda n, i: None, seen.append))
     assert sorted(seen) == [0, 1, 2]
 
 
@@ -61,7 +62,7 @@ def test_a_threads_error_is_raised_by_the_run() -> None:
             raise ValueError("step 1 of thread 2")
 
     with pytest.raises(ValueError, match="step 1 of thread 2"):
-        _in_time(lambda: _threads_run(4, 3, step))
+        _in_time(lambda: threads_run(4, 3, step))
 
 
 @pytest.mark.parametrize("relay", [True, False], ids=["relay", "all_at_once"])
