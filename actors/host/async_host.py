@@ -81,12 +81,20 @@ class LoopInbox:
         self.loop = loop
         self._queue: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._pending = False
+        self._closed = False
         #: wake-ups asked of the loop, and calls run (for the tests and the bench)
         self.wakeups = 0
         self.delivered = 0
 
     def post(self, call: Callable[..., None], *args: Any) -> None:
-        """Any thread: run `call(*args)` on the loop, after everything posted before it."""
+        """Any thread: run `call(*args)` on the loop, after everything posted before it.
+
+        Once the loop is closed (its program ended without closing the host),
+        news is dropped: nobody is left to read it, and a turn still running
+        must neither fail on it nor pile it up.
+        """
+        if self._closed:
+            return
         self._queue.append((call, args))
         if not self._pending:
             # A drain clears the flag before it takes: a post that saw it set was queued before
@@ -95,8 +103,9 @@ class LoopInbox:
             self.wakeups += 1
             try:
                 self.loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:  # the loop is closed: nobody is left to read the news
-                self._pending = False
+            except RuntimeError:  # the loop is closed
+                self._closed = True
+                self._queue.clear()
 
     def _drain(self) -> None:
         self._pending = False
