@@ -93,7 +93,9 @@ class LoopInbox:
         news is dropped: nobody is left to read it, and a turn still running
         must neither fail on it nor pile it up.
         """
-        if self._closed:
+        if self._closed or self.loop.is_closed():  # closed with a drain queued that never ran, too
+            self._closed = True
+            self._queue.clear()
             return
         self._queue.append((call, args))
         if not self._pending:

@@ -359,6 +359,21 @@ def test_the_loop_inbox_wakes_the_loop_once_for_a_burst_and_keeps_its_order() ->
     assert (inbox.wakeups, inbox.delivered) == (2, 101)
 
 
+def test_news_for_a_loop_that_closed_before_its_drain_ran_is_not_kept() -> None:
+    """The loop ended (asyncio.run returned) with a drain queued: later posts must not pile up."""
+    from cairn.actors.host.async_host import LoopInbox
+
+    loop = asyncio.new_event_loop()
+    inbox = LoopInbox(loop)
+    inbox.post(print, "queued, never run")  # a drain is queued on the loop
+    loop.close()
+    for _ in range(1000):
+        inbox.post(print, "never")
+    assert inbox.delivered == 0
+    assert inbox.wakeups == 1
+    assert not inbox._queue
+
+
 def test_a_post_after_the_loop_closed_is_dropped_quietly() -> None:
     """A session's thread handing news to a host whose loop has ended must not fail the session."""
     from cairn.actors.host.async_host import LoopInbox
@@ -369,7 +384,7 @@ def test_a_post_after_the_loop_closed_is_dropped_quietly() -> None:
     for _ in range(1000):
         inbox.post(print, "never")
     assert inbox.delivered == 0
-    assert inbox.wakeups == 1  # asked once, found the loop closed, and asked no more
+    assert inbox.wakeups == 0  # a closed loop is never asked
     assert not inbox._queue  # nothing kept for a loop that will never run it
 
 
