@@ -296,7 +296,12 @@ class Host:
         return self._registry.stop(session)
 
     def state(self, session: str) -> SessionState:
-        """The session's state as its actor holds it (loading it by replay if needed)."""
+        """The session's state as its actor holds it (loading it by replay if needed).
+
+        A session the store does not hold yet gives the empty state
+        (`info` None, `last_seq` 0) and, like a session loaded by replay,
+        takes a live-session slot until it is passivated; nothing is written.
+        """
         return self._query(session, "state")  # type: ignore[no-any-return]
 
     def next_request(self, session: str) -> AssembledRequest:
