@@ -5,7 +5,7 @@ Usage: python -m cairn.bench.hosts [--quick] [--json]
 1. Spawn and passivation. Two child processes each hold one host, one
    with 1,000 live sessions and one with 10,000 (one scripted turn each, so
    every session has a real log to replay). Each round, a child passivates
-   its 200 least recently used sessions by the idle timeout
+   its 800 least recently used sessions by the idle timeout
    (`passivate_idle`) and spawns them again by replay (`Host.state`, one at a
    time). The two children take rounds in alternating pairs; the figure is
    the growth of user CPU per session (cairn's and Python's own work: the
@@ -15,7 +15,12 @@ Usage: python -m cairn.bench.hosts [--quick] [--json]
    start and end cost in the same two processes: the kernel's cost of a new
    thread grows with the threads a process has (two per live session), and
    no bookkeeping of cairn's can take that away. Closing each host is timed
-   at the end (per session).
+   at the end (per session). This kernel (like many VMs') splits a
+   process's CPU time into user and system by sampling at its tick (4 ms
+   here), so a round must last long enough for that split to settle: with
+   rounds of 200 sessions (36-115 ms of passivation) the user-CPU growth
+   ranged 0.9-3.7x between pairs on a quiet machine; rounds of 800 last a
+   few hundred ms.
 2. Threads and memory. Threads and anonymous RSS (heap and stacks) per live
    session, read in those children: the growth over the idle host, divided
    by the sessions. Per passivated session: a fresh child touches 1k (10k)
@@ -49,7 +54,9 @@ from cairn.bench import Figure, figure
 from cairn.bench._measure import LoadMeter, Pairs, alternate
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
-ROUND = 200  # sessions passivated then spawned again per round
+#: sessions passivated then spawned again per round: full run, and `--quick` (its small host has 250)
+ROUND = 800
+QUICK_ROUND = 200
 BARE_THREADS = 50  # bare threads started and ended per round, for the OS's part
 PASSIVATED_CAP = 64
 CLIENTS = 16
@@ -160,22 +167,24 @@ def _live_child(live: int) -> None:
         full = _proc_readings()
         _say(sys.stdout, idle=idle, full=full, live=len(host.live_sessions))
         for command in sys.stdin:
-            if command.strip() == "round":
-                oldest = [order.popleft() for _ in range(ROUND)]
+            words = command.split()
+            if words[:1] == ["round"]:
+                size = int(words[1])
+                oldest = [order.popleft() for _ in range(size)]
                 gc.collect()  # untimed: each round starts from the same collector state on both sides
                 started = _clocks()
                 stopped = host.passivate_idle(now_ms=oldest[-1][0] + IDLE_MS)
-                passivated = _spent(started, ROUND)
-                if stopped != ROUND:
-                    raise RuntimeError(f"passivated {stopped} sessions, expected {ROUND}")
+                passivated = _spent(started, size)
+                if stopped != size:
+                    raise RuntimeError(f"passivated {stopped} sessions, expected {size}")
                 started = _clocks()
                 for _, sid in oldest:
                     clock[0] += 1
                     host.state(sid)
                     order.append((clock[0], sid))
-                spawned = _spent(started, ROUND)
+                spawned = _spent(started, size)
                 _say(sys.stdout, spawn=spawned, passivate=passivated, thread=_bare_threads(BARE_THREADS))
-            elif command.strip() == "close":
+            elif words[:1] == ["close"]:
                 started = _clocks()
                 host.close()
                 _say(sys.stdout, close=_spent(started, live))
@@ -246,19 +255,19 @@ def _per_session(before: dict[str, int], after: dict[str, int], sessions: int, k
     return (after[key] - before[key]) / max(1, sessions)
 
 
-def _timing(small: int, large: int, pairs: int) -> tuple[list[Figure], dict[int, dict[str, Any]]]:
+def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure], dict[int, dict[str, Any]]]:
     children = {small: _Child("live", str(small)), large: _Child("live", str(large))}
     try:
         ready = {n: child.read() for n, child in children.items()}
         rounds: dict[int, list[dict[str, Any]]] = {small: [], large: []}
 
         def round_of(n: int) -> float:
-            rounds[n].append(children[n].ask("round"))
+            rounds[n].append(children[n].ask(f"round {size}"))
             return float(rounds[n][-1]["spawn"]["user"])
 
         with LoadMeter() as load:
-            children[small].ask("round")  # a first round each, not counted: warm both
-            children[large].ask("round")
+            children[small].ask(f"round {size}")  # a first round each, not counted: warm both
+            children[large].ask(f"round {size}")
             alternate(lambda: round_of(small), lambda: round_of(large), pairs)
             closes = {n: children[n].ask("close")["close"] for n in (small, large)}
     finally:
@@ -270,7 +279,7 @@ def _timing(small: int, large: int, pairs: int) -> tuple[list[Figure], dict[int,
 
     a, b = _size(small), _size(large)
     note = (
-        f"{ROUND} sessions a round, each host in its own child process, rounds in alternating pairs; "
+        f"{size} sessions a round, each host in its own child process, rounds in alternating pairs; "
         f"growth = time at {b} live over time at {a} live; {load.summary()}"
     )
     thread, thread_sys = pairs_of("thread", "wall"), pairs_of("thread", "sys")
@@ -386,7 +395,7 @@ def _memory(sizes: tuple[int, int], ready: dict[int, dict[str, Any]]) -> list[Fi
 
 def run(quick: bool) -> list[Figure]:
     small, large = (250, 2_500) if quick else (1_000, 10_000)
-    timing, ready = _timing(small, large, pairs=9)
+    timing, ready = _timing(small, large, pairs=9, size=QUICK_ROUND if quick else ROUND)
     return [*timing, *_memory((small, large), ready)]
 
 
