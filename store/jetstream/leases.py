@@ -41,6 +41,7 @@ thread-safe in the sense that every call runs on the one loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -358,22 +359,38 @@ class AsyncLeaseBucket:
         return Owner(sid, record.holder, revision, record.ttl_s)
 
     async def owners(self) -> list[Owner]:
-        """Every held lease in the bucket (one pass over the last message of each key)."""
+        """Every held lease in the bucket (one pass over the last message of each key).
+
+        The pass ends with the snapshot's last entry (its `delta`, the
+        messages still pending behind it, is 0), not at nats-py's end marker
+        (`None`): the watcher puts that marker first when the server has
+        already pushed every message by the time it asks for the consumer's
+        pending count, and stopping there read an empty bucket while it held
+        a lease (seen under load). `LeaseUnavailable` when the pass does not
+        end within `WRITE_DEADLINE_S`.
+        """
+        info = await self._js.stream_info(self.stream)
+        if not info.state.messages:
+            return []
         watcher = await self._kv.watchall()
         found: list[Owner] = []
         try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation is not None or not entry.value:
-                    continue
-                try:
-                    sid = session_of_token(entry.key)
-                except InputError:
-                    continue  # a key some other writer put here
-                owner = self._owner_of(sid, {}, entry.value, int(entry.revision or 0))
-                if owner is not None:
-                    found.append(owner)
+            async with asyncio.timeout(WRITE_DEADLINE_S):
+                async for entry in watcher:
+                    if entry is None:
+                        continue  # the end marker: it may come before the entries (see above)
+                    if entry.operation is None and entry.value:
+                        with contextlib.suppress(InputError):  # a key some other writer put here
+                            sid = session_of_token(entry.key)
+                            owner = self._owner_of(sid, {}, entry.value, int(entry.revision or 0))
+                            if owner is not None:
+                                found.append(owner)
+                    if not entry.delta:
+                        break
+        except TimeoutError:
+            raise LeaseUnavailable(
+                f"reading every lease of {self.stream} did not end within {WRITE_DEADLINE_S:g} s"
+            ) from None
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
         return found

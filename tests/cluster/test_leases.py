@@ -280,3 +280,41 @@ def test_on_a_bucket_with_expiry_markers_an_expired_lease_is_taken_over_its_mark
     finally:
         a.close()
         b.close()
+
+
+def test_owners_reads_past_an_end_marker_that_came_before_the_entries(
+    host_a: LeaseBucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py's watcher puts its end-of-snapshot marker (None) first when the server pushed every
+    entry before the watcher asked for the consumer's pending count (seen under load: `held_by` read
+    an empty bucket that held a lease). Here the marker is put in front of the real entries."""
+    sid = _sid("early-marker")
+    lease = host_a.acquire(sid, "host-a", ttl_s=3)
+    kv = host_a.core._kv
+    real_watchall = kv.watchall
+
+    async def marker_first(**kwargs: object) -> object:
+        watcher = await real_watchall(**kwargs)
+        queued = []
+        while not watcher._updates.empty():
+            queued.append(watcher._updates.get_nowait())
+        if None not in queued:  # the entries' own end marker, if already queued, goes too
+            await watcher._updates.put(None)
+        for item in queued:
+            if item is not None:
+                await watcher._updates.put(item)
+        return watcher
+
+    monkeypatch.setattr(kv, "watchall", marker_first)
+    assert sid in {owner.sid for owner in host_a.held_by("host-a")}
+    assert host_a.release(lease)
+
+
+def test_owners_of_an_empty_bucket_is_empty_without_waiting(cluster: LocalCluster) -> None:
+    bucket = LeaseBucket.connect(cluster.url, bucket=f"empty_{uuid.uuid4().hex[:8]}")
+    try:
+        started = time.monotonic()
+        assert bucket.held_by("host-a") == []
+        assert time.monotonic() - started < 5.0  # no pass waiting for a last entry that never comes
+    finally:
+        bucket.close()
