@@ -94,8 +94,7 @@ class LoopInbox:
         must neither fail on it nor pile it up.
         """
         if self._closed or self.loop.is_closed():  # closed with a drain queued that never ran, too
-            self._closed = True
-            self._queue.clear()
+            self._close()
             return
         self._queue.append((call, args))
         if not self._pending:
@@ -105,9 +104,13 @@ class LoopInbox:
             self.wakeups += 1
             try:
                 self.loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:  # the loop is closed
-                self._closed = True
-                self._queue.clear()
+            except RuntimeError:  # the loop closed meanwhile
+                self._close()
+
+    def _close(self) -> None:
+        """Drop what is queued and every later post: the loop is gone."""
+        self._closed = True
+        self._queue.clear()
 
     def _drain(self) -> None:
         self._pending = False

@@ -358,11 +358,7 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
         ),
     ]
     for key, said in (("p50", "median"), ("p99", "99th percentile"), ("max", "worst")):
-        pairs = Pairs(
-            [max(v, 0.001) for v in _series(s["idle"], key)],
-            [max(v, 0.001) for v in _series(s["async"], key)],
-            higher_is_better=False,
-        )
+        pairs = Pairs(_floored(s["idle"], key), _floored(s["async"], key), higher_is_better=False)
         figures.append(
             figure(
                 f"asyncloop.late_{key}_ms",
@@ -401,11 +397,7 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
 def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMeter) -> tuple[Figure, Pairs]:
     """The async run's own worst stall against the threaded run's idle loop, round by round: the
     figure (reported; the judged `own_stall_ms` uses its ratio) and its pairs."""
-    pairs = Pairs(
-        [max(v, 0.001) for v in _series(s["threaded"], "own")],
-        [max(v, 0.001) for v in _series(s["async"], "own")],
-        higher_is_better=False,
-    )
+    pairs = Pairs(_floored(s["threaded"], "own"), _floored(s["async"], "own"), higher_is_better=False)
     out = figure(
         "asyncloop.own_stall_vs_threaded",
         round(pairs.ratio, 2),
@@ -419,6 +411,11 @@ def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMete
         fmt=".2f",
     )
     return out, pairs
+
+
+def _floored(summaries: list[dict[str, float]], key: str) -> list[float]:
+    """`_series`, each value at least 0.001 ms: a ratio's side, never zero."""
+    return [max(v, 0.001) for v in _series(summaries, key)]
 
 
 def _listed(values: list[float], fmt: str = ".2f") -> str:

@@ -139,9 +139,8 @@ def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes)
         label = PLACEMENTS[placement][0]
         suffix = "" if placement == JUDGED_PLACEMENT else f".{placement}"
         for sessions in plan:
-            pairs = Pairs(
-                [p[0] for p in rates[placement, sessions]], [p[1] for p in rates[placement, sessions]]
-            )
+            measured = rates[placement, sessions]
+            pairs = Pairs([local for local, _ in measured], [remote for _, remote in measured])
             checked = sessions == 256 and placement == JUDGED_PLACEMENT
             name = f"cluster.append.sessions_{sessions}{suffix}"
             figures.append(
