@@ -3,9 +3,10 @@
 A `checkpoint-committed` event is self-describing: `source_hash` names the
 exact source it replaced (SHA-256 over each source message's canonical JSON,
 length-prefixed, hand-off stripped), `raw_summary` is the model's raw reply,
-`prompt_version` the prompt it answered, the diagnostics say how it was
-reached (attempts, reductions, delays, omitted messages and files, the C10
-target), and `carried` is the derived state replay resumes from.
+`prompt_version` the ledger contract (the prompt it answered and the host's
+rebuild rules), the diagnostics say how it was reached (attempts,
+reductions, delays, omitted messages and files, the C10 target), and
+`carried` is the derived state replay resumes from.
 
 `rederive_replacement(source, checkpoint)` rebuilds the replacement from the
 source and the event alone, with no model: the summary from `raw_summary`
@@ -14,6 +15,9 @@ target (fallback), counted with the same token counter settings (T1-T3), or
 R3's snip-only replacement (the source without the snipped turns, the S1
 marker where they were). The restored files are an observation of the disk
 at compaction time, so they are taken from the event itself, not re-read.
+The records' next actions are settled by the spent rule (`ledger`) unless
+the checkpoint's `prompt_version` predates it: a checkpoint re-derives under
+the rules it was built with.
 K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
 the event's own `__post_init__`, on write and on replay alike."""
 
@@ -28,7 +32,8 @@ from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.errors import AuditMismatch
 from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.files import ORIGIN as FILES_ORIGIN
-from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.ledger import extract_records, record_texts, source_records
+from cairn.actors.compactor.prompt import BEFORE_SPENT_RULE
 from cairn.actors.compactor.replacement import (
     assemble,
     fallback_summary_message,
@@ -77,14 +82,15 @@ def rederive_replacement(
     if checkpoint.diagnostics.failure_reason == "snip-only":
         return _rederive_snip_only(stripped, checkpoint)
     summary_id, _, task_id = message_ids(checkpoint.epoch)
-    records = extract_records(record_texts(stripped)).records
+    spent_rule = checkpoint.prompt_version not in BEFORE_SPENT_RULE
+    records = (source_records(stripped) if spent_rule else extract_records(record_texts(stripped))).records
     task = task_text(checkpoint.carried.open_turn)
     task_message = active_task_message(task, task_id)
     if checkpoint.strategy == "llm":
         if checkpoint.raw_summary is None:
             raise AuditMismatch(f"LLM checkpoint of epoch {checkpoint.epoch} has no raw summary")
         files = next((m for m in checkpoint.replacement_messages if m.meta.origin == FILES_ORIGIN), None)
-        summary = summary_message(checkpoint.raw_summary, records, summary_id)
+        summary = summary_message(checkpoint.raw_summary, records, summary_id, spent_rule=spent_rule)
         return assemble(summary, retained_tail(stripped), files, task_message)
     plan = plan_fallback(
         stripped,

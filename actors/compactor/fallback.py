@@ -1,6 +1,8 @@
 """The deterministic fallback (F1-F5): a replacement built without any model, never over target.
 
-1. Mandatory state = the fallback summary (F1) + the active-task checkpoint.
+1. Mandatory state = the fallback summary (F1: the notice, and the C8
+   ledger of the records when there are any, their next actions settled by
+   the spent rule, `ledger`) + the active-task checkpoint.
 2. target = max(tokens(mandatory), the target given); budget = target -
    tokens(mandatory) (F2). The service gives C10's target, at most 90 % of
    the source (`gates.fallback_target`); an auditor gives the recorded one.

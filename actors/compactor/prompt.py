@@ -27,7 +27,10 @@ from cairn.actors.compactor.ledger import escape_headings
 from cairn.events.model import BlobPart, ImagePart, Message, text_of, units
 from cairn.events.protocol import HEADINGS
 
-PROMPT_VERSION = "cairn-ledger-2"
+#: the ledger contract a checkpoint was built under: this prompt and the host's rebuild (C8)
+PROMPT_VERSION = "cairn-ledger-3"
+#: versions built before the spent rule (`ledger`): an auditor re-derives them without it
+BEFORE_SPENT_RULE = frozenset({"cairn-ledger-1", "cairn-ledger-2"})
 INITIAL_CHAR_CAP = 5000
 MIN_CHAR_CAP = 625
 TRANSCRIPT_HEADER = "Transcript to summarise:"
@@ -84,7 +87,9 @@ def instructions() -> str:
         "- Lines of the form 'EXACT CONTINUATION RECORD [heading] :: payload' are kept by "
         "the host verbatim; you need not repeat them. The host drops any line of yours that "
         "contains a record's payload, so to say that a record is done or replaced, describe "
-        "it without quoting the payload.\n"
+        "it without quoting the payload. A record under Exact next action whose exact text a "
+        "later successful tool call ran is shown by the host as done, and only the newest "
+        "pending one stays the next action.\n"
         "- Lines marked [earlier] come from an older summary; fold their content in, but do "
         "not reuse them as headings.\n\n"
         "What the summary must not lose (each on its own line, so that it reads alone):\n"

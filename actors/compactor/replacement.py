@@ -38,9 +38,12 @@ def message_ids(epoch: int) -> tuple[str, str, str]:
     return f"ckpt-{epoch}-summary", f"ckpt-{epoch}-files", f"ckpt-{epoch}-task"
 
 
-def summary_message(raw_text: str, records: Sequence[ExactRecord], message_id: str) -> Message:
-    """C8: the model's summary, rebuilt by the host around the exact records."""
-    ledger = rebuild_ledger(summary_body(raw_text), records)
+def summary_message(
+    raw_text: str, records: Sequence[ExactRecord], message_id: str, *, spent_rule: bool = True
+) -> Message:
+    """C8: the model's summary, rebuilt by the host around the exact records (`spent_rule`:
+    `rebuild_ledger`'s, False only to re-derive a checkpoint built before it)."""
+    ledger = rebuild_ledger(summary_body(raw_text), records, spent_rule=spent_rule)
     return Message(
         role="user",
         content=f"{_SUMMARY_HEAD}\n\n{ledger}",
@@ -50,7 +53,8 @@ def summary_message(raw_text: str, records: Sequence[ExactRecord], message_id: s
 
 
 def fallback_summary_message(records: Sequence[ExactRecord], message_id: str) -> Message:
-    """F1: the fixed notice, plus the ledger rebuilt from the records alone when there are any."""
+    """F1: the fixed notice, plus the ledger rebuilt from the records alone when there are any
+    (the service gives them settled by the spent rule, `ledger.source_records`)."""
     text = FALLBACK_NOTICE
     if records:
         text = f"{text}\n\n{rebuild_ledger('', records)}"

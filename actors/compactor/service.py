@@ -7,8 +7,9 @@ the log. Its steps, in order:
 1. C1: strip the hand-off; count the source. With C4's breaker (keyed by
    the session and the `breaker_key` of the workspace), C10's target
    (beyond C10: at most half the session's input budget, `gates`),
-   C11's active task and C8's records (from the full source), this is the
-   `Basis` both strategies work from.
+   C11's active task and C8's records (from the full source, next actions
+   settled by the spent rule, `ledger`), this is the `Basis` both strategies
+   work from.
 2. C2/C3: the pre-compaction hook may block (`CompactionBlocked`, not a
    failure for the breaker).
 3. C4: an open breaker skips the model. Otherwise the LLM path: restore
@@ -49,7 +50,7 @@ from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffecti
 from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
 from cairn.actors.compactor.gates import effect_target, input_budget_of
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
-from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.prompt import PROMPT_VERSION
 from cairn.actors.compactor.replacement import message_ids
 from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
@@ -184,7 +185,7 @@ class Compactor:
             target=effect_target(source_tokens, window, input_budget_of(window, reserve_cap)),  # C10
             task=task,
             task_message=active_task_message(task, message_ids(epoch)[2]),
-            records=extract_records(record_texts(source)),  # C8, from the full source
+            records=source_records(source),  # C8 and the spent rule, from the full source
         )
 
     def _run_hook(self, request: CompactionRequest, basis: Basis) -> None:

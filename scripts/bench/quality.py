@@ -18,9 +18,11 @@ Three parts, seeded and offline by default:
    with compaction alone, plus a huge-output run in a 16,000-token window.
 4. The spent-record probe set (`quality_corpus.spent_record_sessions`, 8
    sessions, offline): a next action kept as an exact continuation record,
-   run, then replaced by a plain-text plan. C8 keeps the record verbatim,
-   after the model's lines, so every ledger shows the spent command as the
-   next action; reported with no target (closing it needs a rules decision).
+   run, then replaced by a plain-text plan. The spent rule (beyond C8,
+   `actors.compactor.ledger`) moves a record whose exact text ran as a
+   successful tool call out of "Exact next action", marked as no longer
+   pending, so the host's own parts (the blank summary and the fallback)
+   must show it as current in none of them.
 
 Offline the summarizer under test is the scripted provider: its figures are
 the pipeline's floor (what the host keeps whatever the model writes, plus a
@@ -42,7 +44,8 @@ full context and from the compacted one (two requests a session), and
 
 Targets: the blank summary keeps at least 50 points fewer summary-only
 facts than the ceiling (the probes can tell a summary that carries nothing);
-the fallback presents no superseded fact as current; in the long runs (at
+the fallback presents no superseded fact as current; neither the blank
+summary nor the fallback presents a spent record as current; in the long runs (at
 their default windows and in the 16,000-token stress window) no two
 compactions on consecutive turns, no compaction that leaves the context
 still due (never two compactions without a turn of progress), and every
@@ -333,19 +336,26 @@ def _run(
 
 def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
     """The spent-record probe set (`quality_corpus.spent_record_sessions`), offline: what the host's
-    own parts present as current once a recorded next action was run and replaced."""
+    own parts (the blank summary and the fallback) present as current once a recorded next action
+    was run and replaced. The value is the larger of their two shares; the target is 0 for both."""
     scores, _ = evaluate(spent_record_sessions(SPENT_RECORD_SESSIONS), counter)
     by_strategy = ", ".join(f"{name} {scores[name].stale}/{scores[name].superseded}" for name in STRATEGIES)
     detail = (
-        f"a next action recorded (C8), run, then replaced by a plain-text plan; shown as current: "
-        f"{by_strategy} (summarizer: the scripted provider). C8 carries the record verbatim and appends "
-        "it after the model's lines and drops any model line quoting it, so no summary can mark it "
-        "done: the blank summary (the host's parts alone) is the value; closing it needs a rules "
-        "decision on C8 (no target)"
+        f"a next action recorded (C8), run as a successful tool call, then replaced by a plain-text "
+        f"plan; shown as current: {by_strategy} (summarizer: the scripted provider). The spent rule "
+        "(beyond C8) moves the record under Verification evidence as no longer pending; the value is "
+        "the larger share of the blank summary (the host's parts alone) and the fallback"
     )
-    blank = scores["blank"]
+    host = (scores["blank"], scores["fallback"])
+    value = max(score.stale_pct() for score in host)
+    met = all(score.stale == 0 for score in host)
     return figure(
-        "quality.spent_record.superseded_as_current", round(blank.stale_pct(), 1), "%", None, None, detail
+        "quality.spent_record.superseded_as_current",
+        round(value, 1),
+        "%",
+        "0 % (blank and fallback)",
+        met,
+        detail,
     )
 
 

@@ -45,11 +45,13 @@ state the pending next action as an exact continuation record (C8), so the
 host keeps it whatever the summary says.
 
 Apart from the corpus, `spent_record_sessions` builds a probe set of one
-shape the host itself gets wrong: the agent records its next action as an
-exact continuation record, runs that very command (it passes), then plans a
-new next action in plain text and works on. The recorded command is then a
-superseded fact, and C8 carries the record verbatim in every later ledger,
-appended after whatever the model wrote under that heading.
+shape C8 alone got wrong: the agent records its next action as an exact
+continuation record, runs that very command (it passes), then plans a new
+next action in plain text and works on. The recorded command is then a
+superseded fact. C8 alone carried the record verbatim as the next action in
+every later ledger; the spent rule (beyond C8, `actors.compactor.ledger`)
+moves it under Verification evidence as no longer pending, because the
+command ran as the arguments of a successful tool call after the record.
 """
 
 from __future__ import annotations

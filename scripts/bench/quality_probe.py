@@ -56,7 +56,7 @@ from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.gates import effect_target, input_budget_of
-from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import retained_tail
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
@@ -158,7 +158,7 @@ def run_strategy(
             source = strip_handoff(state.context)
             run.tail = retained_tail(source)
             run.task = task_text(state.carried.open_turn)
-            run.records = tuple(r.payload for r in extract_records(record_texts(source)).records)
+            run.records = tuple(r.payload for r in source_records(source).records)
         if strategy == "truncation":
             info = state.info
             window = info.context_window if info is not None else None

@@ -18,7 +18,7 @@ from cairn.events.kinds import (
     TurnStarted,
     UserMessage,
 )
-from cairn.events.model import ImagePart, Message, Part, TextPart, ToolCall
+from cairn.events.model import ImagePart, Message, Part, TextPart, ToolCall, ToolStatus
 from cairn.events.state import SessionState, replay
 
 COUNTER = TokenCounter()
@@ -79,8 +79,10 @@ class Log:
         text: str = "",
         files: tuple[FileAccess, ...] = (),
         ts: int | None = None,
+        arguments: str = '{"path": "f.py"}',
+        status: ToolStatus = "ok",
     ) -> str:
-        call = ToolCall(id=self._id("c"), name=name, arguments='{"path": "f.py"}')
+        call = ToolCall(id=self._id("c"), name=name, arguments=arguments)
         self.add(
             AssistantMessage(
                 message_id=self._id("a"), request_id=self._id("r"), text=text, tool_calls=(call,)
@@ -90,7 +92,7 @@ class Log:
             ToolResult(
                 call_id=call.id,
                 tool_name=name,
-                status="ok",
+                status=status,
                 effect="read",
                 content=(TextPart(output),),
                 files=files,

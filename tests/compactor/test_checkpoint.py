@@ -8,13 +8,16 @@ import crc32c
 import pytest
 
 from cairn.actors.compactor import AuditMismatch, rederive_replacement, source_hash, verify_checkpoint
+from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.ledger import extract_records, record_texts
+from cairn.actors.compactor.replacement import fallback_summary_message, summary_message
 from cairn.actors.provider.scripted import http_error
 from cairn.events.codec import GENESIS, Record, decode_line, encode_line
 from cairn.events.errors import InputError, MalformedEvent, UnsupportedVersion
 from cairn.events.kinds import CheckpointCommitted
 from cairn.events.model import Message
 from cairn.events.state import replay
-from tests.compactor.builders import COUNTER, coding_session, compactor, replace, request
+from tests.compactor.builders import COUNTER, Log, coding_session, compactor, replace, request, text
 
 
 def _checkpoint(messages: tuple[Message, ...] = (Message(role="user", content="s", id="m"),)):
@@ -136,3 +139,46 @@ def test_K3_checkpoint_records_what_an_auditor_needs() -> None:
     assert checkpoint.carried.open_turn == state.carried.open_turn
     record = Record(0, "s1", 1, 1, GENESIS, checkpoint)
     assert record.kind == "checkpoint-committed"
+
+
+def _spent_record_log() -> Log:
+    log = Log()
+    log.turn("Release.")
+    log.say("EXACT CONTINUATION RECORD [Exact next action] :: make release")
+    log.tool("released", name="bash", arguments='{"cmd": "make release"}')
+    for n in range(12):
+        log.tool(f"out {n} " + "r" * 2000)
+    return log
+
+
+@pytest.mark.parametrize("plan", [(), (http_error(400),)], ids=["llm", "fallback"])
+def test_C8_spent_a_checkpoint_built_before_the_rule_rederives_without_it(plan) -> None:
+    """The spent rule is part of the ledger contract `prompt_version` names: a checkpoint of
+    cairn-ledger-2 (C8 alone) re-derives with the spent record as the next action, as it was built."""
+    source = _spent_record_log().state().context
+    service, _ = compactor(*plan)
+    checkpoint = service.compact(request(_spent_record_log().state())).checkpoint
+    assert checkpoint.prompt_version == "cairn-ledger-3"
+    verify_checkpoint(source, checkpoint, COUNTER)
+    assert "- make release" not in text(checkpoint.replacement_messages[0])
+    older = replace(checkpoint, prompt_version="cairn-ledger-2")
+    with pytest.raises(AuditMismatch):  # C8 alone gives another ledger
+        verify_checkpoint(source, older, COUNTER)
+    records = extract_records(record_texts(source)).records
+    if checkpoint.strategy == "llm":
+        assert checkpoint.raw_summary is not None
+        summary = summary_message(checkpoint.raw_summary, records, "ckpt-1-summary", spent_rule=False)
+        replacement = (summary, *checkpoint.replacement_messages[1:])
+    else:
+        replacement = plan_fallback(
+            source,
+            summary=fallback_summary_message(records, "ckpt-1-summary"),
+            task_message=checkpoint.replacement_messages[-1],
+            task="Release.",
+            target=checkpoint.diagnostics.target_tokens,
+            counter=COUNTER,
+        ).replacement
+    next_action = text(replacement[0]).split("## Exact next action\n", 1)[1].split("\n\n## ", 1)[0]
+    assert "- make release" in next_action.splitlines()
+    built = replace(older, replacement_messages=replacement, replacement_tokens=COUNTER.messages(replacement))
+    verify_checkpoint(source, built, COUNTER)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cairn.actors.compactor import verify_checkpoint
 from cairn.actors.compactor.ledger import (
     NO_EVIDENCE_LINE,
     ExactRecord,
@@ -12,9 +13,12 @@ from cairn.actors.compactor.ledger import (
     missing_headings,
     parse_record,
     rebuild_ledger,
+    source_records,
 )
-from cairn.actors.provider.scripted import Reply, context_limit
-from tests.compactor.builders import C7_HEADINGS, Log, compactor, request, text
+from cairn.actors.compactor.replacement import FALLBACK_NOTICE
+from cairn.actors.provider.scripted import Reply, context_limit, http_error
+from cairn.events.model import text_of
+from tests.compactor.builders import C7_HEADINGS, COUNTER, Log, compactor, request, text
 
 
 def _sections(ledger: str) -> dict[str, list[str]]:
@@ -195,3 +199,221 @@ def _long_log() -> Log:
         log.tool(f"out {n} " + "r" * 2000)
         log.say(f"step {n}")
     return log
+
+
+# --- the spent rule (beyond C8): a next action that ran is done, only the newest stays ------------
+
+
+def _record(heading: str, payload: str) -> str:
+    return f"EXACT CONTINUATION RECORD [{heading}] :: {payload}"
+
+
+def _ledger_of(log: Log) -> dict[str, list[str]]:
+    """The ledger rebuilt from the records alone (as the fallback and a blank summary give it)."""
+    return _sections(rebuild_ledger("", source_records(log.state().context).records))
+
+
+def test_C8_spent_by_the_exact_raw_arguments_of_a_later_successful_call() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(f"Next I run the check.\n{_record('Exact next action', 'make check')}")
+    log.tool("all 12 checks passed", name="bash", arguments="  make check\n")
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- No evidence observed."]
+    assert sections["Verification evidence"] == [
+        "- Ran as a successful tool call, no longer pending: make check"
+    ]
+    assert source_records(log.state().context).records == (
+        ExactRecord("Verification evidence", "make check", spent=True),
+    )
+
+
+def test_C8_spent_by_a_string_value_anywhere_in_the_json_arguments() -> None:
+    payload = "pytest tests/test_app.py::test_login -x"
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", f"  {payload} "))
+    log.tool("1 passed", name="bash", arguments='{"argv": {"shell": ["bash", "-lc", " ' + payload + '"]}}')
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- No evidence observed."]
+    assert sections["Verification evidence"] == [
+        "- Ran as a successful tool call, no longer pending:   pytest tests/test_app.py::test_login -x "
+    ]
+
+
+def test_C8_spent_by_a_call_in_the_same_message_as_the_record() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.tool(
+        "ok", name="bash", arguments='{"cmd": "make check"}', text=_record("Exact next action", "make check")
+    )
+    assert _ledger_of(log)["Exact next action"] == ["- No evidence observed."]
+
+
+def test_C8_spent_not_when_the_tool_call_failed() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", "make check"))
+    log.tool("make: *** [check] Error 2", name="bash", arguments='{"cmd": "make check"}', status="error")
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- make check"]
+    assert sections["Verification evidence"] == ["- No evidence observed."]
+
+
+def test_C8_spent_not_when_the_call_came_before_the_record() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.tool("3 failed", name="bash", arguments='{"cmd": "make check"}')
+    log.say(f"Fixed the fixture; run it again.\n{_record('Exact next action', 'make check')}")
+    assert _ledger_of(log)["Exact next action"] == ["- make check"]
+
+
+def test_C8_spent_not_by_a_call_that_only_contains_the_payload() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", "make check"))
+    log.tool("ok", name="bash", arguments='{"cmd": "make check-fast"}')
+    assert _ledger_of(log)["Exact next action"] == ["- make check"]
+
+
+def test_C8_spent_records_under_the_other_six_headings_are_untouched() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(
+        _record("Workspace mutations", "git commit -m fix") + "\n" + _record("Exact next action", "make lint")
+    )
+    log.say(_record("Exact next action", "make check"))
+    log.tool("ok", name="bash", arguments='{"cmd": "git commit -m fix"}')
+    sections = _ledger_of(log)
+    assert sections["Workspace mutations"] == ["- git commit -m fix"]
+    assert sections["Exact next action"] == ["- make check"]
+
+
+def test_C8_newest_next_action_only_the_newest_of_two_is_kept() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", "make lint"))
+    log.tool("read", text="Reading first.")
+    log.say(f"Plan changed.\n{_record('Exact next action', 'make check')}")
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- make check"]
+    assert "make lint" not in "\n".join(line for body in sections.values() for line in body)
+
+
+def test_C8_newest_next_action_is_the_newest_unspent_one() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", "make lint"))
+    log.say(_record("Exact next action", "make check"))
+    log.tool("ok", name="bash", arguments='{"cmd": "make check"}')
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- make lint"]
+    assert sections["Verification evidence"] == [
+        "- Ran as a successful tool call, no longer pending: make check"
+    ]
+
+
+def test_C8_newest_next_action_a_restated_record_is_pending_again_after_it_ran() -> None:
+    log = Log()
+    log.turn("Fix login.")
+    log.say(_record("Exact next action", "make check"))
+    log.tool("ok", name="bash", arguments='{"cmd": "make check"}')
+    log.say(f"The fixture changed; once more.\n{_record('Exact next action', 'make check')}")
+    sections = _ledger_of(log)
+    assert sections["Exact next action"] == ["- make check"]
+    assert sections["Verification evidence"] == ["- No evidence observed."]
+
+
+def test_C8_spent_the_carried_form_reads_back_as_spent_and_only_under_verification_evidence() -> None:
+    note = "Ran as a successful tool call, no longer pending: "
+    line = f"EXACT CONTINUATION RECORD [Verification evidence] :: {note}make check"
+    record = ExactRecord("Verification evidence", "make check", spent=True)
+    assert parse_record(line) == record and record.line() == line
+    elsewhere = f"EXACT CONTINUATION RECORD [Exact next action] :: {note}x"
+    assert parse_record(elsewhere) == ExactRecord("Exact next action", f"{note}x")
+    longest = parse_record(f"EXACT CONTINUATION RECORD [Verification evidence] :: {note}" + "p" * 2048)
+    assert longest is not None and longest.spent  # the 2,048-char limit is the payload's, not the note's
+
+
+def test_C8_spent_a_model_line_quoting_it_or_restating_a_next_action_record_is_dropped() -> None:
+    records = (
+        ExactRecord("Verification evidence", "make check", spent=True),
+        ExactRecord("Exact next action", "make lint"),
+    )
+    model = (
+        "## Verification evidence\n- make check passed (12 tests)\n- the linter config is valid\n"
+        "## Exact next action\n- run make check\n"
+        "EXACT CONTINUATION RECORD [Exact next action] :: make format\n"
+        "EXACT CONTINUATION RECORD [Decisions and rationale] :: keep the API\n"
+    )
+    sections = _sections(rebuild_ledger(model, records))
+    assert sections["Verification evidence"] == [
+        "- the linter config is valid",
+        "- Ran as a successful tool call, no longer pending: make check",
+    ]
+    assert sections["Exact next action"] == [
+        "EXACT CONTINUATION RECORD [Decisions and rationale] :: keep the API",
+        "- make lint",
+    ]
+
+
+def _bash_log_with_a_spent_record() -> Log:
+    log = Log()
+    log.turn("Release.")
+    log.say(f"Next: tag it.\n{_record('Exact next action', 'make release VERSION=1.2.3')}")
+    log.tool("released 1.2.3", name="bash", arguments='{"cmd": "make release VERSION=1.2.3"}')
+    log.say(f"Lint first.\n{_record('Exact next action', 'make lint')}")
+    log.say(f"No: announce it.\n{_record('Exact next action', 'make announce')}")
+    for n in range(12):
+        log.tool(f"out {n} " + "r" * 2000)
+    return log
+
+
+def test_C8_spent_an_earlier_checkpoint_does_not_resurrect_a_spent_or_superseded_record() -> None:
+    """Compaction 1 sees the call and carries the record as done; compaction 2's source has lost the
+    records' lines and the call (only the summary's meta.record remains), and a careless model of
+    compaction 1 echoed the spent and the superseded record in record form: neither comes back."""
+    log = _bash_log_with_a_spent_record()
+    blank = "<summary>\n" + "\n".join(f"## {h}\n- No evidence observed." for h in C7_HEADINGS)
+    echo = (
+        blank
+        + "\nEXACT CONTINUATION RECORD [Exact next action] :: make release VERSION=1.2.3"
+        + "\nEXACT CONTINUATION RECORD [Exact next action] :: make lint\n</summary>"
+    )
+    blank += "\n</summary>"
+    service, _ = compactor(Reply(text=echo), Reply(text=blank))
+    first = service.compact(request(log.state()))
+    assert "EXACT CONTINUATION RECORD" not in text(first.replacement[0])  # the echoes were dropped
+    assert first.replacement[0].meta.record == (
+        "EXACT CONTINUATION RECORD [Verification evidence] :: "
+        "Ran as a successful tool call, no longer pending: make release VERSION=1.2.3\n"
+        "EXACT CONTINUATION RECORD [Exact next action] :: make announce"
+    )
+    for event in first.events:
+        log.add(event)
+    for n in range(12):
+        log.tool(f"later {n} " + "s" * 2000)
+    source = log.state().context
+    later = [text_of(m) + "".join(c.arguments for c in m.tool_calls) for m in source[1:]]
+    assert all("make release" not in t and "make lint" not in t for t in later)  # lines and call gone
+    second = service.compact(request(log.state()))
+    summary = _sections(text(second.replacement[0]).split("\n\n", 1)[1])
+    assert summary["Exact next action"] == ["- make announce"]
+    assert summary["Verification evidence"] == [
+        "- Ran as a successful tool call, no longer pending: make release VERSION=1.2.3"
+    ]
+
+
+def test_C8_spent_the_fallback_ledger_shows_the_spent_record_as_done() -> None:
+    log = _bash_log_with_a_spent_record()
+    service, _ = compactor(http_error(400))
+    outcome = service.compact(request(log.state()))
+    assert outcome.strategy == "fallback"
+    summary = text(outcome.replacement[0])
+    assert summary.startswith(FALLBACK_NOTICE)
+    sections = _sections(summary.split("\n\n", 1)[1])
+    assert sections["Exact next action"] == ["- make announce"]
+    assert sections["Verification evidence"] == [
+        "- Ran as a successful tool call, no longer pending: make release VERSION=1.2.3"
+    ]
+    verify_checkpoint(log.state().context, outcome.checkpoint, COUNTER)
