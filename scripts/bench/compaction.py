@@ -28,6 +28,7 @@ from cairn.actors.compactor import CompactionRequest, Compactor, verify_checkpoi
 from cairn.actors.compactor.active_task import TASK_HEAD_CHARS, TASK_TAIL_CHARS, TASK_VERBATIM_CHARS
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.ledger import NEXT_ACTION
 from cairn.actors.compactor.replacement import fallback_summary_message
 from cairn.actors.provider.scripted import ScriptedProvider, http_error
 from cairn.actors.tokens import TokenCounter
@@ -114,7 +115,10 @@ def build_sample(index: int, rng: random.Random) -> Sample:
     kind = KINDS[index % len(KINDS)]
     window = WINDOWS[rng.randrange(len(WINDOWS))]
     log = _Log(f"bench-{index}", window)
+    #: the records the ledger must keep verbatim: every one planted, but of the next actions
+    #: only the newest (the spent rule, `actors.compactor.ledger`; none of these ever runs)
     records: list[tuple[str, str]] = []
+    planted = 0
     task_lines = [f"Task {index}: {_prose(rng, 20)}."]
     if kind == "long-request":
         task_lines.append(_prose(rng, rng.randrange(1_500, 4_000)))
@@ -127,9 +131,12 @@ def build_sample(index: int, rng: random.Random) -> Sample:
         output = _prose(rng, rng.randrange(50, 600))
         if kind == "huge-output" and r == rounds - 1:
             output = _prose(rng, 60_000)
-        if kind != "tiny" and rng.random() < 0.25 and len(records) < 8:
+        if kind != "tiny" and rng.random() < 0.25 and planted < 8:
+            planted += 1
             heading = rng.choice(HEADINGS)
             payload = _record(rng, heading)
+            if heading == NEXT_ACTION:  # the spent rule: a newer pending next action replaces it
+                records = [r for r in records if r[0] != NEXT_ACTION]
             records.append((heading, payload))
             output += f"\nEXACT CONTINUATION RECORD [{heading.lower()}] :: {payload}\n"
         call = ToolCall(log.ident("c"), rng.choice(["read", "bash", "edit"]), '{"path": "src/app.py"}')
