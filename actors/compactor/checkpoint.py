@@ -17,7 +17,8 @@ marker where they were). The restored files are an observation of the disk
 at compaction time, so they are taken from the event itself, not re-read.
 The records' next actions are settled by the spent rule (`ledger`) unless
 the checkpoint's `prompt_version` predates it: a checkpoint re-derives under
-the rules it was built with.
+the rules it was built with. A `prompt_version` of `cairn-ledger-json-1`
+says `raw_summary` is the JSON ledger (`structured`), rendered the same way.
 K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
 the event's own `__post_init__`, on write and on replay alike."""
 
@@ -33,7 +34,7 @@ from cairn.actors.compactor.errors import AuditMismatch
 from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.files import ORIGIN as FILES_ORIGIN
 from cairn.actors.compactor.ledger import extract_records, record_texts, source_records
-from cairn.actors.compactor.prompt import BEFORE_SPENT_RULE
+from cairn.actors.compactor.prompt import BEFORE_SPENT_RULE, JSON_PROMPT_VERSION
 from cairn.actors.compactor.replacement import (
     assemble,
     fallback_summary_message,
@@ -90,7 +91,13 @@ def rederive_replacement(
         if checkpoint.raw_summary is None:
             raise AuditMismatch(f"LLM checkpoint of epoch {checkpoint.epoch} has no raw summary")
         files = next((m for m in checkpoint.replacement_messages if m.meta.origin == FILES_ORIGIN), None)
-        summary = summary_message(checkpoint.raw_summary, records, summary_id, spent_rule=spent_rule)
+        summary = summary_message(
+            checkpoint.raw_summary,
+            records,
+            summary_id,
+            spent_rule=spent_rule,
+            structured=checkpoint.prompt_version == JSON_PROMPT_VERSION,
+        )
         return assemble(summary, retained_tail(stripped), files, task_message)
     plan = plan_fallback(
         stripped,

@@ -34,7 +34,7 @@ from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.files import Restoration, files_message
 from cairn.actors.compactor.gates import GateVerdict, effect_gate, fallback_target, reduction_gate
 from cairn.actors.compactor.ledger import RecordSet
-from cairn.actors.compactor.prompt import images_in
+from cairn.actors.compactor.prompt import JSON_PROMPT_VERSION, PROMPT_VERSION, images_in
 from cairn.actors.compactor.replacement import (
     assemble,
     fallback_summary_message,
@@ -94,6 +94,8 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
     #: what the summary calls cost, when any was made
     usage: UsageReport | None = None
     failure: CompactionFailed | None = None
+    #: the ledger contract the replacement was built under (the checkpoint's `prompt_version`)
+    prompt_version: str = PROMPT_VERSION
 
 
 def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter: TokenCounter) -> Choice:
@@ -104,7 +106,9 @@ def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter
         reason = sampled.failure or "error"
         return _llm_failed(basis, sampled, diagnostics, usage, reason, sampled.detail)
     summary_id, files_id, _ = message_ids(basis.epoch)
-    summary = summary_message(sampled.raw_text, basis.records.records, summary_id)
+    summary = summary_message(
+        sampled.raw_text, basis.records.records, summary_id, structured=sampled.structured
+    )
     files = files_message(restoration.files, files_id)
     replacement = assemble(summary, retained_tail(basis.source), files, basis.task_message)  # C9
     tokens = counter.messages(replacement)
@@ -120,6 +124,7 @@ def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter
         files_restored=tuple(f.path for f in restoration.files),
         raw_summary=sampled.raw_text,
         usage=usage,
+        prompt_version=JSON_PROMPT_VERSION if sampled.structured else PROMPT_VERSION,
     )
 
 

@@ -24,11 +24,14 @@ from collections.abc import Sequence
 import msgspec
 
 from cairn.actors.compactor.ledger import escape_headings
+from cairn.actors.compactor.structured import FIELDS
 from cairn.events.model import BlobPart, ImagePart, Message, text_of, units
 from cairn.events.protocol import HEADINGS
 
 #: the ledger contract a checkpoint was built under: this prompt and the host's rebuild (C8)
 PROMPT_VERSION = "cairn-ledger-3"
+#: the same contract asked for as a JSON object (`structured`): `raw_summary` is that JSON
+JSON_PROMPT_VERSION = "cairn-ledger-json-1"
 #: versions built before the spent rule (`ledger`): an auditor re-derives them without it
 BEFORE_SPENT_RULE = frozenset({"cairn-ledger-1", "cairn-ledger-2"})
 INITIAL_CHAR_CAP = 5000
@@ -53,8 +56,12 @@ class PromptShape(msgspec.Struct, frozen=True):
     char_cap: int = INITIAL_CHAR_CAP
 
 
-def instructions() -> str:
+def instructions(*, structured: bool = False) -> str:
     """The system message: how to write the summary (C7), in cairn's own words.
+
+    `structured`: the same contract, asked for as one JSON object with a
+    field per heading (`structured.FIELDS`), each a list of lines; the host
+    writes the headings (beyond C7).
 
     Besides C7's contract it asks for what the quality bench's probes find a
     summary must carry and a careless one drops (`cairn bench --only quality`,
@@ -64,15 +71,27 @@ def instructions() -> str:
     asks are unmeasured (the scripted provider ignores the prompt); run the
     bench with `--provider openai` to score them on a real model.
     """
-    headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
+    if structured:
+        fields = "\n".join(f"- {name}: {heading}" for name, heading in zip(FIELDS, HEADINGS, strict=True))
+        form = (
+            "Answer with one JSON object and nothing else. It has exactly these seven fields, "
+            "each a list of short lines (strings), one fact per line:\n"
+            f"{fields}\n"
+            "A field with nothing to report is an empty list.\n\n"
+        )
+    else:
+        headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
+        form = (
+            "First think it through privately inside <analysis>...</analysis>. Then write the "
+            "result inside <summary>...</summary>.\n\n"
+            "Inside <summary>, use exactly these seven headings, in this order, each once, each "
+            "on its own line starting with '## ':\n"
+            f"{headings}\n\n"
+        )
     return (
         "You are condensing the working history of a coding agent so that it can carry on "
         "after its earlier messages are removed. Only your summary will remain.\n\n"
-        "First think it through privately inside <analysis>...</analysis>. Then write the "
-        "result inside <summary>...</summary>.\n\n"
-        "Inside <summary>, use exactly these seven headings, in this order, each once, each "
-        "on its own line starting with '## ':\n"
-        f"{headings}\n\n"
+        f"{form}"
         "Rules for the summary:\n"
         "- Keep what was observed (tool output, test results, file contents) apart from what "
         "was only intended or planned.\n"
@@ -149,9 +168,10 @@ def render_files(files: Sequence[PromptFile]) -> str:
 
 
 def build_prompt(
-    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape
+    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape, *, structured: bool = False
 ) -> tuple[Message, ...]:
-    """The summary request's messages for `source` in the given shape (C7)."""
+    """The summary request's messages for `source` in the given shape (C7); `structured`: asking
+    for the JSON ledger (`instructions`)."""
     spans = units(source)
     start = spans[shape.first_unit][0] if shape.first_unit < len(spans) else len(source)
     lines = [TRANSCRIPT_HEADER]
@@ -161,9 +181,12 @@ def build_prompt(
     body = "\n".join(lines)
     if shape.include_files and files:
         body = f"{body}\n\n{render_files(files)}"
-    body += "\n\nWrite the <analysis> and then the <summary> with the seven headings."
+    if structured:
+        body += "\n\nWrite the JSON object with the seven fields."
+    else:
+        body += "\n\nWrite the <analysis> and then the <summary> with the seven headings."
     return (
-        Message(role="system", content=instructions(), id="compaction-instructions"),
+        Message(role="system", content=instructions(structured=structured), id="compaction-instructions"),
         Message(role="user", content=body, id="compaction-transcript"),
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cairn.actors.compactor.ledger import ExactRecord, rebuild_ledger, record_lines, summary_body
+from cairn.actors.compactor.structured import render_ledger
 from cairn.events.model import Message, MessageMeta
 
 TAIL_PERCENT = 20
@@ -39,11 +40,18 @@ def message_ids(epoch: int) -> tuple[str, str, str]:
 
 
 def summary_message(
-    raw_text: str, records: Sequence[ExactRecord], message_id: str, *, spent_rule: bool = True
+    raw_text: str,
+    records: Sequence[ExactRecord],
+    message_id: str,
+    *,
+    spent_rule: bool = True,
+    structured: bool = False,
 ) -> Message:
     """C8: the model's summary, rebuilt by the host around the exact records (`spent_rule`:
-    `rebuild_ledger`'s, False only to re-derive a checkpoint built before it)."""
-    ledger = rebuild_ledger(summary_body(raw_text), records, spent_rule=spent_rule)
+    `rebuild_ledger`'s, False only to re-derive a checkpoint built before it; `structured`: the
+    reply is the JSON ledger, whose headings the host writes, `structured.render_ledger`)."""
+    body = render_ledger(raw_text) if structured else summary_body(raw_text)
+    ledger = rebuild_ledger(body, records, spent_rule=spent_rule)
     return Message(
         role="user",
         content=f"{_SUMMARY_HEAD}\n\n{ledger}",

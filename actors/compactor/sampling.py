@@ -12,6 +12,25 @@
 | any other error                         | `_Fatal`      | fail `error` at once                          |
 | the adapter raises something else       | `_Fatal`      | fail `error` at once, its message redacted    |
 | the third call retryable or blank       |               | fail with its reason (`error`, `empty`)       |
+| JSON asked, the reply not a ledger (1)  | `_Malformed`  | fail `malformed` at once, the precise reason  |
+| JSON asked under `auto`, HTTP 400/422   | `_Fatal`      | the endpoint refuses it: ask in text at once  |
+| a `length` finish under the cap (2)     | `_Overflow`   | shrink one step (C6), no wait                 |
+
+(1) Beyond C7 (`structured`): where the provider's `structured_summary`
+is `auto` or `on`, the call asks for the ledger as a JSON object under
+`structured.LEDGER_SCHEMA`; the reply (a forced tool call's arguments on
+Anthropic) is rendered by the host (`render_ledger`) and must hold all seven
+fields, each a list of strings. Not JSON (cut by the output limit or not),
+not an object, a field missing or of another type: `malformed`, with the
+reason. Under `auto`, an endpoint that answers the structured request with
+HTTP 400 or 422 is told so (`refuse_structured`: the adapter remembers it)
+and the same call is made at once in the text protocol; it counts as one of
+the three calls.
+(2) Beyond C6: a reply that ends with finish reason `length` after fewer
+output tokens than the call asked for was cut by the context window, not by
+its own cap (a server such as llama.cpp's fills the window with prompt and
+reply and stops there, with no error): as for a context-limit error, the
+prompt shrinks one step and the call is made again.
 
 The delay before a retry is C5's 375 ms then 750 ms (the policy's
 schedule, `RETRY_DELAYS_MS` by default), or longer when the server said so
@@ -36,15 +55,24 @@ import msgspec
 
 from cairn.actors.compactor.ledger import missing_headings, summary_body
 from cairn.actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
+from cairn.actors.compactor.structured import (
+    LEDGER_NAME,
+    LEDGER_SCHEMA_JSON,
+    LedgerJsonError,
+    render_ledger,
+)
 from cairn.actors.errors import describe_exception
 from cairn.actors.provider.base import (
     Provider,
     ProviderFailure,
     ProviderRequest,
+    StructuredCapable,
+    StructuredOutput,
     UsageReport,
     complete,
     is_context_limit,
     is_retryable_status,
+    structured_mode,
 )
 from cairn.actors.provider.redact import adapter_secrets, clean_message
 from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryDecision, RetryPolicy, decide_retry
@@ -77,6 +105,10 @@ class Sampled(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int = 0
     total_tokens: int = 0
     files_sent: bool = True
+    #: whether the last call asked for the JSON ledger (`raw_text` is then that JSON)
+    structured: bool = False
+    #: why the endpoint refused the JSON ledger under `auto`, when it did in this sampling
+    structured_refused: str = ""
 
 
 class _Prompt(msgspec.Struct, frozen=True):
@@ -87,6 +119,8 @@ class _Prompt(msgspec.Struct, frozen=True):
     chars: int
     #: whether the restored files are in it (there are some, and C6 has not dropped them)
     files_sent: bool
+    #: whether it asks for the JSON ledger (`structured`)
+    structured: bool
 
 
 class _Summary(msgspec.Struct, frozen=True):
@@ -123,6 +157,7 @@ class _Fatal(msgspec.Struct, frozen=True):
     """Any other error, or the adapter raising something else: fails at once."""
 
     detail: str
+    status: int | None = None
 
 
 #: what one summary call came to (the rows of the module table)
@@ -141,8 +176,10 @@ class _Tally:
     usage: list[int] = field(default_factory=lambda: [0, 0, 0])
     #: the last call's failure and its detail: the result when the calls run out
     last: tuple[FailureReason, str] = ("empty", "")
+    #: why the endpoint refused the JSON ledger, when it did
+    refused: str = ""
 
-    def result(self, raw: str | None, reason: FailureReason | None, detail: str, files_sent: bool) -> Sampled:
+    def result(self, raw: str | None, reason: FailureReason | None, detail: str, prompt: _Prompt) -> Sampled:
         return Sampled(
             raw_text=raw,
             failure=reason,
@@ -155,7 +192,9 @@ class _Tally:
             prompt_tokens=self.usage[0],
             completion_tokens=self.usage[1],
             total_tokens=self.usage[2],
-            files_sent=files_sent,
+            files_sent=prompt.files_sent,
+            structured=prompt.structured,
+            structured_refused=self.refused,
         )
 
 
@@ -177,7 +216,8 @@ def sample_summary(
     gives the jitter's number in [0, 1) (default 0: no jitter).
     """
     policy = retry if retry is not None else RetryPolicy()
-    prompt = _prompt(source, files, PromptShape())
+    mode = structured_mode(provider)
+    prompt = _prompt(source, files, PromptShape(), structured=mode != "off")
     tally = _Tally()
     wait_ms: int | None = None  # the wait before the next call; None: send it at once
 
@@ -190,11 +230,19 @@ def sample_summary(
         call_id = f"{request_id}:{tally.calls}" if request_id else ""
         match _ask(provider, _request(model, prompt, timeout_s, call_id), tally):
             case _Summary(text=text):
-                return tally.result(text, None, "", prompt.files_sent)
+                return tally.result(text, None, "", prompt)
             case _Malformed(detail=detail):
-                return tally.result(None, "malformed", detail, prompt.files_sent)
+                return tally.result(None, "malformed", detail, prompt)
+            case _Fatal(detail=detail, status=status) if (
+                prompt.structured and mode == "auto" and status in (400, 422)
+            ):
+                tally.refused = detail
+                tally.last = ("error", detail)
+                if isinstance(provider, StructuredCapable):
+                    provider.refuse_structured(detail)
+                prompt = _prompt(source, files, prompt.shape, structured=False)
             case _Fatal(detail=detail):
-                return tally.result(None, "error", detail, prompt.files_sent)
+                return tally.result(None, "error", detail, prompt)
             case _Blank():
                 tally.last = ("empty", "the reply had no summary")
                 decision = _plan_wait(tally, None, None, draw, policy)
@@ -203,21 +251,23 @@ def sample_summary(
                 tally.last = ("overflow", detail)
                 shrunk = _shrink(source, files, prompt, tally.calls)
                 if isinstance(shrunk, str):
-                    return tally.result(None, "overflow", f"context-exhausted: {shrunk}", prompt.files_sent)
+                    return tally.result(None, "overflow", f"context-exhausted: {shrunk}", prompt)
                 prompt, step = shrunk
                 tally.reductions.append(step)
             case _Transient(detail=detail, status=status, hint_ms=hint_ms):
                 tally.last = ("error", detail)
                 decision = _plan_wait(tally, status, hint_ms, draw, policy)
                 if decision.note:
-                    return tally.result(None, "error", f"{detail}; {decision.note}", prompt.files_sent)
+                    return tally.result(None, "error", f"{detail}; {decision.note}", prompt)
                 wait_ms = decision.wait_ms if decision.retry else None
-    return tally.result(None, *tally.last, prompt.files_sent)
+    return tally.result(None, *tally.last, prompt)
 
 
-def _prompt(source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape) -> _Prompt:
-    messages = build_prompt(source, files, shape)
-    return _Prompt(shape, messages, prompt_chars(messages), shape.include_files and bool(files))
+def _prompt(
+    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape, *, structured: bool
+) -> _Prompt:
+    messages = build_prompt(source, files, shape, structured=structured)
+    return _Prompt(shape, messages, prompt_chars(messages), shape.include_files and bool(files), structured)
 
 
 def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: str) -> ProviderRequest:
@@ -230,11 +280,13 @@ def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: s
         max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
         timeout_s=timeout_s,
         request_id=request_id,
+        structured=StructuredOutput(LEDGER_NAME, LEDGER_SCHEMA_JSON) if prompt.structured else None,
     )
 
 
 def _ask(provider: Provider, request: ProviderRequest, tally: _Tally) -> _Answer:
-    """One call and its classification; a reply's usage is added to `tally`."""
+    """One call and its classification; a reply's usage is added to `tally`. A JSON ledger is
+    the reply's text, or the arguments of its call of the ledger tool (a forced tool call)."""
     try:
         completion = complete(provider, request)
     except ProviderFailure as error:
@@ -244,6 +296,19 @@ def _ask(provider: Provider, request: ProviderRequest, tally: _Tally) -> _Answer
         return _Fatal(clean_message(detail, adapter_secrets(provider)))
     for index, value in enumerate(_usage_total(completion.usage)):
         tally.usage[index] += value
+    cut = _cut_by_window(completion.finish_reason, completion.usage, request.max_output_tokens)
+    if cut is not None:
+        return _Overflow(cut)
+    if request.structured is not None:
+        call = next((c for c in completion.tool_calls if c.name == request.structured.name), None)
+        raw = call.arguments if call is not None else completion.text
+        if not raw.strip():
+            return _Blank()
+        try:
+            render_ledger(raw, finish_reason=completion.finish_reason)
+        except LedgerJsonError as error:
+            return _Malformed(str(error))
+        return _Summary(raw)
     body = summary_body(completion.text)
     if not body:
         return _Blank()
@@ -251,6 +316,14 @@ def _ask(provider: Provider, request: ProviderRequest, tally: _Tally) -> _Answer
     if missing:
         return _Malformed(_malformed_detail(missing, len(completion.text)))
     return _Summary(completion.text)
+
+
+def _cut_by_window(finish: str | None, usage: UsageReport | None, asked: int | None) -> str | None:
+    """Why a reply was cut by the context window (a `length` finish under the cap asked), or None."""
+    made = usage.completion_tokens if usage is not None else None
+    if finish != "length" or not isinstance(made, int) or asked is None or made >= asked:
+        return None
+    return f"the reply stopped at {made} output tokens ({asked:,} asked): the context window is full"
 
 
 def _failed(error: ProviderFailure) -> _Overflow | _Transient | _Fatal:
@@ -262,7 +335,7 @@ def _failed(error: ProviderFailure) -> _Overflow | _Transient | _Fatal:
         return _Overflow(detail)
     if _is_retryable(error):
         return _Transient(detail, error.status_code, error.retry_after_ms)
-    return _Fatal(detail)
+    return _Fatal(detail, error.status_code)
 
 
 def _plan_wait(
@@ -294,7 +367,7 @@ def _shrink(
     if step is None:
         return "nothing left to shrink"
     shape, name = step
-    smaller = _prompt(source, files, shape)
+    smaller = _prompt(source, files, shape, structured=prompt.structured)
     if smaller.chars >= prompt.chars:
         return f"{name} did not shrink the prompt"
     return smaller, name

@@ -51,7 +51,6 @@ from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration
 from cairn.actors.compactor.gates import effect_target, input_budget_of
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
-from cairn.actors.compactor.prompt import PROMPT_VERSION
 from cairn.actors.compactor.replacement import message_ids
 from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
 from cairn.actors.provider.base import Provider, UsageReport
@@ -249,7 +248,7 @@ def _outcome(
         replacement_messages=choice.replacement,
         files_restored=choice.files_restored,
         source_hash=source_hash(basis.source),
-        prompt_version=PROMPT_VERSION,
+        prompt_version=choice.prompt_version,
         raw_summary=choice.raw_summary,
         diagnostics=choice.diagnostics,
         carried=_carried(request, choice, failed),

@@ -25,6 +25,11 @@ request that carries the tool results of an assistant turn with no signed
 thinking (recorded under another provider) goes without thinking, since the
 API wants that turn to start with thinking blocks it never had.
 
+A structured request (`ProviderRequest.structured`, the JSON ledger of
+`actors.compactor.structured`) goes out with one more tool, named and shaped
+by it, and `tool_choice` forcing a call of it: the call's arguments are the
+JSON reply (the Messages API has no `response_format`).
+
 The messages, system prompt, tools and cache breakpoints are built by
 `anthropic_request`; the events are read by `anthropic_stream`; errors are
 classed by `anthropic_errors`.
@@ -47,6 +52,7 @@ may be used from several threads at once.
 from __future__ import annotations
 
 import inspect
+import json
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
 from types import TracebackType
@@ -57,7 +63,14 @@ import anthropic
 from cairn.actors.provider.anthropic_errors import to_failure
 from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropic_body
 from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
-from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
+from cairn.actors.provider.base import (
+    ProviderFailure,
+    ProviderOutput,
+    ProviderRequest,
+    StructuredMode,
+    StructuredSwitch,
+    guarded,
+)
 from cairn.actors.provider.chat_errors import scrubber
 from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig, ProviderConfigError
 from cairn.events.model import Message
@@ -81,6 +94,7 @@ class AnthropicProvider:
         self._config = config
         self._clock_ms = clock_ms if clock_ms is not None else _wall_ms
         self._scrub = scrubber(config.api_key)
+        self._structured = StructuredSwitch(config.structured_summary)
         self._client = anthropic.Anthropic(
             api_key=config.api_key if config.api_key is not None else NO_KEY,
             base_url=config.base_url,
@@ -109,6 +123,15 @@ class AnthropicProvider:
     def api_key(self) -> str | None:
         """The key, for the provider actor to redact from what it keeps (`redact.adapter_secrets`)."""
         return self._config.api_key
+
+    @property
+    def structured_summary(self) -> StructuredMode:
+        """`StructuredCapable`: the configured mode, `off` once the endpoint refused it under `auto`."""
+        return self._structured.mode
+
+    def refuse_structured(self, detail: str) -> None:
+        """The endpoint refused the forced ledger tool under `auto`: summaries go as text from now on."""
+        self._structured.refuse(detail)
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self._config.model!r}, endpoint={self._config.endpoint!r})"
@@ -164,6 +187,16 @@ class AnthropicProvider:
             arguments["system"] = body.system
         if body.tools:
             arguments["tools"] = body.tools
+        if request.structured is not None:
+            arguments["tools"] = [
+                *body.tools,
+                {
+                    "name": request.structured.name,
+                    "description": "Record the summary: one list of short lines per field.",
+                    "input_schema": json.loads(request.structured.schema),
+                },
+            ]
+            arguments["tool_choice"] = {"type": "tool", "name": request.structured.name}
         if mode == "enabled":
             arguments["thinking"] = {"type": "enabled", "budget_tokens": budget}
         elif mode == "adaptive":

@@ -23,13 +23,20 @@ The contract, beyond the types:
   headings is a failed summary (`compaction-failed`, reason `malformed`,
   counted by the breaker) and the deterministic fallback replaces the
   history instead; order and repeats are repaired by the host's rebuild.
+- A structured summary request (`structured` set, beyond C7: see
+  `actors.compactor.structured`) asks for one JSON object under the given
+  JSON schema instead: the OpenAI-compatible adapter sends it as
+  `response_format` (`json_schema`), the Anthropic one as a forced call of a
+  tool with that schema, whose arguments are the reply. An adapter that can
+  do this says so with `structured_summary` (`auto`, `on` or `off`; see
+  `StructuredCapable`); one that says nothing is asked in text only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -39,7 +46,10 @@ from cairn.events.model import Message, ReasoningBlock, ToolCall
 
 Purpose = Literal["turn", "summary"]
 
-#: R1: phrases that mark a context-limit error (matched case-insensitively)
+#: R1: phrases that mark a context-limit error (matched case-insensitively); the last one is
+#: beyond R1: llama.cpp's server says "request (N tokens) exceeds the available context size"
+#: (type `exceed_context_size_error`, HTTP 400), and without it a summary prompt over a small
+#: window fails at once instead of shrinking (C6)
 CONTEXT_LIMIT_PHRASES = (
     "prompt_too_long",
     "prompt is too long",
@@ -47,7 +57,20 @@ CONTEXT_LIMIT_PHRASES = (
     "context length exceeded",
     "context_length_exceeded",
     "request too large",
+    "exceeds the available context size",
 )
+
+
+#: whether summaries are asked for as a JSON object: try it (`auto`), always (`on`), never (`off`)
+StructuredMode = Literal["auto", "on", "off"]
+STRUCTURED_MODES: tuple[StructuredMode, ...] = ("auto", "on", "off")
+
+
+class StructuredOutput(msgspec.Struct, frozen=True):
+    """Ask for a reply that is one JSON object under `schema` (a JSON Schema, as canonical JSON)."""
+
+    name: str
+    schema: str
 
 
 class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +85,8 @@ class ProviderRequest(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str = ""
     #: indexes into `messages` after which a provider with prompt caching may put a breakpoint
     cache_breakpoints: tuple[int, ...] = ()
+    #: the reply as one JSON object under a schema (structured summaries), else free text
+    structured: StructuredOutput | None = None
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -157,6 +182,49 @@ class Provider(Protocol):
     def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
         """Yield output as it arrives; raise ProviderFailure on error."""
         ...
+
+
+@runtime_checkable
+class StructuredCapable(Protocol):
+    """An adapter that can ask its endpoint for a JSON reply under a schema (`ProviderRequest.structured`).
+
+    `structured_summary` is the setting in force: `auto` until the endpoint
+    refused a structured request (`refuse_structured`), then `off` for the
+    adapter's life; `on` and `off` as configured.
+    """
+
+    @property
+    def structured_summary(self) -> StructuredMode: ...
+
+    def refuse_structured(self, detail: str) -> None:
+        """The endpoint refused a structured request under `auto`: ask in text from now on."""
+        ...
+
+
+class StructuredSwitch:
+    """An adapter's half of `StructuredCapable`: its configured mode and the memory of a refusal.
+
+    Under `auto`, the first refusal turns structured requests off for the adapter's life (its
+    endpoint does not change); `on` and `off` never change. Safe across threads: one assignment.
+    """
+
+    def __init__(self, configured: StructuredMode) -> None:
+        self.configured: StructuredMode = configured
+        #: what the endpoint said when it refused, None while it has not
+        self.refused: str | None = None
+
+    @property
+    def mode(self) -> StructuredMode:
+        return "off" if self.configured == "auto" and self.refused is not None else self.configured
+
+    def refuse(self, detail: str) -> None:
+        if self.configured == "auto":
+            self.refused = detail
+
+
+def structured_mode(provider: object) -> StructuredMode:
+    """How summaries are asked of `provider`: its `structured_summary`, or `off` when it has none."""
+    return provider.structured_summary if isinstance(provider, StructuredCapable) else "off"
 
 
 def guarded(

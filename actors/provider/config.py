@@ -11,6 +11,7 @@ or `anthropic`. The OpenAI-compatible adapter's settings:
 | context window | `context_window`    | `CAIRN_CONTEXT_WINDOW`              | none (the host decides)     |
 | output cap     | `max_output_tokens` | `CAIRN_MAX_OUTPUT_TOKENS`           | none (the server decides)   |
 | turn timeout   | `timeout_s`         | `CAIRN_TIMEOUT_S`                   | 600 s                       |
+| JSON summaries | `structured_summary`| `CAIRN_STRUCTURED_SUMMARY` (5)      | `auto`                      |
 
 An argument always wins over the environment; an empty variable counts as
 unset. `OPENAI_API_KEY` is only read for the endpoint it belongs to: OpenAI's
@@ -38,6 +39,7 @@ The Anthropic adapter's settings (`AnthropicConfig`, see `anthropic_messages`):
 | effort          | `effort`            | `CAIRN_EFFORT` (4)                     | none: not sent            |
 | prompt caching  | `prompt_caching`    | `CAIRN_PROMPT_CACHE` (`on` or `off`)   | on                        |
 | turn timeout    | `timeout_s`         | `CAIRN_TIMEOUT_S`                      | 600 s                     |
+| JSON summaries  | `structured_summary`| `CAIRN_STRUCTURED_SUMMARY` (5)         | `auto`                    |
 
 (1) The Messages API requires an output cap on every request.
 (2) `https://api.anthropic.com`.
@@ -51,6 +53,13 @@ Adaptive thinking needs an SDK that defines it (2.x).
 {"effort": ...}` on turns (never on the summary call): how much effort the
 model puts into its answer. Needs an SDK whose `messages.create` takes
 `output_config`.
+
+(5) Beyond C7 (`actors.compactor.structured`): `on` asks for each summary
+as a JSON object with one field per ledger heading (OpenAI-compatible:
+`response_format` with a JSON schema; Anthropic: a forced tool call), and
+the host writes the headings; `off` asks for the headings in free text;
+`auto` (the default) asks for JSON until the endpoint refuses such a request
+(HTTP 400 or 422), then in text for as long as the provider lives.
 
 As for OpenAI, `ANTHROPIC_API_KEY` is only read for Anthropic's own host or
 the one `ANTHROPIC_BASE_URL` names, never sent to another server. A thinking
@@ -66,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import urlsplit
 
+from cairn.actors.provider.base import STRUCTURED_MODES, StructuredMode
 from cairn.events.errors import InputError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -86,6 +96,7 @@ ENV_THINKING_BUDGET = ("CAIRN_THINKING_BUDGET",)
 ENV_PROMPT_CACHE = ("CAIRN_PROMPT_CACHE",)
 ENV_THINKING = ("CAIRN_THINKING",)
 ENV_EFFORT = ("CAIRN_EFFORT",)
+ENV_STRUCTURED_SUMMARY = ("CAIRN_STRUCTURED_SUMMARY",)
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 #: the output cap sent when none is set: the Messages API requires one
@@ -160,6 +171,8 @@ class OpenAIConfig:
     max_output_tokens: int | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     output_cap_field: OutputCapField = "max_tokens"
+    #: summaries as a JSON object (`response_format`): auto, on or off (see the module doc, (5))
+    structured_summary: StructuredMode = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -201,6 +214,7 @@ class OpenAIConfig:
             raise ProviderConfigError(
                 "CAIRN_TIMEOUT_S", f"must be a positive number of seconds, got {self.timeout_s!r}"
             )
+        _check_structured(self.structured_summary)
         if self.output_cap_field not in ("max_tokens", "max_completion_tokens"):
             raise ProviderConfigError(
                 "output_cap_field",
@@ -229,10 +243,13 @@ class OpenAIConfig:
         max_output_tokens: int | None = None,
         timeout_s: float | None = None,
         output_cap_field: OutputCapField = "max_tokens",
+        structured_summary: StructuredMode | None = None,
     ) -> OpenAIConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
-        given = _Given(model, base_url, api_key, context_window, max_output_tokens, timeout_s)
+        given = _Given(
+            model, base_url, api_key, context_window, max_output_tokens, timeout_s, structured_summary
+        )
         common = _common_settings(
             env, given, ENV_OPENAI_BASE_URL, DEFAULT_BASE_URL, ENV_OPENAI_API_KEY, _is_openai_host
         )
@@ -248,6 +265,7 @@ class _Given(NamedTuple):
     context_window: int | None
     max_output_tokens: int | None
     timeout_s: float | None
+    structured_summary: StructuredMode | None = None
 
 
 def _common_settings(
@@ -276,7 +294,17 @@ def _common_settings(
         "context_window": window if window is not None else _env_int(env, ENV_CONTEXT_WINDOW),
         "max_output_tokens": cap if cap is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS),
         "timeout_s": timeout if timeout is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S),
+        "structured_summary": given.structured_summary
+        if given.structured_summary is not None
+        else _env_lower(env, ENV_STRUCTURED_SUMMARY) or "auto",
     }
+
+
+def _check_structured(value: object) -> None:
+    if value not in STRUCTURED_MODES:
+        raise ProviderConfigError(
+            "CAIRN_STRUCTURED_SUMMARY", f"must be one of {', '.join(STRUCTURED_MODES)}, got {value!r}"
+        )
 
 
 def _check_positive_int(setting: str, value: object) -> None:
@@ -379,6 +407,8 @@ class AnthropicConfig:
     effort: str | None = None
     #: mark `cache_control` breakpoints (tools, system prompt, the request's `cache_breakpoints`)
     prompt_caching: bool = True
+    #: summaries as a JSON object (a forced tool call): auto, on or off (see the module doc, (5))
+    structured_summary: StructuredMode = "auto"
 
     def __post_init__(self) -> None:
         _check_common(
@@ -393,6 +423,7 @@ class AnthropicConfig:
                 "CAIRN_API_KEY", f"no API key is set for {redact_url(self.base_url)}: set CAIRN_API_KEY"
             )
         _check_timeout(self.timeout_s)
+        _check_structured(self.structured_summary)
         budget = self.thinking_budget
         if budget is not None:
             if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
@@ -472,10 +503,13 @@ class AnthropicConfig:
         prompt_caching: bool | None = None,
         thinking: ThinkingMode | None = None,
         effort: str | None = None,
+        structured_summary: StructuredMode | None = None,
     ) -> AnthropicConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
-        given = _Given(model, base_url, api_key, context_window, max_output_tokens, timeout_s)
+        given = _Given(
+            model, base_url, api_key, context_window, max_output_tokens, timeout_s, structured_summary
+        )
         common = _common_settings(
             env, given, ENV_ANTHROPIC_BASE_URL, ANTHROPIC_BASE_URL, ENV_ANTHROPIC_API_KEY, _is_anthropic_host
         )

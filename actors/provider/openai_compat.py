@@ -11,6 +11,11 @@ Per request:
 | `turn`    | the request's | the request's, else the configured cap | the request's, else configured   |
 | `summary` | 0 (C5)        | min(8,000, request's, configured) (C5) | the request's, else 60 s (C5)    |
 
+A structured request (`ProviderRequest.structured`, the JSON ledger of
+`actors.compactor.structured`) goes out with `response_format: {"type":
+"json_schema", "json_schema": {"name", "strict": true, "schema"}}`, which
+OpenAI, vLLM and llama.cpp's server enforce (llama.cpp through a grammar).
+
 Every call streams with `stream_options.include_usage`; the SDK's own
 retries are off (`max_retries=0`) for every call, since cairn decides
 retries (C5 for summaries, R2/R3 for turns). The timeout bounds connecting
@@ -34,6 +39,7 @@ The API key never appears in a repr, a failure or anything yielded.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -42,7 +48,14 @@ from typing import Any, cast
 
 import openai
 
-from cairn.actors.provider.base import ProviderFailure, ProviderOutput, ProviderRequest, guarded
+from cairn.actors.provider.base import (
+    ProviderFailure,
+    ProviderOutput,
+    ProviderRequest,
+    StructuredMode,
+    StructuredSwitch,
+    guarded,
+)
 from cairn.actors.provider.chat_errors import scrubber, to_failure
 from cairn.actors.provider.chat_messages import ToolSchemaError, to_chat_messages, to_chat_tools
 from cairn.actors.provider.chat_stream import ChunkAssembler, MalformedChunk
@@ -71,6 +84,7 @@ class OpenAIProvider:
         self._config = config
         self._clock_ms = clock_ms if clock_ms is not None else _wall_ms
         self._scrub = scrubber(config.api_key)
+        self._structured = StructuredSwitch(config.structured_summary)
         self._client = openai.OpenAI(
             api_key=config.bearer,
             base_url=config.base_url,
@@ -90,6 +104,7 @@ class OpenAIProvider:
         max_output_tokens: int | None = None,
         timeout_s: float | None = None,
         output_cap_field: OutputCapField = "max_tokens",
+        structured_summary: StructuredMode | None = None,
     ) -> OpenAIProvider:
         """A provider from the arguments given and the `CAIRN_*` environment (see `config`).
 
@@ -105,12 +120,22 @@ class OpenAIProvider:
                 max_output_tokens=max_output_tokens,
                 timeout_s=timeout_s,
                 output_cap_field=output_cap_field,
+                structured_summary=structured_summary,
             )
         )
 
     @property
     def config(self) -> OpenAIConfig:
         return self._config
+
+    @property
+    def structured_summary(self) -> StructuredMode:
+        """`StructuredCapable`: the configured mode, `off` once the endpoint refused it under `auto`."""
+        return self._structured.mode
+
+    def refuse_structured(self, detail: str) -> None:
+        """The endpoint refused `response_format` under `auto`: summaries go as text from now on."""
+        self._structured.refuse(detail)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self._config.model!r}, endpoint={self._config.endpoint!r})"
@@ -146,6 +171,15 @@ class OpenAIProvider:
                 arguments["tools"] = to_chat_tools(request.tools)
             except ToolSchemaError as error:
                 raise ProviderFailure("bad-request", str(error)) from None
+        if request.structured is not None:
+            arguments["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.structured.name,
+                    "strict": True,
+                    "schema": json.loads(request.structured.schema),
+                },
+            }
         temperature = SUMMARY_TEMPERATURE if summary else request.temperature
         if temperature is not None:
             arguments["temperature"] = temperature

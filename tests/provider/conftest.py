@@ -40,6 +40,9 @@ def connect(server: ChatServer) -> Iterator[Connect]:
     def make(**settings: Any) -> OpenAIProvider:
         settings.setdefault("model", "test-model")
         settings.setdefault("api_key", SECRET_KEY)
+        # the servers these tests script answer summaries in C7's text protocol; the JSON ledger
+        # (`actors.compactor.structured`) has tests of its own that ask for it
+        settings.setdefault("structured_summary", "off")
         provider = OpenAIProvider(OpenAIConfig(base_url=server.url, **settings))
         made.append(provider)
         return provider

@@ -26,6 +26,13 @@ def test_R1_any_phrase_in_any_case_is_a_context_limit(phrase: str, status: int |
     assert status_class(status, f"Error: {phrase.upper()} (details)") == "context-limit"
 
 
+def test_R1_llama_cpps_context_size_error_is_a_context_limit() -> None:
+    """Beyond R1: llama.cpp's server's own words (HTTP 400, `exceed_context_size_error`), as it sent
+    them to a 2,031-token request on a 512-token slot."""
+    said = "request (2031 tokens) exceeds the available context size (512 tokens), try increasing it"
+    assert status_class(400, said) == "context-limit"
+
+
 def test_R1_413_is_a_context_limit_whatever_it_says() -> None:
     assert status_class(413, "Payload Too Large") == "context-limit"
 

@@ -122,6 +122,7 @@ def endpoint(model: TerseClaude, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ch
         monkeypatch.setenv("CAIRN_CONTEXT_WINDOW", "16000")
         monkeypatch.setenv("CAIRN_MAX_OUTPUT_TOKENS", "3000")
         monkeypatch.setenv("CAIRN_THINKING_BUDGET", "1024")
+        monkeypatch.setenv("CAIRN_STRUCTURED_SUMMARY", "off")  # the server answers summaries in text
         yield server
 
 

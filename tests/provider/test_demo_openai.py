@@ -39,6 +39,18 @@ LEDGER = (
     "## Exact next action\n- Answer the latest task.\n"
     "</summary>"
 )
+#: the same ledger as a JSON object, for a summary request that asks for one (`response_format`)
+LEDGER_JSON = json.dumps(
+    {
+        "objective_and_constraints": ["Review the demo shop's modules, one task per message."],
+        "decisions_and_rationale": ["Answer from the attached files; grep for TODOs."],
+        "workspace_mutations": [],
+        "verification_evidence": ["grep listed the open TODOs in src/."],
+        "active_tasks_and_background_work": ["The latest review task."],
+        "open_risks_or_blockers": [],
+        "exact_next_action": ["Answer the latest task."],
+    }
+)
 _TAG = re.compile(r"#(demo-\d+-t\d+)")
 
 
@@ -55,6 +67,11 @@ class TerseModel:
         body = received.body
         messages: list[dict[str, Any]] = body.get("messages", [])
         prompt = len(json.dumps(messages)) + len(json.dumps(body.get("tools", [])))
+        if "response_format" in body:  # the JSON ledger (the default, `auto`)
+            assert body["response_format"]["json_schema"]["name"] == "ledger" and "tools" not in body
+            with self._lock:
+                self.summaries += 1
+            return self._text(LEDGER_JSON, prompt)
         if messages and "<summary>" in str(messages[0].get("content")) and "tools" not in body:
             with self._lock:
                 self.summaries += 1

@@ -45,7 +45,9 @@ def rate_limited(*headers: tuple[str, str], status: int = 429) -> Error:
 @pytest.fixture
 def provider(server: ChatServer) -> Iterator[OpenAIProvider]:
     """The adapter on the test server, reading dates against the tests' clock (START_MS)."""
-    config = OpenAIConfig(base_url=server.url, model="test-model", api_key=SECRET_KEY)
+    config = OpenAIConfig(
+        base_url=server.url, model="test-model", api_key=SECRET_KEY, structured_summary="off"
+    )
     with OpenAIProvider(config, clock_ms=Clock(START_MS)) as adapter:
         yield adapter
 

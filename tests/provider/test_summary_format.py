@@ -44,7 +44,7 @@ def host(chat: ChatServer, tmp_path: Path) -> Iterator[Host]:
     """A host on the OpenAI adapter and `chat`; closed (and its actor threads joined) even when a
     test fails, so the provider conftest finds no thread left running."""
     before = set(threading.enumerate())
-    config = OpenAIConfig(base_url=chat.url, model="test-model", api_key=SECRET_KEY)
+    config = OpenAIConfig(base_url=chat.url, model="test-model", api_key=SECRET_KEY, structured_summary="off")
     with OpenAIProvider(config) as provider:
         opened = Host.open(
             tmp_path / "store",

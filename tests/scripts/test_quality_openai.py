@@ -44,7 +44,13 @@ def no_leaked_threads() -> Iterator[None]:
 
 
 def _env(server: ChatServer) -> dict[str, str]:
-    return {"CAIRN_BASE_URL": server.url, "CAIRN_MODEL": "judge-model", "CAIRN_API_KEY": SECRET_KEY}
+    # the server's model writes the scripted provider's text ledger (C7's text protocol)
+    return {
+        "CAIRN_BASE_URL": server.url,
+        "CAIRN_MODEL": "judge-model",
+        "CAIRN_API_KEY": SECRET_KEY,
+        "CAIRN_STRUCTURED_SUMMARY": "off",
+    }
 
 
 def _figures(items: list[dict[str, object]]) -> dict[str, dict[str, object]]:
