@@ -51,6 +51,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench.main(argv)
 
 
+def cmd_local_model(args: argparse.Namespace) -> int:
+    """`cairn local-model`: llama.cpp's server with a packaged model on 127.0.0.1, until a signal."""
+    from cairn.local_model import LocalModelServer, serve_forever
+
+    if args.context_window < 256 or args.threads < 1 or args.parallel < 1 or not 0 <= args.port <= 65535:
+        raise UsageError(
+            "--context-window is at least 256, --parallel and --threads at least 1, --port 0-65535"
+        )
+    server = LocalModelServer(
+        model=args.model,
+        context_window=args.context_window,
+        parallel=args.parallel,
+        port=args.port or None,
+        threads=args.threads,
+    )
+    return serve_forever(server)
+
+
 def cmd_export_any(args: argparse.Namespace) -> int:
     """`cairn export`: tables of the local store with --format (`cairn.audit`), else a cluster's copy."""
     if args.format == "otlp":
@@ -241,6 +259,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="the quality suite's summarizer: scripted (offline, default) or openai (the CAIRN_* settings)",
     )
     p.set_defaults(func=cmd_bench)
+
+    from cairn.local_model import (
+        DEFAULT_CONTEXT_WINDOW,
+        DEFAULT_MODEL,
+        DEFAULT_PARALLEL,
+        MODELS,
+        default_threads,
+    )
+
+    p = sub.add_parser(
+        "local-model",
+        help="run llama.cpp's server with a packaged model on 127.0.0.1 and print the CAIRN_* "
+        "settings that point cairn at it (the llm extra)",
+    )
+    p.add_argument(
+        "--model", choices=MODELS, default=DEFAULT_MODEL, help=f"the packaged model ({DEFAULT_MODEL})"
+    )
+    p.add_argument("--port", type=int, default=0, help="the port (a free one when 0, the default)")
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=DEFAULT_CONTEXT_WINDOW,
+        help=f"each slot's context window in tokens ({DEFAULT_CONTEXT_WINDOW})",
+    )
+    p.add_argument(
+        "--parallel", type=int, default=DEFAULT_PARALLEL, help=f"requests served at once ({DEFAULT_PARALLEL})"
+    )
+    p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads (default: every core)")
+    p.set_defaults(func=cmd_local_model)
 
     add_serve(sub, common)
     return parser

@@ -1,0 +1,158 @@
+"""llama.cpp's own server as part of the project (`cairn.local_model`, the `llm` extra): it starts on
+a free 127.0.0.1 port, serves cairn's OpenAI-compatible provider, stops without leaving a process,
+and never outlives its parent. Skipped, with the reason, where the extra or the model is missing."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cairn.actors.provider.base import Finished, ProviderRequest, TextDelta, UsageReport
+from cairn.actors.provider.openai_compat import OpenAIProvider
+from cairn.events.model import Message
+from cairn.local_model import LocalModelServer, LocalModelStartFailed, model_file, unavailable
+
+needs_model = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    """Whether process `pid` has ended within `seconds` (a pidfd: no polling, no sleeps)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], seconds)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def test_a_missing_model_file_is_a_typed_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_LOCAL_MODEL_FILE", "/nonexistent/model.gguf")
+    with pytest.raises(LocalModelStartFailed, match=re.escape("/nonexistent/model.gguf")):
+        model_file()
+    with pytest.raises(LocalModelStartFailed, match="unknown local model 'nope'"):
+        monkeypatch.delenv("CAIRN_LOCAL_MODEL_FILE")
+        model_file("nope")
+
+
+def test_settings_out_of_range_are_refused_before_anything_starts() -> None:
+    with pytest.raises(LocalModelStartFailed, match="context_window"):
+        LocalModelServer(context_window=16)
+    with pytest.raises(LocalModelStartFailed, match="parallel"):
+        LocalModelServer(parallel=0)
+
+
+@pytest.mark.skipif(unavailable() is not None and "xllamacpp" in str(unavailable()), reason="no xllamacpp")
+def test_a_file_that_is_no_model_fails_at_start_with_the_servers_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"GGUF but not really" * 100)
+    monkeypatch.setenv("CAIRN_LOCAL_MODEL_FILE", str(bogus))
+    server = LocalModelServer(start_timeout_s=60)
+    with pytest.raises(LocalModelStartFailed, match="exited") as caught:
+        server.start()
+    assert "not-a-model.gguf" in str(caught.value)  # the log's tail says which file failed
+    assert server.process is None
+
+
+@needs_model
+def test_the_server_streams_a_turn_with_usage_to_cairns_provider(local_model: LocalModelServer) -> None:
+    environ = local_model.environ(max_output_tokens=16)
+    assert environ["CAIRN_CONTEXT_WINDOW"] == "2048"
+    assert environ["CAIRN_BASE_URL"] == f"http://127.0.0.1:{local_model.port}/v1"
+    with urllib.request.urlopen(f"http://127.0.0.1:{local_model.port}/health", timeout=5) as answer:
+        assert b'"ok"' in answer.read()
+    with OpenAIProvider.from_env(environ) as provider:
+        request = ProviderRequest(
+            model=environ["CAIRN_MODEL"],
+            messages=(Message(role="user", content="Name one colour.", id="u1"),),
+            max_output_tokens=16,
+        )
+        outputs = list(provider.stream(request))
+    text = "".join(o.text for o in outputs if isinstance(o, TextDelta))
+    usage = [o for o in outputs if isinstance(o, UsageReport)]
+    assert text.strip()
+    assert usage and (usage[-1].prompt_tokens or 0) > 5 and 0 < (usage[-1].completion_tokens or 0) <= 16
+    assert isinstance(outputs[-1], Finished)
+
+
+@needs_model
+def test_stop_ends_the_server_process_and_frees_its_port() -> None:
+    server = LocalModelServer(context_window=512, parallel=1, threads=1).start()
+    pid, port = server.pid, server.port
+    assert pid is not None
+    server.stop()
+    assert _gone_within(pid, 0) and server.process is None
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+@needs_model
+@pytest.mark.parametrize("from_thread", [False, True], ids=["main-thread", "other-thread"])
+def test_the_server_dies_with_its_parent_even_by_sigkill(from_thread: bool) -> None:
+    """No orphan: a parent killed outright takes its server with it, whichever thread started it."""
+    parent_code = textwrap.dedent(
+        f"""
+        import sys, threading
+        from cairn.local_model import LocalModelServer
+        def run():
+            server = LocalModelServer(context_window=512, parallel=1, threads=1).start()
+            print(server.pid, flush=True)
+        if {from_thread}:
+            t = threading.Thread(target=run); t.start(); t.join()
+        else:
+            run()
+        sys.stdin.read()
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        assert line.strip().isdigit(), line
+        server_pid = int(line)
+        assert not _gone_within(server_pid, 0)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _gone_within(server_pid, 10), "the server outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+@needs_model
+def test_C7_json_ledger_smollm2s_summary_is_accepted_on_the_real_server(
+    local_model: LocalModelServer,
+) -> None:
+    """SmolLM2-135M never wrote the seven headings in free text; asked for the JSON ledger (the
+    default, `auto`) through llama.cpp's `response_format`, its summary is taken (strategy `llm`), and
+    an auditor re-derives the checkpoint from the raw JSON alone."""
+    from cairn.actors.compactor import Compactor, verify_checkpoint
+    from tests.compactor.builders import COUNTER, coding_session, request
+
+    with OpenAIProvider.from_env(local_model.environ()) as provider:
+        assert provider.structured_summary == "auto"
+        service = Compactor(provider, model=local_model.alias, sleep=lambda _s: None, counter=COUNTER)
+        state = coding_session(8, output_chars=500).state()
+        outcome = service.compact(request(state))
+        assert provider.structured_summary == "auto"  # llama.cpp took `response_format`
+    checkpoint = outcome.checkpoint
+    assert outcome.failure is None, outcome.failure
+    assert checkpoint.strategy == "llm" and checkpoint.prompt_version == "cairn-ledger-json-1"
+    assert checkpoint.replacement_tokens < checkpoint.source_tokens
+    verify_checkpoint(state.context, checkpoint, COUNTER)
