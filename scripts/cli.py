@@ -36,6 +36,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     argv += ["--sessions", str(args.sessions)] if args.sessions is not None else []
     argv += ["--turns", str(args.turns)] if args.turns is not None else []
     argv += ["--cluster"] if args.cluster else []
+    argv += ["--local-model"] if args.local_model else []
     return demo.main(argv + (["--json"] if args.json else []))
 
 
@@ -145,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("scripted", "openai", "anthropic"),
         default="scripted",
         help="scripted (offline, default), openai or anthropic: the endpoint of the CAIRN_* variables",
+    )
+    p.add_argument(
+        "--local-model",
+        action="store_true",
+        help="on llama.cpp's server with SmolLM2-135M, started here (the llm extra): 2 sessions x 6 "
+        "turns, a 2,048-token window, 256 output tokens",
     )
     p.set_defaults(func=cmd_demo)
 

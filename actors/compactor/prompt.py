@@ -56,6 +56,36 @@ class PromptShape(msgspec.Struct, frozen=True):
     char_cap: int = INITIAL_CHAR_CAP
 
 
+#: (beyond C7) a window this small or smaller gets the compact instructions (`compact_instructions`)
+COMPACT_PROMPT_WINDOW = 8192
+
+
+def compact_instructions(*, structured: bool = False) -> str:
+    """C7's contract in about 170 tokens instead of 600, for a small window (`COMPACT_PROMPT_WINDOW`),
+    where the full instructions would leave a 2,048-token window almost no room for the transcript."""
+    if structured:
+        form = (
+            "Reply with one JSON object with exactly these fields, each a list of short lines: "
+            f"{', '.join(FIELDS)}. An empty list where there is nothing to say."
+        )
+    else:
+        form = (
+            "First think briefly inside <analysis>...</analysis>, then write <summary>...</summary> "
+            "with exactly these seven headings, each once, in this order, each on its own line "
+            f"starting with '## ': {'; '.join(HEADINGS)}. Write 'no evidence observed' under a "
+            "heading with nothing to report."
+        )
+    return (
+        "Condense this coding agent's history so that it can carry on without it. "
+        f"{form}\n"
+        "Rules: keep observed facts apart from plans; copy commands, paths, identifiers and numbers "
+        "exactly; never call unfinished work done or claim a check the transcript does not show; "
+        "leave out secrets, hidden control messages and raw reasoning; the newest evidence wins. "
+        "Lines 'EXACT CONTINUATION RECORD [heading] :: payload' are kept by the host: do not "
+        "repeat them."
+    )
+
+
 def instructions(*, structured: bool = False) -> str:
     """The system message: how to write the summary (C7), in cairn's own words.
 
@@ -168,10 +198,15 @@ def render_files(files: Sequence[PromptFile]) -> str:
 
 
 def build_prompt(
-    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape, *, structured: bool = False
+    source: Sequence[Message],
+    files: Sequence[PromptFile],
+    shape: PromptShape,
+    *,
+    structured: bool = False,
+    compact: bool = False,
 ) -> tuple[Message, ...]:
     """The summary request's messages for `source` in the given shape (C7); `structured`: asking
-    for the JSON ledger (`instructions`)."""
+    for the JSON ledger (`instructions`); `compact`: the short instructions of a small window."""
     spans = units(source)
     start = spans[shape.first_unit][0] if shape.first_unit < len(spans) else len(source)
     lines = [TRANSCRIPT_HEADER]
@@ -186,7 +221,11 @@ def build_prompt(
     else:
         body += "\n\nWrite the <analysis> and then the <summary> with the seven headings."
     return (
-        Message(role="system", content=instructions(structured=structured), id="compaction-instructions"),
+        Message(
+            role="system",
+            content=(compact_instructions if compact else instructions)(structured=structured),
+            id="compaction-instructions",
+        ),
         Message(role="user", content=body, id="compaction-transcript"),
     )
 

@@ -16,9 +16,22 @@
 | JSON asked under `auto`, HTTP 400/422   | `_Fatal`      | the endpoint refuses it: ask in text at once  |
 | a `length` finish under the cap (2)     | `_Overflow`   | shrink one step (C6), no wait                 |
 
+Before the first call (beyond C6, `_fit`): where the window is known, the
+call asks for at most `summary_output_room` tokens (C5's 8,000, the
+session's output cap, and a third of the window, at least 256), and the
+prompt is shrunk by C6's steps until its tokens, with 30 % more for the
+server's own tokenizer, leave that room in the window. Each such step is
+recorded as `fit:<step>` among the reductions. In a window of 100,000
+tokens nothing changes; in one of 2,048 (a small local model) a summary of a
+source at 80 % of it would otherwise fill the window before the reply could
+begin. The JSON ledger's bounds follow the room too
+(`structured.bounds_for`), and a window of at most 8,192 tokens gets C7's
+contract in short (`prompt.compact_instructions`, recorded as
+`fit:compact-instructions`).
+
 (1) Beyond C7 (`structured`): where the provider's `structured_summary`
 is `auto` or `on`, the call asks for the ledger as a JSON object under
-`structured.LEDGER_SCHEMA`; the reply (a forced tool call's arguments on
+`structured.ledger_schema`; the reply (a forced tool call's arguments on
 Anthropic) is rendered by the host (`render_ledger`) and must hold all seven
 fields, each a list of strings. Not JSON (cut by the output limit or not),
 not an object, a field missing or of another type: `malformed`, with the
@@ -54,12 +67,20 @@ from dataclasses import dataclass, field
 import msgspec
 
 from cairn.actors.compactor.ledger import missing_headings, summary_body
-from cairn.actors.compactor.prompt import PromptFile, PromptShape, build_prompt, next_shape, prompt_chars
+from cairn.actors.compactor.prompt import (
+    COMPACT_PROMPT_WINDOW,
+    PromptFile,
+    PromptShape,
+    build_prompt,
+    next_shape,
+    prompt_chars,
+)
 from cairn.actors.compactor.structured import (
     LEDGER_NAME,
-    LEDGER_SCHEMA_JSON,
     LedgerJsonError,
+    bounds_for,
     render_ledger,
+    schema_json,
 )
 from cairn.actors.errors import describe_exception
 from cairn.actors.provider.base import (
@@ -76,12 +97,17 @@ from cairn.actors.provider.base import (
 )
 from cairn.actors.provider.redact import adapter_secrets, clean_message
 from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryDecision, RetryPolicy, decide_retry
+from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import FailureReason
 from cairn.events.model import Message
 from cairn.events.protocol import HEADINGS
 
 MAX_CALLS = 3
 SUMMARY_MAX_OUTPUT_TOKENS = 8000
+#: the least output a summary call asks for when the window is known (beyond C5)
+MIN_SUMMARY_ROOM = 256
+#: (beyond C6) prompt tokens as counted here, plus this share, must leave the room in the window
+TOKENIZER_MARGIN_PERCENT = 30
 
 __all__ = ["MAX_CALLS", "RETRY_DELAYS_MS", "SUMMARY_MAX_OUTPUT_TOKENS", "Sampled", "Sleep", "sample_summary"]
 
@@ -121,6 +147,10 @@ class _Prompt(msgspec.Struct, frozen=True):
     files_sent: bool
     #: whether it asks for the JSON ledger (`structured`)
     structured: bool
+    #: the most output tokens the call asks for (`summary_output_room`)
+    room: int
+    #: whether it carries the compact instructions of a small window
+    compact: bool = False
 
 
 class _Summary(msgspec.Struct, frozen=True):
@@ -198,6 +228,17 @@ class _Tally:
         )
 
 
+def summary_output_room(context_window: int | None, output_cap: int | None) -> int:
+    """The output a summary call asks for: C5's 8,000 at most, the session's output cap (which the
+    adapters apply anyway), and a third of a known window, at least `MIN_SUMMARY_ROOM`."""
+    room = SUMMARY_MAX_OUTPUT_TOKENS
+    if isinstance(output_cap, int) and not isinstance(output_cap, bool) and output_cap > 0:
+        room = min(room, output_cap)
+    if isinstance(context_window, int) and not isinstance(context_window, bool) and context_window > 0:
+        room = min(room, max(MIN_SUMMARY_ROOM, context_window // 3))
+    return room
+
+
 def sample_summary(
     provider: Provider,
     *,
@@ -209,16 +250,23 @@ def sample_summary(
     timeout_s: float | None = None,
     retry: RetryPolicy | None = None,
     draw: Draw | None = None,
+    context_window: int | None = None,
+    output_cap: int | None = None,
+    counter: TokenCounter | None = None,
 ) -> Sampled:
     """C5/C6: ask the model for the summary of `source`; never more than three calls (the table above).
 
     `retry` is the wait policy (default: C5's schedule, a 60 s cap); `draw`
     gives the jitter's number in [0, 1) (default 0: no jitter).
+    `context_window`, `output_cap` and `counter` size the first prompt and
+    the reply (`_fit`); without a window or a counter the prompt is not fitted.
     """
     policy = retry if retry is not None else RetryPolicy()
     mode = structured_mode(provider)
-    prompt = _prompt(source, files, PromptShape(), structured=mode != "off")
+    room = summary_output_room(context_window, output_cap)
+    prompt = _prompt(source, files, PromptShape(), structured=mode != "off", room=room)
     tally = _Tally()
+    prompt = _fit(source, files, prompt, context_window, counter, tally)
     wait_ms: int | None = None  # the wait before the next call; None: send it at once
 
     while tally.calls < MAX_CALLS:
@@ -240,7 +288,9 @@ def sample_summary(
                 tally.last = ("error", detail)
                 if isinstance(provider, StructuredCapable):
                     provider.refuse_structured(detail)
-                prompt = _prompt(source, files, prompt.shape, structured=False)
+                prompt = _prompt(
+                    source, files, prompt.shape, structured=False, room=room, compact=prompt.compact
+                )
             case _Fatal(detail=detail):
                 return tally.result(None, "error", detail, prompt)
             case _Blank():
@@ -264,10 +314,52 @@ def sample_summary(
 
 
 def _prompt(
-    source: Sequence[Message], files: Sequence[PromptFile], shape: PromptShape, *, structured: bool
+    source: Sequence[Message],
+    files: Sequence[PromptFile],
+    shape: PromptShape,
+    *,
+    structured: bool,
+    room: int,
+    compact: bool = False,
 ) -> _Prompt:
-    messages = build_prompt(source, files, shape, structured=structured)
-    return _Prompt(shape, messages, prompt_chars(messages), shape.include_files and bool(files), structured)
+    messages = build_prompt(source, files, shape, structured=structured, compact=compact)
+    files_sent = shape.include_files and bool(files)
+    return _Prompt(shape, messages, prompt_chars(messages), files_sent, structured, room, compact)
+
+
+def _fit(
+    source: Sequence[Message],
+    files: Sequence[PromptFile],
+    prompt: _Prompt,
+    context_window: int | None,
+    counter: TokenCounter | None,
+    tally: _Tally,
+) -> _Prompt:
+    """Beyond C6: C6's steps, taken before the first call until the prompt leaves the reply's
+    room in a known window (counted tokens plus `TOKENIZER_MARGIN_PERCENT`, 30 %: SmolLM2 counts
+    1.07-1.30x what cl100k counts for the instructions, code and test logs); each step is
+    `fit:<name>`, after `fit:compact-instructions` in a small window."""
+    if counter is None or not isinstance(context_window, int) or context_window <= 0:
+        return prompt
+    if context_window <= COMPACT_PROMPT_WINDOW:
+        prompt = _prompt(
+            source, files, prompt.shape, structured=prompt.structured, room=prompt.room, compact=True
+        )
+        tally.reductions.append("fit:compact-instructions")
+    limit = context_window - prompt.room
+    while counter.messages(prompt.messages) * (100 + TOKENIZER_MARGIN_PERCENT) // 100 > limit:
+        step = next_shape(source, files, prompt.shape)
+        if step is None:
+            break
+        shape, name = step
+        smaller = _prompt(
+            source, files, shape, structured=prompt.structured, room=prompt.room, compact=prompt.compact
+        )
+        if smaller.chars >= prompt.chars:
+            break
+        prompt = smaller
+        tally.reductions.append(f"fit:{name}")
+    return prompt
 
 
 def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: str) -> ProviderRequest:
@@ -277,10 +369,12 @@ def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: s
         messages=prompt.messages,
         purpose="summary",
         temperature=0.0,
-        max_output_tokens=SUMMARY_MAX_OUTPUT_TOKENS,
+        max_output_tokens=prompt.room,
         timeout_s=timeout_s,
         request_id=request_id,
-        structured=StructuredOutput(LEDGER_NAME, LEDGER_SCHEMA_JSON) if prompt.structured else None,
+        structured=StructuredOutput(LEDGER_NAME, schema_json(bounds_for(prompt.room)))
+        if prompt.structured
+        else None,
     )
 
 
@@ -367,7 +461,9 @@ def _shrink(
     if step is None:
         return "nothing left to shrink"
     shape, name = step
-    smaller = _prompt(source, files, shape, structured=prompt.structured)
+    smaller = _prompt(
+        source, files, shape, structured=prompt.structured, room=prompt.room, compact=prompt.compact
+    )
     if smaller.chars >= prompt.chars:
         return f"{name} did not shrink the prompt"
     return smaller, name

@@ -229,6 +229,9 @@ class Compactor:
             timeout_s=self.config.summary_timeout_s,
             retry=self.retry,
             draw=self.draw,
+            context_window=request.context_window or (state.info.context_window if state.info else None),
+            output_cap=state.info.max_output_tokens if state.info is not None else None,
+            counter=self.counter,
         )
         return llm_choice(basis, sampled, restoration, self.counter)
 

@@ -4,8 +4,9 @@ A model asked for the seven headings in free text may misspell, reorder or
 drop them (C7 refuses such a summary); SmolLM2-135M never wrote them at all.
 Where the endpoint supports structured output, the summary request instead
 asks for one JSON object with a field per heading, each a list of lines, and
-the server constrains the reply to `LEDGER_SCHEMA` (OpenAI's, vLLM's and
-llama.cpp's `response_format` JSON schema; a forced tool call on Anthropic).
+the server constrains the reply to `ledger_schema` (vLLM's and llama.cpp's
+`response_format` JSON schema, which OpenAI follows; a forced tool call on
+Anthropic), its lines bounded for the reply's room (`bounds_for`).
 The host writes the seven headings itself (`render_ledger`), in C7's order,
 and from there the reply goes through C8's rebuild like a text reply: records
 verbatim, the effect gate and the fallback unchanged.
@@ -29,13 +30,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from cairn.events.protocol import HEADINGS
 
 #: the tool name (Anthropic) and schema name (OpenAI) of the ledger
 LEDGER_NAME: Final = "ledger"
-#: a cap on the lines per field: a small model otherwise repeats one line until the output limit
+#: the most lines per field
 MAX_ITEMS: Final = 12
 
 
@@ -48,16 +49,62 @@ def field_name(heading: str) -> str:
 FIELDS: Final = tuple(field_name(h) for h in HEADINGS)
 _HEADING_OF: Final = dict(zip(FIELDS, HEADINGS, strict=True))
 
-LEDGER_SCHEMA: Final[dict[str, Any]] = {
-    "type": "object",
-    "properties": {
-        name: {"type": "array", "items": {"type": "string"}, "maxItems": MAX_ITEMS} for name in FIELDS
-    },
-    "required": list(FIELDS),
-    "additionalProperties": False,
-}
-#: the schema as the request carries it (canonical JSON: sorted keys, no spaces)
-LEDGER_SCHEMA_JSON: Final = json.dumps(LEDGER_SCHEMA, sort_keys=True, separators=(",", ":"))
+#: the fewest lines per field, and the shortest and longest a line may be (chars)
+MIN_ITEMS: Final = 2
+MIN_ITEM_CHARS: Final = 16
+MAX_ITEM_CHARS: Final = 400
+#: the room one more line per field costs, in `bounds_for`
+ROOM_PER_ITEM: Final = 700
+#: tokens a line costs beyond its chars in the worst case (quotes, comma, indentation), and the
+#: object's own (braces, the seven keys)
+LINE_OVERHEAD: Final = 8
+OBJECT_OVERHEAD: Final = 100
+
+
+class LedgerBounds(NamedTuple):
+    """How many lines a field may have and how long a line may be, for a reply of `room` tokens."""
+
+    items: int
+    chars: int
+
+
+def bounds_for(room: int) -> LedgerBounds:
+    """Bounds under which even a degenerate reply fits `room` tokens (at worst one token a char).
+
+    A small model at temperature 0 may fill every line with a repeated pattern up to the limits
+    (SmolLM2-135M wrote "1.1.1.1..." until the output ran out, and the JSON was cut); under these
+    bounds, which llama.cpp's and vLLM's grammars enforce, its reply still ends as a whole object.
+    One line a field more for every `ROOM_PER_ITEM` tokens (2..12), then the chars that leave the
+    worst case within the room (16..400): 8,000 tokens give 11 lines of 94 chars, 682 (a
+    2,048-token window) 2 lines of 33, 512 2 lines of 21.
+    """
+    items = max(MIN_ITEMS, min(MAX_ITEMS, room // ROOM_PER_ITEM))
+    chars = (room - OBJECT_OVERHEAD) // (len(FIELDS) * items) - LINE_OVERHEAD
+    return LedgerBounds(items, max(MIN_ITEM_CHARS, min(MAX_ITEM_CHARS, chars)))
+
+
+def ledger_schema(bounds: LedgerBounds | None = None) -> dict[str, Any]:
+    """The JSON schema of the ledger: the seven fields, each a list of strings, within `bounds`
+    (none: unbounded lists of strings)."""
+    line: dict[str, Any] = {"type": "string"}
+    field: dict[str, Any] = {"type": "array", "items": line}
+    if bounds is not None:
+        line["maxLength"] = bounds.chars
+        field["maxItems"] = bounds.items
+    return {
+        "type": "object",
+        "properties": {name: field for name in FIELDS},
+        "required": list(FIELDS),
+        "additionalProperties": False,
+    }
+
+
+def schema_json(bounds: LedgerBounds | None = None) -> str:
+    """`ledger_schema` as a request carries it (canonical JSON: sorted keys, no spaces)."""
+    return json.dumps(ledger_schema(bounds), sort_keys=True, separators=(",", ":"))
+
+
+LEDGER_SCHEMA: Final[dict[str, Any]] = ledger_schema()
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
 

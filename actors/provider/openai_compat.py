@@ -13,8 +13,10 @@ Per request:
 
 A structured request (`ProviderRequest.structured`, the JSON ledger of
 `actors.compactor.structured`) goes out with `response_format: {"type":
-"json_schema", "json_schema": {"name", "strict": true, "schema"}}`, which
-OpenAI, vLLM and llama.cpp's server enforce (llama.cpp through a grammar).
+"json_schema", "json_schema": {"name", "strict": false, "schema"}}`, which
+vLLM and llama.cpp's server enforce (llama.cpp through a grammar, bounds
+included) and OpenAI follows (not strict: its strict mode refuses the
+schema's `maxLength`); the host checks the reply either way.
 
 Every call streams with `stream_options.include_usage`; the SDK's own
 retries are off (`max_retries=0`) for every call, since cairn decides
@@ -176,7 +178,10 @@ class OpenAIProvider:
                 "type": "json_schema",
                 "json_schema": {
                     "name": request.structured.name,
-                    "strict": True,
+                    # not strict: OpenAI's strict mode refuses a schema with `maxLength`, which
+                    # llama.cpp's and vLLM's grammars enforce (and a small model needs, see
+                    # `structured.bounds_for`); the host checks the reply itself
+                    "strict": False,
                     "schema": json.loads(request.structured.schema),
                 },
             }

@@ -1,6 +1,7 @@
 """`cairn demo`: concurrent agent sessions on the embedded scripted provider, from first turn to replay.
 
     cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai|anthropic] [--json]
+    cairn demo --local-model [--store DIR] [--sessions 2] [--turns 6] [--json]
     cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
 
 (`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
@@ -30,6 +31,13 @@ so the context grows whatever the model says and, within about eight turns,
 every session crosses the hand-off band and compacts through the endpoint
 (an LLM summary, or the fallback when the model's summary fails the gates).
 No faults are injected: what the endpoint does is reported as it happened.
+`--local-model` starts llama.cpp's server with SmolLM2-135M on 127.0.0.1
+(`cairn.local_model`, the `llm` extra) and runs `--provider openai` on it
+with the small-model preset (`LOCAL_PRESET`): 2 sessions x 6 turns, a
+2,048-token window per session and a 256-token output cap, one server slot
+per session; the server is stopped when the demo ends. The same preset on
+any OpenAI-compatible server: `CAIRN_CONTEXT_WINDOW=2048
+CAIRN_MAX_OUTPUT_TOKENS=256 cairn demo --provider openai --sessions 2 --turns 6`.
 `--provider anthropic` does the same on Anthropic's Messages API (or a
 server that speaks it), with the same variables (`ANTHROPIC_API_KEY` and
 `ANTHROPIC_BASE_URL` are read too; see `actors.provider.config`).
@@ -47,7 +55,8 @@ Exit status. The run is healthy, and the demo exits 0, when all of these hold:
 3. the log shows what the demo is for. Scripted: a hand-off, an LLM
    checkpoint, a fallback checkpoint and a reactive recovery (they need the
    defaults' sessions and turns). OpenAI or Anthropic: every session crossed
-   the hand-off band and compacted.
+   the hand-off band and compacted, and at least one checkpoint is the
+   model's summary (strategy `llm`).
 Otherwise it exits 1: the run did not do what it says. It exits 2, with one
 line on stderr, when it could not run: a `--store` that cannot be a
 directory, a store another process writes (`StoreLocked`), an endpoint not
@@ -82,11 +91,21 @@ from cairn.demo.logs import HeldLogs
 from cairn.demo.providers import anthropic_setup, openai_setup, scripted_setup
 from cairn.demo.terminal import render
 from cairn.events.errors import CairnError
+from cairn.local_model import LocalModelServer, LocalModelStartFailed
 
 __all__ = ["SETTINGS", "main", "render", "run"]
 
 DEFAULT_SESSIONS = 8
 DEFAULT_TURNS = 12
+
+
+class LocalPreset:
+    """`--local-model`: the small-model preset (fits SmolLM2-135M on 2 CPU cores in minutes)."""
+
+    sessions = 2
+    turns = 6
+    context_window = 2048
+    max_output_tokens = 512
 
 
 def _error(error: BaseException, store: str = "") -> None:
@@ -102,6 +121,18 @@ def _error(error: BaseException, store: str = "") -> None:
     elif isinstance(error, lmdb.Error):  # the index's disk failed where the store let LMDB's error through
         message = f"the index of the store failed: {type(error).__name__}: {error}"
     print(f"cairn demo: {_console.printable(message)}", file=sys.stderr)
+
+
+def _local_server(sessions: int) -> LocalModelServer:
+    """`--local-model`: llama.cpp's server with the packaged model, one slot per session, started."""
+    from cairn.local_model import LocalModelServer
+
+    server = LocalModelServer(context_window=LocalPreset.context_window, parallel=min(sessions, 16))
+    print(
+        f"cairn demo: starting llama.cpp's server with {server.model} (log: {server.log_path})",
+        file=sys.stderr,
+    )
+    return server.start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="scripted (offline, the default), openai or anthropic: the endpoint of the CAIRN_* "
         "variables (CAIRN_BASE_URL, CAIRN_API_KEY, CAIRN_MODEL, CAIRN_CONTEXT_WINDOW)",
     )
+    parser.add_argument(
+        "--local-model",
+        action="store_true",
+        help="start llama.cpp's server with SmolLM2-135M on 127.0.0.1 (the llm extra) and run on it "
+        "with the small-model preset: 2 sessions x 6 turns, a 2,048-token window, 256 output tokens",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
         "--cluster",
@@ -141,15 +178,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cairn.demo.cluster_cli import main_cluster
 
         return main_cluster(args.store, args.sessions, args.turns, as_json=args.json)
-    args.sessions = DEFAULT_SESSIONS if args.sessions is None else args.sessions
-    args.turns = DEFAULT_TURNS if args.turns is None else args.turns
+    if args.local_model and args.provider not in ("scripted", "openai"):
+        parser.error("--local-model runs the openai provider on its own server")
+    sessions, turns = (
+        (LocalPreset.sessions, LocalPreset.turns) if args.local_model else (DEFAULT_SESSIONS, DEFAULT_TURNS)
+    )
+    args.sessions = sessions if args.sessions is None else args.sessions
+    args.turns = turns if args.turns is None else args.turns
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
+    server = None
     try:
         placed = placement.place_from_env()  # left to the OS, unless CAIRN_CPU asks for one CPU or batch
-        endpoints = {"openai": openai_setup, "anthropic": anthropic_setup}
-        setup = endpoints[args.provider]() if args.provider in endpoints else scripted_setup()
-    except (ProviderConfigError, DemoSetupError, placement.PlacementError) as error:
+        if args.local_model:
+            server = _local_server(args.sessions)
+            setup = openai_setup(server.environ(max_output_tokens=LocalPreset.max_output_tokens))
+        else:
+            endpoints = {"openai": openai_setup, "anthropic": anthropic_setup}
+            setup = endpoints[args.provider]() if args.provider in endpoints else scripted_setup()
+    except (ProviderConfigError, DemoSetupError, placement.PlacementError, LocalModelStartFailed) as error:
+        if server is not None:
+            server.stop()
         _error(error)
         return 2
     interactive = sys.stderr.isatty() and not args.json
@@ -168,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         setup.close()
+        if server is not None:
+            server.stop()
     report["placement"], report["cpu"] = placed.mode, placed.cpu
     report["warnings"] = held.lines()
     for line in report["warnings"]:

@@ -99,6 +99,7 @@ def _seen(provider: str, reports: list[SessionReport]) -> dict[str, bool]:
     return {
         "hand-off band crossed by every session": all(r.crossed_handoff for r in reports),
         "compaction in every session": all(r.checkpoints for r in reports),
+        "a checkpoint summarised by the model": any(c["strategy"] == "llm" for c in checkpoints),
     }
 
 

@@ -143,7 +143,7 @@ def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> No
     # literally, what the fixture made: the demo's checkpoints, the extra session's two failures
     assert [rows[s]["checkpoints"] for s in ("demo-1", "demo-1-fork", "extra")] == ["2", "2", "0"]
     assert [rows[s]["failures"] for s in ("extra", "extra-fork")] == ["2", "2"]
-    assert rows["demo-1"]["events"] == "393" and rows["extra"]["turns"] == "2"
+    assert rows["demo-1"]["events"] == "394" and rows["extra"]["turns"] == "2"
     # a corrupt session: shown as corrupt, no figure of it
     broken = rows[BROKEN]
     assert broken["state"] == "corrupt"

@@ -119,7 +119,7 @@ def test_the_data_of_every_session_equals_its_log(pristine: Path) -> None:
                 11_200,
             )
         demo_1 = timeline_data("demo-1", journal.read("demo-1"))
-    assert Counter(m.kind for m in demo_1.markers) == {"slimmed": 28, "handoff": 2, "checkpoint": 2}
+    assert Counter(m.kind for m in demo_1.markers) == {"slimmed": 29, "handoff": 2, "checkpoint": 2}
     assert len(demo_1.projected) == 84
 
 

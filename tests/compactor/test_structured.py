@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 
 from cairn.actors.compactor import Compactor, verify_checkpoint
+from cairn.actors.compactor.prompt import compact_instructions
+from cairn.actors.compactor.sampling import summary_output_room
 from cairn.actors.compactor.structured import (
     FIELDS,
     LEDGER_NAME,
     LEDGER_SCHEMA,
+    LedgerBounds,
     LedgerJsonError,
+    bounds_for,
+    ledger_schema,
     render_ledger,
 )
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
@@ -115,9 +120,28 @@ def test_C7_json_ledger_a_bad_reply_is_refused_with_its_precise_reason(
 
 def test_C7_json_ledger_schema_requires_every_field_as_a_bounded_list_of_strings() -> None:
     assert LEDGER_SCHEMA["required"] == list(FIELDS) and LEDGER_SCHEMA["additionalProperties"] is False
+    assert all(
+        LEDGER_SCHEMA["properties"][n] == {"type": "array", "items": {"type": "string"}} for n in FIELDS
+    )
+    bounded = ledger_schema(LedgerBounds(2, 33))
     for name in FIELDS:
-        field = LEDGER_SCHEMA["properties"][name]
-        assert field == {"type": "array", "items": {"type": "string"}, "maxItems": 12}
+        field = bounded["properties"][name]
+        assert field == {"type": "array", "items": {"type": "string", "maxLength": 33}, "maxItems": 2}
+
+
+@pytest.mark.parametrize(
+    ("room", "items", "chars"),
+    [(8000, 11, 94), (2730, 3, 117), (682, 2, 33), (512, 2, 21), (256, 2, 16), (100_000, 12, 400)],
+)
+def test_C7_json_ledger_bounds_keep_even_a_degenerate_reply_within_its_room(
+    room: int, items: int, chars: int
+) -> None:
+    """SmolLM2 filled every line with "1.1.1..." until its output ran out; under the bounds the worst
+    case (one token a char, 8 more a line, 100 for the object) fits the room, above the floors."""
+    bounds = bounds_for(room)
+    assert bounds == (items, chars)
+    if chars > 16:
+        assert 7 * items * (chars + 8) + 100 <= room
 
 
 def test_C7_json_ledger_setting_is_validated_and_read_from_the_environment() -> None:
@@ -175,11 +199,10 @@ def test_C7_json_ledger_under_auto_is_asked_for_taken_and_rederived_by_an_audito
     verify_checkpoint(state.context, checkpoint, COUNTER)  # re-derived from the JSON alone
     (body,) = _summary_bodies(chat)
     assert body["response_format"]["type"] == "json_schema"
-    assert body["response_format"]["json_schema"] == {
-        "name": "ledger",
-        "strict": True,
-        "schema": LEDGER_SCHEMA,
-    }
+    # not strict (OpenAI's strict mode refuses maxLength); bounded for the room: C5's 8,000 tokens
+    schema = ledger_schema(bounds_for(8000))
+    assert body["response_format"]["json_schema"] == {"name": "ledger", "strict": False, "schema": schema}
+    assert body["max_tokens"] == 8000
     system = body["messages"][0]["content"]
     assert "JSON object" in system and "<summary>" not in system
 
@@ -299,3 +322,33 @@ def test_C6_a_reply_cut_by_the_context_window_shrinks_the_prompt_and_asks_again(
     assert checkpoint.diagnostics.attempts == 2 and len(checkpoint.diagnostics.reductions) == 1
     first, second = (len(json.dumps(body["messages"])) for body in _summary_bodies(chat))
     assert second < first
+
+
+@pytest.mark.parametrize(
+    ("window", "cap", "room"),
+    [(None, None, 8000), (128_000, None, 8000), (2048, None, 682), (2048, 512, 512), (600, None, 256)],
+)
+def test_C5_the_summary_asks_for_at_most_8000_tokens_the_output_cap_and_a_third_of_the_window(
+    window: int | None, cap: int | None, room: int
+) -> None:
+    assert summary_output_room(window, cap) == room
+
+
+def test_C6_in_a_small_window_the_first_prompt_is_fitted_before_any_call(chat: ChatServer) -> None:
+    """Beyond C6: in a 2,048-token window the prompt gets the compact instructions and drops its
+    oldest units until its tokens, 30 % more, leave the reply's 682 tokens; nothing overflows."""
+    chat.plan(_sse(GOOD))
+    service, provider = _compactor(chat, "on")
+    with provider:
+        outcome = service.compact(request(coding_session().state(), context_window=2048))
+    reductions = outcome.checkpoint.diagnostics.reductions
+    assert reductions[0] == "fit:compact-instructions"
+    assert reductions[1:] and all(step.startswith("fit:dropped-") for step in reductions[1:])
+    assert outcome.checkpoint.diagnostics.attempts == 1
+    (body,) = _summary_bodies(chat)
+    assert body["max_tokens"] == 682
+    assert body["response_format"]["json_schema"]["schema"] == ledger_schema(LedgerBounds(2, 33))
+    system = body["messages"][0]["content"]
+    assert system == compact_instructions(structured=True) and COUNTER.text(system) < 200
+    sent = [Message(role=m["role"], content=m["content"], id=str(n)) for n, m in enumerate(body["messages"])]
+    assert COUNTER.messages(sent) * 130 // 100 <= 2048 - 682

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -149,10 +150,38 @@ def test_C7_json_ledger_smollm2s_summary_is_accepted_on_the_real_server(
         assert provider.structured_summary == "auto"
         service = Compactor(provider, model=local_model.alias, sleep=lambda _s: None, counter=COUNTER)
         state = coding_session(8, output_chars=500).state()
-        outcome = service.compact(request(state))
+        # the window the session knows (CAIRN_CONTEXT_WINDOW): the summary prompt is fitted to it
+        outcome = service.compact(request(state, context_window=2048))
         assert provider.structured_summary == "auto"  # llama.cpp took `response_format`
     checkpoint = outcome.checkpoint
     assert outcome.failure is None, outcome.failure
     assert checkpoint.strategy == "llm" and checkpoint.prompt_version == "cairn-ledger-json-1"
     assert checkpoint.replacement_tokens < checkpoint.source_tokens
+    assert checkpoint.diagnostics.reductions[0] == "fit:compact-instructions"
     verify_checkpoint(state.context, checkpoint, COUNTER)
+
+
+@needs_model
+def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs(tmp_path: Path) -> None:
+    """`cairn demo --local-model` (issue 32): llama.cpp's server with SmolLM2, the small-model preset
+    (2 sessions x 6 turns, 2,048-token window, 512 output tokens): every turn completes, at least one
+    checkpoint is the model's, every session replays identically, and every audit command it prints
+    exits 0 without a traceback. Bounded: the run takes 2-3 minutes on 2 cores."""
+    cairn = Path(sys.executable).with_name("cairn")
+    store = tmp_path / "store"
+    done = subprocess.run(
+        [str(cairn), "demo", "--local-model", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, "CAIRN_CPU": "off"},
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "12 of 12 turns completed" in done.stdout and "2/2 sessions replayed" in done.stdout
+    assert "a checkpoint summarised by the model yes" in done.stdout
+    printed = done.stdout.split("Audit what happened:", 1)[1].strip().splitlines()
+    commands = [shlex.split(line) for line in printed]
+    assert len(commands) == 8 and all(c[0] == "cairn" for c in commands)
+    for command in commands:
+        ran = subprocess.run([str(cairn), *command[1:]], capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0 and "Traceback" not in ran.stderr, (command, ran.stderr)

@@ -51,6 +51,7 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChatServer]:
         monkeypatch.setenv("CAIRN_API_KEY", SECRET_KEY)
         monkeypatch.setenv("CAIRN_MODEL", "no-usage-model")
         monkeypatch.setenv("CAIRN_CONTEXT_WINDOW", "16000")
+        monkeypatch.setenv("CAIRN_STRUCTURED_SUMMARY", "off")  # the server writes the text ledger
         yield server
     for thread in threading.enumerate():  # the demo's actor threads, joined before the next test
         if "Actor-" in thread.name:
