@@ -354,6 +354,14 @@ class CheckpointDiagnostics(msgspec.Struct, frozen=True, gc=False, kw_only=True,
     failure_detail: str = ""
     #: R3's snip-only checkpoint: the tool calls whose turns the snip removed (for audits)
     snipped_call_ids: tuple[str, ...] = ()
+    #: (beyond C10) the replacement size that leaves room below the compaction threshold for two
+    #: turns of the session's recent median growth (0: unknown, no window or no complete turn)
+    room_tokens: Int64 = 0
+    #: the replacement is over `room_tokens`: not even the smallest one leaves that room
+    room_missed: bool = False
+    #: (beyond C9) an LLM replacement over target whose tail was fitted as the fallback fits its
+    #: own (F2-F5, no restored files): [summary, the newest units that fit, task]
+    tail_fitted: bool = False
 
 
 class CheckpointCommitted(EventBase, frozen=True, tag="checkpoint-committed"):

@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--local-model",
         action="store_true",
-        help="on llama.cpp's server with SmolLM2-135M, started here (the llm extra): 2 sessions x 6 "
-        "turns, a 2,048-token window, 256 output tokens",
+        help="on llama.cpp's server with SmolLM2-135M, started here (the llm extra): 2 sessions x 8 "
+        "turns, a 4,096-token window, 512 output tokens",
     )
     p.set_defaults(func=cmd_demo)
 

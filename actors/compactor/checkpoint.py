@@ -19,6 +19,8 @@ The records' next actions are settled by the spent rule (`ledger`) unless
 the checkpoint's `prompt_version` predates it: a checkpoint re-derives under
 the rules it was built with. A `prompt_version` of `cairn-ledger-json-1`
 says `raw_summary` is the JSON ledger (`structured`), rendered the same way.
+An LLM checkpoint whose diagnostics say `tail_fitted` re-derives its tail as
+the fallback plans one (`fallback.fit_tail`) at the recorded target.
 K1's limits (1..4,096 messages, 16 MiB, version 1, shapes) are enforced by
 the event's own `__post_init__`, on write and on replay alike."""
 
@@ -31,7 +33,7 @@ import msgspec
 
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.errors import AuditMismatch
-from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.fallback import fit_tail, plan_fallback
 from cairn.actors.compactor.files import ORIGIN as FILES_ORIGIN
 from cairn.actors.compactor.ledger import extract_records, record_texts, source_records
 from cairn.actors.compactor.prompt import BEFORE_SPENT_RULE, JSON_PROMPT_VERSION
@@ -98,6 +100,10 @@ def rederive_replacement(
             spent_rule=spent_rule,
             structured=checkpoint.prompt_version == JSON_PROMPT_VERSION,
         )
+        if checkpoint.diagnostics.tail_fitted:
+            return fit_tail(
+                stripped, summary, task_message, task, checkpoint.diagnostics.target_tokens, counter
+            )
         return assemble(summary, retained_tail(stripped), files, task_message)
     plan = plan_fallback(
         stripped,

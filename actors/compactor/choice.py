@@ -30,7 +30,7 @@ from __future__ import annotations
 import msgspec
 
 from cairn.actors.compactor.breaker import BreakerView
-from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.fallback import fit_tail, plan_fallback
 from cairn.actors.compactor.files import Restoration, files_message
 from cairn.actors.compactor.gates import GateVerdict, effect_gate, fallback_target, reduction_gate
 from cairn.actors.compactor.ledger import RecordSet
@@ -72,8 +72,10 @@ class Basis(msgspec.Struct, frozen=True, kw_only=True):
     source_tokens: int
     #: C4: the breaker when the compaction began
     breaker: BreakerView
-    #: C10: the most tokens the LLM replacement may have
+    #: C10: the most tokens the LLM replacement may have (the room rule's, where it can be met)
     target: int
+    #: (beyond C10, `gates.room_for`) the replacement size that leaves room for two turns; 0: none
+    room: int = 0
     #: C11: the active task's text and its reminder (None: no open task)
     task: str
     task_message: Message | None
@@ -113,6 +115,14 @@ def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter
     replacement = assemble(summary, retained_tail(basis.source), files, basis.task_message)  # C9
     tokens = counter.messages(replacement)
     verdict = _llm_gate(basis, replacement, tokens)
+    restored = tuple(f.path for f in restoration.files)
+    if not verdict.passed and tokens > basis.target:  # beyond C9: the tail fitted as F2-F5 fit theirs
+        fitted = fit_tail(basis.source, summary, basis.task_message, basis.task, basis.target, counter)
+        fitted_tokens = counter.messages(fitted)
+        if _llm_gate(basis, fitted, fitted_tokens).passed:
+            replacement, tokens, restored = fitted, fitted_tokens, ()
+            diagnostics = msgspec.structs.replace(diagnostics, tail_fitted=True)
+            verdict = GateVerdict(True)
     if not verdict.passed:
         return _llm_failed(basis, sampled, diagnostics, usage, "insufficient-reduction", verdict.detail)
     kept = sum(1 for message in replacement if message.meta.seq)
@@ -121,7 +131,7 @@ def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter
         diagnostics=msgspec.structs.replace(diagnostics, omitted_messages=len(basis.source) - kept),
         replacement=replacement,
         tokens=tokens,
-        files_restored=tuple(f.path for f in restoration.files),
+        files_restored=restored,
         raw_summary=sampled.raw_text,
         usage=usage,
         prompt_version=JSON_PROMPT_VERSION if sampled.structured else PROMPT_VERSION,
@@ -215,6 +225,7 @@ def _basis_diagnostics(basis: Basis) -> CheckpointDiagnostics:
     return CheckpointDiagnostics(
         images_omitted=images_in(basis.source),  # C12
         target_tokens=basis.target,
+        room_tokens=basis.room,
         records=len(basis.records.records),
         records_omitted=basis.records.omitted,
         breaker=basis.breaker.mode,

@@ -115,6 +115,21 @@ def _largest_fitting_cut(unit: list[Message], budget: int, counter: TokenCounter
     return best
 
 
+def fit_tail(
+    source: Sequence[Message],
+    summary: Message,
+    task_message: Message | None,
+    task: str,
+    target: int,
+    counter: TokenCounter,
+) -> tuple[Message, ...]:
+    """Beyond C9: the model's `summary` with the tail fitted as F2-F5 fit the fallback's, for an LLM
+    replacement whose C9 tail took it over `target` (no restored files: they can be read again)."""
+    return plan_fallback(
+        source, summary=summary, task_message=task_message, task=task, target=target, counter=counter
+    ).replacement
+
+
 def plan_fallback(
     source: Sequence[Message],
     *,

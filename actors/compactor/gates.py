@@ -10,6 +10,7 @@
 | reduction gate        | shrink + progress: the LLM path (with C10) and the fallback           |
 | fallback (beyond F2)  | min(the capped target, 90 % of source); F2 raises it to the mandatory |
 | manual (K4)           | nothing below 50 % of the window; unknown window or tokens: nothing   |
+| room (beyond)         | at most the room for 2 turns below the compaction threshold (`room_for`) |
 
 Every strategy must shrink: the LLM replacement and the fallback by at least
 10 % (the reduction gate), R3's snip-only replacement at all (the shrink
@@ -48,14 +49,30 @@ share keeps more tail and leaves less room. An unknown budget (no window, a rese
 leaves C10 as it is. The fallback works from the same target (F2), and F2
 may still raise it to the mandatory state, never the reverse.
 
+The room rule (beyond C10, `room_for`): a checkpoint must leave room below
+the compaction threshold (B3: 80 % of the input budget) for at least
+`ROOM_TURNS` (2) turns of the session's recent growth, the median size of
+its last `RECENT_TURNS` (5) complete turns in the source (`turn_sizes`),
+after the fixed part of every request (system prompt and tool schemas). Else
+the next turn or the one after is due again: a 2,048-token window whose turns
+grow by 500 tokens compacted on every turn from the fourth. So the target is
+at most threshold - fixed - 2 x growth, wherever that is at least the
+smallest replacement there is (the fallback's mandatory state, F1-F2); where
+it is not, the target stays as C10 has it, and the checkpoint records that
+it missed the room (`room_missed`), for the bench to count.
+
 All arithmetic is on integers, so a figure never depends on float rounding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import TypeGuard
 
 import msgspec
+
+from cairn.events.model import Message
 
 TARGET_CAP = 50_000
 TARGET_FLOOR = 5_000
@@ -65,6 +82,9 @@ BUDGET_SHARE_PERCENT = 50
 #: B1's clamp of the default output reserve (10 % of the window)
 MIN_RESERVE = 8_192
 MAX_RESERVE = 32_768
+#: the room rule: turns of growth a checkpoint leaves room for, and the turns its median is of
+ROOM_TURNS = 2
+RECENT_TURNS = 5
 
 
 class GateVerdict(msgspec.Struct, frozen=True):
@@ -149,3 +169,36 @@ def manual_compaction_due(projected_tokens: int | None, context_window: int | No
     if context_window <= 0 or projected_tokens < 0:
         return False
     return projected_tokens * 2 >= context_window
+
+
+def starts_turn(message: Message) -> bool:
+    """A message the user sent (not one cairn synthesized: summary, task, hand-off, marker)."""
+    return message.role == "user" and not message.meta.origin and not message.meta.hidden
+
+
+def turn_sizes(
+    messages: Sequence[Message], count: Callable[[Sequence[Message]], int], last: int = RECENT_TURNS
+) -> list[int]:
+    """The tokens of the last `last` complete turns of `messages` (oldest first): each from a user's
+    message up to the next one; the open turn (after the last) and what precedes the first are not
+    turns. Only those turns are counted, so a long source costs no more than its recent turns."""
+    starts = [i for i, message in enumerate(messages) if starts_turn(message)]
+    spans = list(pairwise(starts))[-last:]
+    return [count(messages[start:end]) for start, end in spans]
+
+
+def median_growth(sizes: Sequence[int]) -> int | None:
+    """The median of `sizes` (the lower middle of an even count), None when there are none."""
+    if not sizes:
+        return None
+    ordered = sorted(sizes)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def room_for(input_budget: int | None, fixed_tokens: int, growth: int | None) -> int:
+    """The room rule's target: the compaction threshold (80 % of the budget) - `fixed_tokens` -
+    `ROOM_TURNS` x `growth`. 0 means no rule (the budget or the growth is unknown); a room that is
+    used up is 1, which no replacement fits."""
+    if not _count(input_budget) or input_budget <= 0 or growth is None:
+        return 0
+    return max(1, input_budget * 8 // 10 - fixed_tokens - ROOM_TURNS * growth)

@@ -48,10 +48,10 @@ from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.choice import Basis, Choice, fallback_choice, llm_choice
 from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
-from cairn.actors.compactor.gates import effect_target, input_budget_of
+from cairn.actors.compactor.gates import effect_target, input_budget_of, median_growth, room_for, turn_sizes
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
-from cairn.actors.compactor.replacement import message_ids
+from cairn.actors.compactor.replacement import fallback_summary_message, message_ids
 from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
 from cairn.actors.provider.base import Provider, UsageReport
 from cairn.actors.provider.retry import RetryPolicy
@@ -172,6 +172,17 @@ class Compactor:
         reserve_cap = state.info.max_output_tokens if state.info is not None else None
         epoch = state.epoch + 1
         task = task_text(state.carried.open_turn)  # C11
+        task_message = active_task_message(task, message_ids(epoch)[2])
+        records = source_records(source)  # C8 and the spent rule, from the full source
+        budget = input_budget_of(window, reserve_cap)
+        target = effect_target(source_tokens, window, budget)  # C10
+        room = self._room(state, source, budget)
+        mandatory = [fallback_summary_message(records.records, message_ids(epoch)[0])]
+        if task_message is not None:
+            mandatory.append(task_message)
+        smallest = self.counter.messages(mandatory)
+        if room >= smallest:  # the room rule, where even the smallest replacement can meet it
+            target = min(target, room)
         return Basis(
             state=state,
             trigger=request.trigger,
@@ -181,11 +192,23 @@ class Compactor:
             breaker=breaker_view(
                 state, request.workspace, request.now_ms, cooldown_ms=self.config.breaker_cooldown_ms
             ),
-            target=effect_target(source_tokens, window, input_budget_of(window, reserve_cap)),  # C10
+            target=target,
+            room=room,
             task=task,
-            task_message=active_task_message(task, message_ids(epoch)[2]),
-            records=source_records(source),  # C8 and the spent rule, from the full source
+            task_message=task_message,
+            records=records,
         )
+
+    def _room(self, state: SessionState, source: tuple[Message, ...], budget: int | None) -> int:
+        """The room rule's target for `source` (`gates.room_for`), 0 when it has none."""
+        growth = median_growth(turn_sizes(source, self.counter.messages))
+        info = state.info
+        fixed = 0
+        if info is not None:
+            fixed = self.counter.text(info.system_prompt) + sum(
+                self.counter.text(t) for t in info.tool_schemas
+            )
+        return room_for(budget, fixed, growth)
 
     def _run_hook(self, request: CompactionRequest, basis: Basis) -> None:
         """C2/C3: show the host's hook the compaction; raise `CompactionBlocked` if it refuses."""
@@ -253,7 +276,9 @@ def _outcome(
         source_hash=source_hash(basis.source),
         prompt_version=choice.prompt_version,
         raw_summary=choice.raw_summary,
-        diagnostics=choice.diagnostics,
+        diagnostics=msgspec.structs.replace(
+            choice.diagnostics, room_missed=basis.room > 0 and choice.tokens > basis.room
+        ),
         carried=_carried(request, choice, failed),
     )
     return CompactionOutcome(

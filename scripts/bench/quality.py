@@ -399,6 +399,19 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
             f"{max(r.longest_compacting_run for r in every)}",
         )
     )
+    missed = sum(r.room_missed for r in every)
+    figures.append(
+        figure(
+            "quality.longrun.room_missed",
+            missed,
+            "checkpoints",
+            None,
+            None,
+            f"checkpoints whose smallest replacement could not leave room below the compaction threshold "
+            f"for two turns of the session's median growth (the room rule, beyond C10; the checkpoint "
+            f"says so in room_missed), {len(every)} sessions",
+        )
+    )
     due = sum(r.still_due for r in every)
     figures.append(
         figure(

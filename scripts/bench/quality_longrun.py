@@ -77,6 +77,8 @@ class LongRun:
     #: compactions that left the projection still at or over the compaction threshold
     still_due: int = 0
     llm: int = 0
+    #: checkpoints that could not leave room for two turns of growth (the room rule, `gates.room_for`)
+    room_missed: int = 0
 
     def per_100(self, count: int) -> float:
         return 100.0 * count / self.turns if self.turns else 0.0
@@ -227,6 +229,7 @@ def simulate(
             checkpoint = outcome.checkpoint
             result.compactions += 1
             result.llm += checkpoint.strategy == "llm"
+            result.room_missed += checkpoint.diagnostics.room_missed
             saved = checkpoint.source_tokens - checkpoint.replacement_tokens
             result.saved.append(saved)
             result.saved_share.append(saved / checkpoint.source_tokens)

@@ -1,7 +1,7 @@
 """`cairn demo`: concurrent agent sessions on the embedded scripted provider, from first turn to replay.
 
     cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai|anthropic] [--json]
-    cairn demo --local-model [--store DIR] [--sessions 2] [--turns 6] [--json]
+    cairn demo --local-model [--store DIR] [--sessions 2] [--turns 8] [--json]
     cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
 
 (`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
@@ -33,11 +33,11 @@ every session crosses the hand-off band and compacts through the endpoint
 No faults are injected: what the endpoint does is reported as it happened.
 `--local-model` starts llama.cpp's server with SmolLM2-135M on 127.0.0.1
 (`cairn.local_model`, the `llm` extra) and runs `--provider openai` on it
-with the small-model preset (`LOCAL_PRESET`): 2 sessions x 6 turns, a
-2,048-token window per session and a 256-token output cap, one server slot
+with the small-model preset (`LocalPreset`): 2 sessions x 8 turns, a
+4,096-token window per session and a 512-token output cap, one server slot
 per session; the server is stopped when the demo ends. The same preset on
-any OpenAI-compatible server: `CAIRN_CONTEXT_WINDOW=2048
-CAIRN_MAX_OUTPUT_TOKENS=256 cairn demo --provider openai --sessions 2 --turns 6`.
+any OpenAI-compatible server: `CAIRN_CONTEXT_WINDOW=4096
+CAIRN_MAX_OUTPUT_TOKENS=512 cairn demo --provider openai --sessions 2 --turns 8`.
 `--provider anthropic` does the same on Anthropic's Messages API (or a
 server that speaks it), with the same variables (`ANTHROPIC_API_KEY` and
 `ANTHROPIC_BASE_URL` are read too; see `actors.provider.config`).
@@ -100,11 +100,17 @@ DEFAULT_TURNS = 12
 
 
 class LocalPreset:
-    """`--local-model`: the small-model preset (fits SmolLM2-135M on 2 CPU cores in minutes)."""
+    """`--local-model`: the small-model preset (SmolLM2-135M on 2 CPU cores in about 3 minutes).
+
+    A 2,048-token window compacted on every turn from the fourth: a turn grows the context by
+    about 400 tokens (a twelfth of the budget attached, and the model's reply), so no replacement
+    could leave room for two more below the threshold (`gates.room_for`). In 4,096 tokens each
+    session compacts once or twice in 8 turns, never on two turns in a row. A 384-token cap was
+    slower (the model's JSON summary, bounded to 16-char lines, still ran past it)."""
 
     sessions = 2
-    turns = 6
-    context_window = 2048
+    turns = 8
+    context_window = 4096
     max_output_tokens = 512
 
 
@@ -160,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--local-model",
         action="store_true",
         help="start llama.cpp's server with SmolLM2-135M on 127.0.0.1 (the llm extra) and run on it "
-        "with the small-model preset: 2 sessions x 6 turns, a 2,048-token window, 256 output tokens",
+        "with the small-model preset: 2 sessions x 8 turns, a 4,096-token window, 512 output tokens",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(

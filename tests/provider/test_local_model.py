@@ -4,6 +4,8 @@ and never outlives its parent. Skipped, with the reason, where the extra or the 
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import select
@@ -164,9 +166,10 @@ def test_C7_json_ledger_smollm2s_summary_is_accepted_on_the_real_server(
 @needs_model
 def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs(tmp_path: Path) -> None:
     """`cairn demo --local-model` (issue 32): llama.cpp's server with SmolLM2, the small-model preset
-    (2 sessions x 6 turns, 2,048-token window, 512 output tokens): every turn completes, at least one
-    checkpoint is the model's, every session replays identically, and every audit command it prints
-    exits 0 without a traceback. Bounded: the run takes 2-3 minutes on 2 cores."""
+    (2 sessions x 8 turns, 4,096-token window, 512 output tokens): every turn completes, at least one
+    checkpoint is the model's, no session compacts on two turns in a row, every session replays
+    identically, and every audit command it prints exits 0 without a traceback. Bounded: the run
+    takes about 3 minutes on 2 cores."""
     cairn = Path(sys.executable).with_name("cairn")
     store = tmp_path / "store"
     done = subprocess.run(
@@ -177,8 +180,24 @@ def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs
         env={**os.environ, "CAIRN_CPU": "off"},
     )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    assert "12 of 12 turns completed" in done.stdout and "2/2 sessions replayed" in done.stdout
+    assert "16 of 16 turns completed" in done.stdout and "2/2 sessions replayed" in done.stdout
     assert "a checkpoint summarised by the model yes" in done.stdout
+    for sid in ("demo-1", "demo-2"):  # no compaction on the turn right after another (issue 32 point 4)
+        kinds = ["--kind", "turn-started", "--kind", "checkpoint-committed"]
+        log = subprocess.run(
+            [str(cairn), "log", sid, "--store", str(store), *kinds, "--json"], capture_output=True, timeout=60
+        )
+        turn, compacted_in = 0, []
+        for line in log.stdout.splitlines():
+            event = json.loads(line)
+            if event["kind"] == "turn-started":
+                turn += 1
+            else:
+                compacted_in.append(turn)
+        assert compacted_in and all(b - a >= 2 for a, b in itertools.pairwise(compacted_in)), (
+            sid,
+            compacted_in,
+        )
     printed = done.stdout.split("Audit what happened:", 1)[1].strip().splitlines()
     commands = [shlex.split(line) for line in printed]
     assert len(commands) == 8 and all(c[0] == "cairn" for c in commands)

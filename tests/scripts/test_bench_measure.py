@@ -230,7 +230,7 @@ def test_the_long_session_has_checkpoints_as_the_compactor_writes_them(tmp_path:
     assert (written.checkpoints, written.tail, written.summaries_ok) == (2, 1_000, 2)
     # 1,239 context messages compacted: the ledger summary + ceil(20 %) = 248 of them carried; then
     # 1,488 (the first replacement and the new messages): 298 carried
-    assert written.shapes == [(1_239, 249, 248, 86_722), (1_488, 299, 298, 102_890)]
+    assert written.shapes == [(1_239, 249, 248, 86_743), (1_488, 299, 298, 102_911)]
     assert written.problem() is None
 
 
