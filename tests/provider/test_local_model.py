@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 from pathlib import Path
 
@@ -204,3 +205,43 @@ def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs
     for command in commands:
         ran = subprocess.run([str(cairn), *command[1:]], capture_output=True, text=True, timeout=120)
         assert ran.returncode == 0 and "Traceback" not in ran.stderr, (command, ran.stderr)
+
+
+@needs_model
+def test_a_server_that_dies_mid_stream_or_refuses_fails_the_turn_fast_naming_the_cause(
+    tmp_path: Path,
+) -> None:
+    """Issue 32 point 3: llama.cpp's server SIGKILLed after the first streamed words fails that turn
+    (R2: output had reached the session, so no retry) with the transport's own words, within a
+    second or two; the next turn finds the port closed and fails after the retry policy's two waits
+    (375 + 750 ms), naming the refused connection. Neither says only "stream cut short"."""
+    from cairn import Host, SessionSettings, WorkspaceTools
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    server = LocalModelServer(context_window=1024, parallel=1, threads=1).start()
+    provider = OpenAIProvider.from_env(server.environ())
+    settings = SessionSettings(model=server.alias, context_window=1024, max_output_tokens=256)
+    host = Host.open(tmp_path / "store", provider=provider, tools=WorkspaceTools(), settings=settings)
+    try:
+        turn = host.send("s", "Write a long story about a lighthouse keeper.", workspace=workspace)
+        started = None
+        for item in turn.events(timeout=60):
+            if isinstance(item, TextDelta) and started is None:
+                assert server.process is not None
+                server.process.kill()  # SIGKILL, mid-stream
+                started = time.monotonic()
+        result = turn.result(60)
+        assert started is not None and time.monotonic() - started < 5
+        assert (result.status, result.phase) == ("failed", "provider")
+        assert "peer closed connection" in result.error and "cut short" not in result.error, result.error
+
+        began = time.monotonic()
+        refused = host.send("s", "Are you there?").result(60)
+        assert time.monotonic() - began < 5  # 375 + 750 ms of waits, and three refused connections
+        assert (refused.status, refused.phase, refused.error_class) == ("failed", "provider", "network")
+        assert "Connection refused" in refused.error and refused.requests == 3, refused  # 2 retries
+    finally:
+        host.close()
+        provider.close()
+        server.stop()
