@@ -131,8 +131,6 @@ def _error(error: BaseException, store: str = "") -> None:
 
 def _local_server(sessions: int) -> LocalModelServer:
     """`--local-model`: llama.cpp's server with the packaged model, one slot per session, started."""
-    from cairn.local_model import LocalModelServer
-
     server = LocalModelServer(context_window=LocalPreset.context_window, parallel=min(sessions, 16))
     print(
         f"cairn demo: starting llama.cpp's server with {server.model} (log: {server.log_path})",
@@ -177,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.cluster:
+        if args.local_model:
+            parser.error("--cluster runs the scripted provider only, not --local-model")
         if args.provider != "scripted":
             parser.error("--cluster runs the scripted provider only")
         if (args.sessions is not None and args.sessions < 1) or (args.turns is not None and args.turns < 1):

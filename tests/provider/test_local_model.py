@@ -245,3 +245,21 @@ def test_a_server_that_dies_mid_stream_or_refuses_fails_the_turn_fast_naming_the
         host.close()
         provider.close()
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--local-model", "--cluster"], "--cluster runs the scripted provider only, not --local-model"),
+        (["--local-model", "--provider", "anthropic"], "--local-model runs the openai provider"),
+    ],
+)
+def test_the_demos_local_model_refuses_what_it_cannot_combine_before_starting_anything(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cairn import demo
+
+    with pytest.raises(SystemExit) as exited:
+        demo.main([*argv, "--store", str(tmp_path / "store")])
+    assert exited.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
