@@ -103,7 +103,7 @@ def rederive_replacement(
         if checkpoint.diagnostics.tail_fitted:
             return fit_tail(
                 stripped, summary, task_message, task, checkpoint.diagnostics.target_tokens, counter
-            )
+            ).replacement
         return assemble(summary, retained_tail(stripped), files, task_message)
     plan = plan_fallback(
         stripped,

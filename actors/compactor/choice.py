@@ -118,9 +118,8 @@ def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter
     restored = tuple(f.path for f in restoration.files)
     if not verdict.passed and tokens > basis.target:  # beyond C9: the tail fitted as F2-F5 fit theirs
         fitted = fit_tail(basis.source, summary, basis.task_message, basis.task, basis.target, counter)
-        fitted_tokens = counter.messages(fitted)
-        if _llm_gate(basis, fitted, fitted_tokens).passed:
-            replacement, tokens, restored = fitted, fitted_tokens, ()
+        if _llm_gate(basis, fitted.replacement, fitted.tokens).passed:  # its tokens counted once (T1)
+            replacement, tokens, restored = fitted.replacement, fitted.tokens, ()
             diagnostics = msgspec.structs.replace(diagnostics, tail_fitted=True)
             verdict = GateVerdict(True)
     if not verdict.passed:

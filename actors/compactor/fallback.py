@@ -122,12 +122,12 @@ def fit_tail(
     task: str,
     target: int,
     counter: TokenCounter,
-) -> tuple[Message, ...]:
+) -> FallbackPlan:
     """Beyond C9: the model's `summary` with the tail fitted as F2-F5 fit the fallback's, for an LLM
     replacement whose C9 tail took it over `target` (no restored files: they can be read again)."""
     return plan_fallback(
         source, summary=summary, task_message=task_message, task=task, target=target, counter=counter
-    ).replacement
+    )
 
 
 def plan_fallback(
