@@ -1,8 +1,11 @@
 """What SmolLM2-135M on llama.cpp's server really answered (issue 32 point 5), replayed through the real
-OpenAI adapter from streams recorded once (`tests/fixtures/record_smollm2.py`): a summary in free
-text that has none of the seven headings and runs to its cap, a JSON ledger cut mid-object by the
-output cap, and a turn where the model, offered a tool, writes code instead of calling it. Never a
-crash or a loop: a failed summary with its reason and the fallback, a completed turn."""
+OpenAI adapter from streams recorded once (`tests/fixtures/record_smollm2.py`): summaries in free
+text with none of the seven headings, with one heading and the rest run into its bullets, with the
+seven as a bare numbered list, or copying back the transcript it was given; a JSON ledger cut
+mid-object by the output cap, and one longer than the source it summarises; an empty reply; and a
+turn where the model, offered a tool, writes code instead of calling it. Never a crash or a loop: a
+failed summary with its reason and the fallback, a typed error when nothing can shrink, a finished
+turn."""
 
 from __future__ import annotations
 
@@ -12,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn import Host, SessionSettings, WorkspaceTools
-from cairn.actors.compactor import Compactor, verify_checkpoint
+from cairn import Host, SessionSettings, TurnResult, WorkspaceTools
+from cairn.actors.compactor import CompactionIneffective, Compactor, verify_checkpoint
 from cairn.actors.provider.config import OpenAIConfig
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.events.codec import Record
@@ -36,9 +39,9 @@ def chat() -> Iterator[ChatServer]:
         yield server
 
 
-def _session_with_cap(cap: int) -> Log:
+def _session_with_cap(cap: int, rounds: int = 6, output_chars: int = 600) -> Log:
     """The builders' coding session, started with an output cap (the summary asks for no more)."""
-    log = coding_session(6, output_chars=600)
+    log = coding_session(rounds, output_chars=output_chars)
     first = log.records[0]
     assert isinstance(first.event, SessionStarted)
     started = SessionStarted(workspace="/ws", model="m", context_window=100_000, max_output_tokens=cap)
@@ -46,10 +49,10 @@ def _session_with_cap(cap: int) -> Log:
     return log
 
 
-def _compact(chat: ChatServer, cap: int, mode: str):
+def _compact(chat: ChatServer, cap: int, mode: str, rounds: int = 6, output_chars: int = 600):
     provider = OpenAIProvider(OpenAIConfig(base_url=chat.url, model="smollm2", structured_summary=mode))  # type: ignore[arg-type]
     with provider:
-        state = _session_with_cap(cap).state()
+        state = _session_with_cap(cap, rounds, output_chars).state()
         outcome = Compactor(provider, model="smollm2", sleep=lambda _s: None, counter=COUNTER).compact(
             request(state)
         )
@@ -81,12 +84,110 @@ def test_C7_smollm2s_json_ledger_cut_mid_object_by_its_cap_is_malformed_with_tha
     assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 1
 
 
+def test_C7_smollm2s_summary_with_one_heading_and_the_rest_in_its_bullets_is_malformed_naming_six(
+    chat: ChatServer,
+) -> None:
+    """'1. Objective and constraints:' as a heading, then bullets that start 'Exact next action:' or
+    end 'under Decisions and rationale': a heading is a line of its own, so six are missing, named
+    in the failure; one call (C5 does not retry a malformed reply), the fallback compacts."""
+    chat.plan(recorded("summary_one_heading"))
+    outcome = _compact(chat, 300, "off")
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
+    assert "lacks 6 of the seven ledger headings (C7): 'Decisions and rationale'," in failure.detail
+    assert "'Exact next action'" in failure.detail and "'Objective and constraints'" not in failure.detail
+    assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 1
+
+
+def test_C7_smollm2s_reply_that_copies_its_prompt_back_is_malformed(chat: ChatServer) -> None:
+    """It answered with the transcript it was asked to summarise ('[0] user: Fix the failing
+    test...', the tool output after it), then 'Here is the summary with seven headings:' and none:
+    malformed, the fallback compacts, nothing of the copy is committed."""
+    chat.plan(recorded("summary_repeats_prompt"))
+    outcome = _compact(chat, 300, "off")
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
+    assert "has none of the seven ledger headings (C7)" in failure.detail
+    assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 1
+    assert outcome.checkpoint.raw_summary is None
+
+
+def test_C7_smollm2s_seven_bare_headings_are_taken_but_not_when_longer_than_their_source(
+    chat: ChatServer,
+) -> None:
+    """'1. Objective and constraints' ... '7. Exact next action' with nothing under them: the seven
+    headings are there, so C7 takes it. Over a 289-token source, that ledger and the retained tail
+    (292 tokens) do not shrink it: refused as `insufficient-reduction` (one call), the fallback
+    (249 tokens) is committed. Over an 855-token source the same reply is the checkpoint."""
+    chat.plan(recorded("summary_headings_only"))
+    small = _compact(chat, 300, "off", rounds=4, output_chars=120)
+    failure = small.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "insufficient-reduction"
+    assert failure.detail == "replacement 292 tokens is not smaller than its source (289 tokens)"
+    assert small.checkpoint.strategy == "fallback" and small.checkpoint.replacement_tokens == 249
+
+    chat.plan(recorded("summary_headings_only"))
+    large = _compact(chat, 300, "off")
+    assert large.failure is None and large.checkpoint.strategy == "llm"
+    assert (large.checkpoint.source_tokens, large.checkpoint.replacement_tokens) == (855, 383)
+    assert len(chat.requests) == 2
+
+
+def test_C7_smollm2s_json_ledger_longer_than_its_source_is_never_committed(chat: ChatServer) -> None:
+    """A JSON ledger of seven fields of filler ('def ', 'ref<name>') padded with whitespace: 226
+    output tokens, rendered (whitespace gone) with the retained tail to 240 tokens, for an 82-token
+    source. Neither it nor the fallback shrinks the source, so the compaction is a typed
+    `CompactionIneffective` carrying both failures (the model's first, for the breaker); nothing is
+    committed. Over a 409-token source the same reply comes to 318 tokens and is the checkpoint."""
+    usage = (FIXTURES / "summary_json_longer_than_source.sse").read_text()
+    assert '"completion_tokens":226' in usage
+    chat.plan(recorded("summary_json_longer_than_source"))
+    with pytest.raises(CompactionIneffective) as refused:
+        _compact(chat, 512, "on", rounds=1, output_chars=80)
+    reasons = [(e.reason, e.detail) for e in refused.value.events]
+    assert [reason for reason, _ in reasons] == ["insufficient-reduction", "insufficient-reduction"]
+    assert reasons[0][1] == "replacement 240 tokens is not smaller than its source (82 tokens)"
+    assert len(chat.requests) == 1
+
+    chat.plan(recorded("summary_json_longer_than_source"))
+    outcome = _compact(chat, 512, "on", rounds=4, output_chars=300)
+    assert outcome.failure is None and outcome.checkpoint.strategy == "llm"
+    assert (outcome.checkpoint.source_tokens, outcome.checkpoint.replacement_tokens) == (409, 318)
+
+
+def test_C5_smollm2s_empty_reply_is_asked_again_three_calls_then_the_fallback(chat: ChatServer) -> None:
+    """The server's stream of an empty reply (a role chunk, finish `stop`, usage of one token):
+    blank, so C5 asks again; three blanks and the fallback compacts, the failure says `empty`."""
+    for _ in range(3):
+        chat.plan(recorded("reply_empty"))
+    outcome = _compact(chat, 300, "on")
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "empty"
+    assert failure.detail == "the reply had no summary" and failure.attempt == 3
+    assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 3
+
+
+def test_smollm2s_empty_reply_to_a_turn_completes_it_with_no_text(chat: ChatServer, tmp_path: Path) -> None:
+    """The same empty stream as a turn's reply: the turn completes with empty text after one
+    request; nothing hangs and nothing is asked again."""
+    chat.plan(recorded("reply_empty"))
+    result = _one_turn(chat, tmp_path, "Hi")
+    assert result.status == "completed" and result.text == "" and result.requests == 1, result
+
+
 def test_smollm2_offered_a_tool_writes_code_instead_and_the_turn_completes(
     chat: ChatServer, tmp_path: Path
 ) -> None:
     """It never called `read`: it wrote a Python snippet that would read the file, until its cap.
     The turn completes with that text and runs no tool."""
     chat.plan(recorded("turn_with_tools"))
+    result = _one_turn(chat, tmp_path, "Read src/cart.py and tell me what it does.")
+    assert result.status == "completed", result
+    assert result.text.startswith("Here's a sample of a Python script") and result.requests == 1
+
+
+def _one_turn(chat: ChatServer, tmp_path: Path, message: str) -> TurnResult:
+    """One turn of a fresh host on the chat server, the host closed and its actors gone after."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     before = set(threading.enumerate())
@@ -94,13 +195,13 @@ def test_smollm2_offered_a_tool_writes_code_instead_and_the_turn_completes(
     settings = SessionSettings(model="smollm2", context_window=4096, max_output_tokens=120)
     host = Host.open(tmp_path / "store", provider=provider, tools=WorkspaceTools(), settings=settings)
     try:
-        result = host.send("s", "Read src/cart.py and tell me what it does.", workspace=workspace).result(60)
-        assert result.status == "completed", result
-        assert result.text.startswith("Here's a sample of a Python script") and result.requests == 1
-        assert not [r for r in host.journal.read("s") if isinstance(r.event, ToolResult)]
+        result = host.send("s", message, workspace=workspace).result(60)
+        ran = [r for r in host.journal.read("s") if isinstance(r.event, ToolResult)]
+        assert not ran, ran
     finally:
         host.close()
         provider.close()
     for thread in threading.enumerate():
         if thread not in before and "Actor-" in thread.name:
             thread.join(30)
+    return result
