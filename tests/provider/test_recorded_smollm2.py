@@ -22,7 +22,7 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.events.codec import Record
 from cairn.events.kinds import CompactionFailed, SessionStarted, ToolResult
 from tests.compactor.builders import COUNTER, Log, coding_session, request
-from tests.provider.chat_server import ChatServer, Sse
+from tests.provider.chat_server import ChatServer, Sse, call_start, chunk, text_reply
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "smollm2"
 
@@ -186,7 +186,28 @@ def test_smollm2_offered_a_tool_writes_code_instead_and_the_turn_completes(
     assert result.text.startswith("Here's a sample of a Python script") and result.requests == 1
 
 
-def _one_turn(chat: ChatServer, tmp_path: Path, message: str) -> TurnResult:
+def test_a_tool_call_with_arguments_not_json_or_an_unknown_name_gives_the_model_a_tool_error(
+    chat: ChatServer, tmp_path: Path
+) -> None:
+    """What SmolLM2 never did (so not recorded from it): one reply with a call whose arguments stop
+    mid-JSON, as a `length` finish leaves them, and a call of a tool the host has not got. Each
+    becomes a tool result with status `error` that says why, the next request carries both to the
+    model, and the turn goes on to the model's answer."""
+    calls = [
+        call_start(0, "c1", "read", '{"path": "src/ca'),
+        call_start(1, "c2", "read_file", '{"path": "a"}'),
+    ]
+    chat.plan(Sse((chunk(role="assistant", tool_calls=calls), chunk(finish="tool_calls"))))
+    chat.plan(text_reply("Sorry, those calls were malformed."))
+    result = _one_turn(chat, tmp_path, "Read src/cart.py.", expect_tools=2)
+    assert result.status == "completed" and result.requests == 2, result
+    assert result.text == "Sorry, those calls were malformed."
+    sent = {m["tool_call_id"]: m["content"] for m in chat.requests[1].body["messages"] if m["role"] == "tool"}
+    assert sent["c1"].startswith("read: arguments are not JSON: ")
+    assert sent["c2"] == "unknown tool 'read_file'"
+
+
+def _one_turn(chat: ChatServer, tmp_path: Path, message: str, expect_tools: int = 0) -> TurnResult:
     """One turn of a fresh host on the chat server, the host closed and its actors gone after."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -196,8 +217,8 @@ def _one_turn(chat: ChatServer, tmp_path: Path, message: str) -> TurnResult:
     host = Host.open(tmp_path / "store", provider=provider, tools=WorkspaceTools(), settings=settings)
     try:
         result = host.send("s", message, workspace=workspace).result(60)
-        ran = [r for r in host.journal.read("s") if isinstance(r.event, ToolResult)]
-        assert not ran, ran
+        ran = [r.event for r in host.journal.read("s") if isinstance(r.event, ToolResult)]
+        assert len(ran) == expect_tools and all(e.status == "error" for e in ran), ran
     finally:
         host.close()
         provider.close()
