@@ -12,7 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from cairn.store.errors import StoreLocked
+from cairn.store.errors import StorageFailed, StoreLocked
 from cairn.store.files import open_file
 
 
@@ -22,7 +22,13 @@ def take_lock(root: Path) -> int:
     The caller holds it for as long as it may change the store and releases
     it by closing the fd. The lock file names the holder's pid.
     """
-    fd, _ = open_file(root / "LOCK", os.O_RDWR, create=True)
+    try:
+        fd, _ = open_file(root / "LOCK", os.O_RDWR, create=True)
+    except OSError as exc:  # a read-only file system, a LOCK the process may not write
+        raise StorageFailed(
+            f"cannot open the store at {root} for writing: {exc.strerror or type(exc).__name__}"
+            f" ({root / 'LOCK'}); a read-only store opens with readonly=True"
+        ) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -34,6 +40,10 @@ def take_lock(root: Path) -> int:
             f"the store at {root} is open for writing by another process or journal"
             + (f" (pid {holder})" if holder else "")
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise StorageFailed(f"cannot write the store's lock file {root / 'LOCK'}: {exc.strerror}") from exc
     return fd
