@@ -51,6 +51,15 @@ SCHEMA_VERSION = 1
 MAX_LINE_BYTES = 20 * 1024 * 1024
 #: The `prev` of every session's first event.
 GENESIS = "0" * 32
+#: the largest `ts` a line may carry (unix ms; a line's `ts` is in 0..MAX_TS_MS)
+MAX_TS_MS = (1 << 63) - 1
+
+
+def ts_in_range(ts: int) -> bool:
+    """Whether `ts` is a time a line may carry: an int in 0..`MAX_TS_MS` unix ms. The writers refuse
+    others; a reader may still meet one in a log an older cairn wrote."""
+    return 0 <= ts <= MAX_TS_MS
+
 
 _CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
 #: a line's bytes up to its crc field are `_HEAD_FORMAT` + `_TAIL_FORMAT`: the content without its

@@ -2,6 +2,7 @@
 
 from cairn.store.errors import (
     AcknowledgedDataMissing,
+    BadClock,
     CorruptionError,
     SeqConflict,
     StorageError,
@@ -19,6 +20,7 @@ from cairn.store.verify_report import VerifyReport
 
 __all__ = [
     "AcknowledgedDataMissing",
+    "BadClock",
     "CheckpointRef",
     "CorruptionError",
     "Journal",

@@ -25,14 +25,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from cairn.events.body_check import checked_body
-from cairn.events.codec import encode_tail, validate_session_id
+from cairn.events.codec import encode_tail, ts_in_range, validate_session_id
 from cairn.events.errors import InputError, InvalidEvent
 from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase, ToolResult, UserMessage
 from cairn.events.model import BlobPart
 from cairn.store.blobs import BLOB_CARRIERS, BlobStore, externalize
 from cairn.store.errors import BlobError
-
-_MAX_INT64 = (1 << 63) - 1
 
 
 class Admission:
@@ -58,7 +56,7 @@ class Admission:
         validate_session_id(sid)
         if type(expected_seq) is not int or expected_seq < 0:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
-        if ts_ms is not None and (type(ts_ms) is not int or not 0 <= ts_ms <= _MAX_INT64):
+        if ts_ms is not None and (type(ts_ms) is not int or not ts_in_range(ts_ms)):
             raise InputError(f"ts_ms must be None or an int in 0..2**63-1 (unix ms), got {ts_ms!r}")
         if type(events) is not list and (
             isinstance(events, EventBase | str | bytes) or not isinstance(events, Iterable)

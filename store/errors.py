@@ -7,9 +7,10 @@ segment, byte offset or session involved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from cairn.events.codec import ts_in_range
 from cairn.events.errors import CairnError, InputError
 
 if TYPE_CHECKING:
@@ -27,6 +28,22 @@ class StorageFailed(StorageError):
     refuses further appends until it is reopened, and reopening recovers from
     the log, which then says what was written.
     """
+
+
+class BadClock(StorageError):
+    """The journal's clock gave no time a record can carry (not an int in 0..2**63-1 unix ms, or it
+    raised): the appends it would have stamped are refused, nothing of them written."""
+
+
+def read_clock(clock_ms: Callable[[], object]) -> int:
+    """The time `clock_ms` gives when a record can carry it, else `BadClock` saying what it gave."""
+    try:
+        value = clock_ms()
+    except Exception as exc:  # the host's clock: its failure is the append's, not the writer's
+        raise BadClock(f"the clock raised {type(exc).__name__}: {exc}; nothing was written") from exc
+    if type(value) is not int or not ts_in_range(value):
+        raise BadClock(f"the clock gave {value!r}, not a time in 0..2**63-1 unix ms: nothing was written")
+    return value
 
 
 class StoreClosed(StorageError):

@@ -46,7 +46,14 @@ from cairn.events.errors import InputError
 from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase
 from cairn.store.admission import Admission
 from cairn.store.blobs import BlobStore
-from cairn.store.errors import AppendTimeout, SeqConflict, StorageFailed, StoreClosed
+from cairn.store.errors import (
+    AppendTimeout,
+    BadClock,
+    SeqConflict,
+    StorageFailed,
+    StoreClosed,
+    read_clock,
+)
 from cairn.store.index import Index
 from cairn.store.index_builder import IndexBatch, IndexBuilder
 from cairn.store.index_records import IndexMeta
@@ -391,7 +398,11 @@ class GroupCommit:
         head_of = builder.head
         add = builder.add
         limit = self.segment_bytes
-        now = self._clock_ms()
+        clock_error: BadClock | None = None
+        try:
+            now = read_clock(self._clock_ms)
+        except BadClock as exc:  # the calls it would stamp fail; the writer goes on
+            now, clock_error = 0, exc
         pos = batch.next_pos
         chunks = batch.chunks
         seg_first, chunk_lines = chunks[-1]
@@ -415,6 +426,9 @@ class GroupCommit:
                 continue
             if pending.expected != head.last_seq:
                 rejected.append((pending, SeqConflict(sid, pending.expected, head.last_seq)))
+                continue
+            if pending.ts is None and clock_error is not None:
+                rejected.append((pending, clock_error))
                 continue
             ts = pending.ts if pending.ts is not None else now
             seq = head.last_seq

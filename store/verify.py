@@ -43,7 +43,7 @@ from pathlib import Path
 
 import msgspec
 
-from cairn.events.codec import GENESIS, Envelope
+from cairn.events.codec import GENESIS, Envelope, ts_in_range
 from cairn.store.blobs import BlobStore, blob_refs
 from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
@@ -253,6 +253,8 @@ class _LogCheck:
             report.problems.append(
                 _at(line, env, "segment-name", f"segment named {line.segment} starts at pos {env.pos}")
             )
+        if not ts_in_range(env.ts):
+            report.problems.append(_at(line, env, "bad-ts", f"ts {env.ts} is outside 0..2**63-1 unix ms"))
         expected = self.expected_pos
         if expected is not None and env.pos != expected:
             gap = _at(line, env, "pos-gap", f"pos {env.pos} where {expected} was expected")

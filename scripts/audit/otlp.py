@@ -221,8 +221,14 @@ def _add(total: int | None, value: int | None) -> int | None:
     return value if total is None else total + value
 
 
+#: the latest time OTLP's fixed64 nanoseconds can say
+_MAX_NS = (1 << 64) - 1
+
+
 def _ns(ms: int) -> int:
-    return ms * 1_000_000
+    """`ms` as OTLP's unsigned nanoseconds, held within their range (a line's time outside it, only
+    from a log written before the writers checked their clock, is shown at the nearest end)."""
+    return min(max(ms, 0) * 1_000_000, _MAX_NS)
 
 
 class TraceFold:

@@ -4,6 +4,9 @@ Every table starts with the same key columns, so that any two join:
 
     sid (string)  seq (int64)  pos (int64)  ts (timestamp[ms, UTC])  turn_id (string, null outside a turn)
 
+`ts` is null where the line's time does not fit int64 ms (only a log written before the writers
+checked their clock can hold one; `cairn verify` reports it as `bad-ts`).
+
 `(sid, seq)` is unique in every kind table and in `events`; `pos` is the
 line's global position in the log. Ids (`request_id`, `turn_id`,
 `message_id`, `call_id`) are unique within a session only: join on them
@@ -74,7 +77,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from cairn.events.codec import Record
+from cairn.events.codec import MAX_TS_MS, Record
 from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
@@ -460,7 +463,8 @@ def rows_of(record: Record, turn_id: str | None) -> Iterator[tuple[str, dict[str
     """Every row `record` makes, as (table, row): its `events` row, its kind's row, tool calls, blobs."""
     event = record.event
     kind = record.kind
-    keys = {"sid": record.sid, "seq": record.seq, "pos": record.pos, "ts": record.ts, "turn_id": turn_id}
+    ts = record.ts if -MAX_TS_MS - 1 <= record.ts <= MAX_TS_MS else None
+    keys = {"sid": record.sid, "seq": record.seq, "pos": record.pos, "ts": ts, "turn_id": turn_id}
     request_id = getattr(event, "request_id", None)
     yield "events", {**keys, "kind": kind, "request_id": request_id, "prev": record.prev}
     yield table_of(kind), {**keys, **body_row(event)}

@@ -36,13 +36,13 @@ import nats
 from nats.aio.client import Client
 
 from cairn.events.body_check import checked_body
-from cairn.events.codec import Record, validate_session_id
+from cairn.events.codec import Record, ts_in_range, validate_session_id
 from cairn.events.errors import InputError, InvalidEvent
 from cairn.events.kinds import KINDS, EventBase, ToolResult, UserMessage, kind_name
 from cairn.events.model import BlobPart
 from cairn.events.state import SessionState
 from cairn.store.blobs import BLOB_CARRIERS, BLOB_THRESHOLD, externalize
-from cairn.store.errors import AppendTimeout, BlobError, StorageFailed, StoreClosed
+from cairn.store.errors import AppendTimeout, BadClock, BlobError, StorageFailed, StoreClosed, read_clock
 from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.jetstream import blobs as cluster_blobs
 from cairn.store.jetstream.appender import Appender
@@ -62,7 +62,6 @@ from cairn.store.jetstream.submit import Pending, Submissions
 from cairn.store.jetstream.writer import log
 
 T = TypeVar("T")
-_MAX_TS = (1 << 63) - 1
 
 
 async def _connection_trouble(error: Exception) -> None:
@@ -217,8 +216,12 @@ class JetStreamJournal(SessionReads):
         an event, raises here; an event that would not read back equal fails
         the future. Calls of one session are applied in the order made.
         """
-        ts = self._admit(sid, events, expected_seq, ts_ms)
         future: concurrent.futures.Future[list[Record]] = concurrent.futures.Future()
+        try:
+            ts = self._admit(sid, events, expected_seq, ts_ms)
+        except BadClock as exc:  # not the call's fault: its outcome, like the local journal's
+            future.set_exception(exc)
+            return future
         try:
             checked = self._checked(list(events))
         except InputError as exc:
@@ -234,14 +237,14 @@ class JetStreamJournal(SessionReads):
         validate_session_id(sid)
         if type(expected_seq) is not int or expected_seq < 0:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
-        if ts_ms is not None and (type(ts_ms) is not int or not 0 <= ts_ms <= _MAX_TS):
+        if ts_ms is not None and (type(ts_ms) is not int or not ts_in_range(ts_ms)):
             raise InputError(f"ts_ms must be None or an int in 0..2**63-1 (unix ms), got {ts_ms!r}")
         if isinstance(events, EventBase | str | bytes) or not isinstance(events, Sequence):
             raise InvalidEvent(f"events must be a sequence of events, got {type(events).__name__}")
         for index, event in enumerate(events):
             if type(event) not in _TAGS:
                 raise InvalidEvent(f"event {index} of the call: not an event: {type(event).__name__}")
-        return ts_ms if ts_ms is not None else self._clock_ms()
+        return ts_ms if ts_ms is not None else read_clock(self._clock_ms)
 
     def _checked(self, events: list[EventBase]) -> list[tuple[EventBase, bytes, str]]:
         """Each event as the log reads it back, its body and tag; large parts moved to the object store."""

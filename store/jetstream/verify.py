@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
-from cairn.events.codec import GENESIS, chain_digest, decode_envelope, decode_line
+from cairn.events.codec import GENESIS, chain_digest, decode_envelope, decode_line, ts_in_range
 from cairn.events.errors import DecodeError
 from cairn.store.blobs import blob_refs
 from cairn.store.jetstream.journal import JetStreamJournal
@@ -82,6 +82,8 @@ class _Check:
             problem("seq-gap", f"seq {record.seq} follows seq {self.seq}", record.seq)
         elif record.prev != self.digest:
             problem("chain", "prev does not name the session's previous line", record.seq)
+        if not ts_in_range(record.ts):
+            problem("bad-ts", f"ts {record.ts} is outside 0..2**63-1 unix ms", record.seq)
         if record.pos != record.seq - 1:
             problem("pos", f"pos {record.pos} where {record.seq - 1} (seq - 1) was expected", record.seq)
         self.seq = record.seq
