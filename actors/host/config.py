@@ -8,6 +8,7 @@ import msgspec
 
 from cairn.actors.compactor.service import CompactionConfig
 from cairn.actors.provider.retry import RetryPolicy
+from cairn.actors.session.tool_budget import MAX_STORED_OUTPUT_CHARS
 from cairn.events.errors import InputError
 
 
@@ -41,6 +42,16 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     - `retry`: those waits (the schedule, the cap of 60 s on a server's hint,
       the jitter), for turns and summary calls alike.
     - `compaction`: the compactor's settings (None: its defaults).
+    - `tool_timeout_s`: how long one tool call may run (finite); past it the
+      model gets an error result saying so and the turn goes on. The call's
+      thread is not stopped (Python cannot): its result is dropped when it
+      comes. `tool_threads`: the host's threads for tool calls (at least 1),
+      hung ones included, so hung tools never cost more; with every one
+      busy, a call waits for one within its timeout, else is not run.
+    - `max_tool_output_chars`: the text of one tool result kept in the log
+      (the first and last halves, after a line saying how much was cut;
+      the model sees X1's preview of that); None keeps every result whole
+      (X3: large ones go to the blob store).
     """
 
     max_live_sessions: int = 256
@@ -53,8 +64,21 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     turn_retries: int = 2
     retry: RetryPolicy = RetryPolicy()
     compaction: CompactionConfig | None = None
+    tool_timeout_s: float = 300.0
+    tool_threads: int = 32
+    max_tool_output_chars: int | None = MAX_STORED_OUTPUT_CHARS
 
     def __post_init__(self) -> None:
+        if not 0 < self.tool_timeout_s < math.inf:
+            raise InputError(
+                f"tool_timeout_s must be a finite positive number of seconds, got {self.tool_timeout_s}"
+            )
+        if self.tool_threads < 1:
+            raise InputError(f"tool_threads must be at least 1, got {self.tool_threads}")
+        if self.max_tool_output_chars is not None and self.max_tool_output_chars < 1:
+            raise InputError(
+                f"max_tool_output_chars must be at least 1 or None, got {self.max_tool_output_chars}"
+            )
         timeout = self.request_timeout_s
         if timeout is not None and not 0 < timeout < math.inf:
             raise InputError(

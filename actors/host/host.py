@@ -67,6 +67,7 @@ from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
 from cairn.actors.tokens import Encoding, TokenCounter, load_encoding
+from cairn.actors.tool_runner import ToolRunner
 from cairn.actors.tools import ToolExecutor
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import InputError
@@ -167,10 +168,14 @@ class Host:
             turn_retries=max(0, config.turn_retries),
             retry=config.retry,
             retry_draw=retry_draw if retry_draw is not None else random.random,
+            tool_runner=ToolRunner(config.tool_threads, config.tool_timeout_s),
+            max_tool_output_chars=config.max_tool_output_chars,
         )
         try:
             return cls(journal, runtime, settings=base, config=config, owns_journal=owns)
         except BaseException:
+            assert runtime.tool_runner is not None
+            runtime.tool_runner.close()
             if owns:
                 journal.close()
             raise
@@ -358,6 +363,8 @@ class Host:
         )
         for turn in leftover:
             turn._finish(msgspec.structs.replace(closed, session=turn.session))
+        if self._rt.tool_runner is not None:
+            self._rt.tool_runner.close()
         if self._owns_journal:
             self.journal.close()
         exit_hook.closed(self)

@@ -11,6 +11,7 @@ from cairn.actors.compactor.service import CompactionConfig
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import Encoding
+from cairn.actors.tool_runner import ToolRunner
 from cairn.actors.tools import ToolExecutor
 from cairn.store.backend import JournalBackend
 
@@ -39,5 +40,9 @@ class Runtime:
     retry: RetryPolicy = RetryPolicy()  # noqa: RUF009 (immutable, safe to share)
     #: a random number in [0, 1) for the jitter of a hinted wait
     retry_draw: Callable[[], float] = random.random
+    #: the threads tool calls run on, within their timeout (None: on the session's own thread)
+    tool_runner: ToolRunner | None = None
+    #: the text of one tool result kept in the log (None: all of it)
+    max_tool_output_chars: int | None = None
     append_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0

@@ -37,6 +37,49 @@ _WHY_X2 = f"this turn's {TURN_LIMIT:,}-char budget for tool output is used up"
 _WHY_PREVIEW = "only a preview is stored inline"
 
 
+#: what a tool may return and have kept whole, by default (`HostConfig.max_tool_output_chars`)
+MAX_STORED_OUTPUT_CHARS = 1_000_000
+
+
+def bound_stored(content: str | tuple[Part, ...], max_chars: int | None) -> str | tuple[Part, ...]:
+    """A tool's output as it is stored: whole when its text is at most `max_chars` (or `max_chars` is
+    None), else its text cut to the first and last halves of `max_chars`, after a first line that
+    says so (the model's preview starts with it). Images and blobs pass unchanged; only text counts.
+    """
+    if max_chars is None:
+        return content
+    parts: tuple[Part, ...] = (TextPart(content),) if isinstance(content, str) else content
+    size = sum(len(p.text) for p in parts if isinstance(p, TextPart))
+    if size <= max_chars:
+        return content
+    head, tail = max_chars // 2, max_chars - max_chars // 2
+    notice = (
+        f"[cairn kept {max_chars:,} of the {size:,} chars this tool returned (the host's "
+        f"max_tool_output_chars): the first {head:,} and the last {tail:,}; the rest is not stored]\n"
+    )
+    out: list[Part] = []
+    seen = 0
+    for part in parts:
+        if not isinstance(part, TextPart):
+            out.append(part)
+            continue
+        start, end = seen, seen + len(part.text)
+        seen = end
+        keep_head = part.text[: max(0, head - start)]
+        keep_tail = (
+            part.text[max(0, len(part.text) - max(0, end - (size - tail))) :] if end > size - tail else ""
+        )
+        if len(keep_head) + len(keep_tail) >= len(part.text):
+            kept = part.text
+        else:
+            kept = keep_head + (" [...] " if keep_head and keep_tail else "") + keep_tail
+        if kept:
+            out.append(TextPart(kept))
+    if isinstance(content, str):
+        return notice + "".join(p.text for p in out if isinstance(p, TextPart))
+    return (TextPart(notice), *out)
+
+
 def _is_text_blob(part: BlobPart) -> bool:
     return not part.media_type.startswith("image/") and (part.chars > 0 or bool(part.preview))
 

@@ -61,7 +61,7 @@ from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.provider.base import UsageReport, is_context_limit
 from cairn.actors.provider.retry import RetryPolicy, decide_retry
 from cairn.actors.session.settings import SessionSettings, session_started
-from cairn.actors.session.tool_budget import TURN_LIMIT, content_chars, render_result
+from cairn.actors.session.tool_budget import TURN_LIMIT, bound_stored, content_chars, render_result
 from cairn.actors.tools import ToolOutcome
 from cairn.events.kinds import (
     AssistantMessage,
@@ -188,14 +188,23 @@ def response_events(
 
 
 def tool_result_event(
-    call: ToolCall, outcome: ToolOutcome, *, read_only: frozenset[str], used: int
+    call: ToolCall,
+    outcome: ToolOutcome,
+    *,
+    read_only: frozenset[str],
+    used: int,
+    max_chars: int | None = None,
 ) -> tuple[ToolResult, int]:
     """The `tool-result` of one call, and the chars of the turn's X2 budget used after it.
 
-    The content is recorded whole (X3); `truncated` says whether the model
-    sees less of it (X1/X2), `original_chars` how much there is.
+    The content is recorded whole (X3) up to `max_chars` of text (the host's
+    `max_tool_output_chars`; beyond, `bound_stored` keeps its two ends);
+    `truncated` says whether the model sees less of it (X1/X2),
+    `original_chars` how much the tool returned.
     """
-    content = _text(outcome.content) if isinstance(outcome.content, str) else outcome.content
+    returned = _text(outcome.content) if isinstance(outcome.content, str) else outcome.content
+    original = content_chars(returned)
+    content = _text(bound_stored(returned, max_chars))
     effect = outcome.effect or ("read" if call.name in read_only else "write")
     message = Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
     rendered, shown = render_result(message, max(0, TURN_LIMIT - used))
@@ -205,7 +214,7 @@ def tool_result_event(
         status=outcome.status,
         effect=effect,
         content=content,
-        original_chars=content_chars(content),
+        original_chars=original,
         truncated=rendered is not message,
         files=outcome.files,
     )

@@ -309,6 +309,7 @@ class TurnLoop(Compacting):
                 session=self._sid,
                 turn_id=run.turn_id,
                 workspace=info.workspace if info is not None else None,
+                runner=self._rt.tool_runner,
             )
             if not self._record_tool(call, outcome, run):
                 return
@@ -320,7 +321,10 @@ class TurnLoop(Compacting):
         False when the turn failed (phase `tool`): the journal could not write.
         """
         read_only = read_only_tools(self._state.info)
-        result, used = tool_result_event(call, outcome, read_only=read_only, used=run.tool_chars)
+        kept = self._rt.max_tool_output_chars
+        result, used = tool_result_event(
+            call, outcome, read_only=read_only, used=run.tool_chars, max_chars=kept
+        )
         try:
             self._persist([result])
         except (LineTooLarge, InvalidEvent, MalformedEvent) as exc:  # the outcome's fault, not the store's

@@ -110,10 +110,14 @@ def test_a_bad_tool_outcome_is_an_error_result_and_the_turn_goes_on(
 
 
 def test_a_tool_result_too_large_for_a_log_line_is_an_error_result(tmp_path: Path) -> None:
-    # 250,000 small parts: no part goes to the blob store, the line would be ~25 MB (limit 20 MiB)
+    # 250,000 small parts: no part goes to the blob store, the line would be ~25 MB (limit 20 MiB);
+    # kept whole (max_tool_output_chars None), as the default would cut it to 1,000,000 chars
     many = tuple(TextPart(f"part {index:07d} " + "x" * 80) for index in range(250_000))
     host = open_host(
-        tmp_path / "store", _one_tool_call_then_reply(), tools=Misbehaving(ToolOutcome(content=many))
+        tmp_path / "store",
+        _one_tool_call_then_reply(),
+        tools=Misbehaving(ToolOutcome(content=many)),
+        max_tool_output_chars=None,
     )
     try:
         result = host.send("s1", "go", workspace=str(tmp_path)).result(timeout=WAIT)
