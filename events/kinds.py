@@ -143,6 +143,9 @@ class UserMessage(EventBase, frozen=True, tag="user-message"):
     content: tuple[Part, ...]
     #: the count of the message this makes (added later: older lines lack it, and it is never null)
     tokens: TokenCount | UnsetType = UNSET
+    #: the key the host sent it with (`Host.send(idempotency_key=...)`): a send with the same key
+    #: is answered from this message's turn, never recorded again (added later: absent when none)
+    idempotency_key: str | UnsetType = UNSET
 
 
 class TurnStarted(EventBase, frozen=True, tag="turn-started"):

@@ -271,8 +271,9 @@ class AsyncHost:
         *,
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
+        idempotency_key: str | None = None,
     ) -> AsyncTurn:
-        """`Host.send`: the handle of the turn the message starts (or steers).
+        """`Host.send`: the handle of the turn the message starts (or steers); `idempotency_key` as there.
 
         If the awaiting task is cancelled after the message left, the turn
         still runs: `last_turn(session)` gives its handle.
@@ -284,7 +285,9 @@ class AsyncHost:
         inbox = self._inbox
 
         def send() -> AsyncTurn:
-            handle = self.host.send(session, text, workspace=workspace, settings=settings)
+            handle = self.host.send(
+                session, text, workspace=workspace, settings=settings, idempotency_key=idempotency_key
+            )
             return AsyncTurn(handle, inbox, functools.partial(self._latest.__setitem__, session))
 
         return await self._run(send)

@@ -54,7 +54,13 @@ from cairn.actors.errors import HostTimeout, SessionCrashed, SessionExists, Unkn
 from cairn.actors.host import exit_hook
 from cairn.actors.host.config import HostConfig
 from cairn.actors.host.fork import copy_history
-from cairn.actors.host.inputs import check_budget, checked_settings, checked_workspace, user_content
+from cairn.actors.host.inputs import (
+    check_budget,
+    checked_key,
+    checked_settings,
+    checked_workspace,
+    user_content,
+)
 from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.provider.base import Provider
@@ -189,6 +195,7 @@ class Host:
         *,
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
+        idempotency_key: str | None = None,
     ) -> Turn:
         """Send a user message; returns the handle of the turn it starts (or steers, mid-turn).
 
@@ -203,9 +210,18 @@ class Host:
         Arguments of the wrong kind (a dict for a message, bytes for a path,
         a malformed part or SessionSettings, text with lone surrogates) raise
         `InputError` here, before anything is written.
+
+        `idempotency_key` (1..256 printable chars) makes a resend safe: the
+        session records it with the message, and a later send with the same
+        key records and runs nothing. While that turn runs, the new handle
+        joins it (its items so far, then the rest); once it has ended, the
+        handle is answered from the log: the turn's records and its result
+        (`provider_seconds` 0). The same key with other content is
+        `rejected`, error class `IdempotencyKeyReused`. Keys are per session.
         """
         validate_session_id(session)
         content = user_content(text)
+        key = checked_key(idempotency_key) if idempotency_key is not None else None
         where = checked_workspace(workspace) if workspace is not None else None
         chosen = self._settings
         if settings is not None:
@@ -219,7 +235,7 @@ class Host:
                 self._outstanding.add(turn)
             try:
                 assert entry.ref is not None
-                entry.ref.tell(Send(content, turn, workspace=where, settings=chosen))
+                entry.ref.tell(Send(content, turn, workspace=where, settings=chosen, key=key))
             except pykka.ActorDeadError:
                 with self._lock:
                     self._outstanding.discard(turn)

@@ -7,6 +7,7 @@ written, so a malformed argument never becomes an unreadable log line.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Mapping
 
 import msgspec
@@ -82,6 +83,19 @@ def check_text(text: str, what: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InputError(f"{what} is not valid Unicode: a lone surrogate at index {exc.start}") from None
+
+
+def checked_key(key: object) -> str:
+    """An idempotency key as sessions record it: a str of 1..256 chars, printable, valid Unicode."""
+    from cairn.actors.session.idempotency import MAX_KEY_CHARS
+
+    if type(key) is not str:
+        raise InputError(f"idempotency_key must be a str, got {type(key).__name__}")
+    if not 1 <= len(key) <= MAX_KEY_CHARS:
+        raise InputError(f"idempotency_key must be 1..{MAX_KEY_CHARS} chars, got {len(key)}")
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in key):
+        raise InputError("idempotency_key must not contain control characters or lone surrogates")
+    return key
 
 
 def checked_workspace(workspace: object) -> str:

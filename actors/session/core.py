@@ -36,6 +36,7 @@ from cairn.actors.provider.actor import ProviderActor
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.counts import with_counts
 from cairn.actors.session.handoff import is_hidden_event
+from cairn.actors.session.idempotency import KeyedMessage
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
 from cairn.actors.session.messages import ManualCompact, Send
 from cairn.actors.session.request import assemble
@@ -74,6 +75,8 @@ class SessionCore(pykka.ThreadingActor):
         self._run: TurnRun | None = None
         self._compaction: PendingCompaction | None = None
         self._sends: list[Send] = []
+        #: the idempotency keys in the log and their turns (None: not read yet; `idempotency`)
+        self._keys: dict[str, KeyedMessage] | None = None
         self._manual: list[ManualCompact] = []
         self._jobs = itertools.count(1)
 
@@ -99,6 +102,7 @@ class SessionCore(pykka.ThreadingActor):
             self._adapter = self._rt.adapter_for(self._sid)
             self._provider = ProviderActor.start(self._adapter)
         state = self._journal.load(self._sid)
+        self._keys = None  # read again from the log when a keyed message needs them
         owed = interrupted_events(state, "the turn never finished: the process stopped or crashed")
         if owed:
             records = self._journal.append(

@@ -43,6 +43,8 @@ class Send(msgspec.Struct, frozen=True):
     handle: Turn
     workspace: str | None
     settings: SessionSettings
+    #: the host's idempotency key for this message (`actors.session.idempotency`), if any
+    key: str | None = None
 
 
 class ManualCompact(msgspec.Struct, frozen=True):

@@ -143,6 +143,14 @@ class Turn:
 
     # -- writing (the session actor's thread) -----------------------------------------
 
+    def _join(self, other: Turn) -> None:
+        """Start with every item `other` has had so far: a resend joining the turn of its first send.
+        On the session's thread, where the items are published, so none comes in between."""
+        with other._cond:
+            items = list(other._items)
+        for item in items:
+            self._publish(item)
+
     def _publish(self, item: StreamItem) -> None:
         with self._cond:
             if self._result is None:

@@ -103,12 +103,14 @@ def start_events(
     *,
     settings: SessionSettings | None = None,
     workspace: str | None = None,
+    keys: Sequence[str | None] = (),
 ) -> tuple[list[EventBase], str]:
     """The events that open a turn with `texts` (the first opens it, the rest steer it), and its id.
 
     A session without `session-started` gets one first, from `settings` and
     `workspace`. The turn's task (C11) is the first text plus every later
-    one (the fold adds user messages to the open turn).
+    one (the fold adds user messages to the open turn). `keys` are the
+    texts' idempotency keys, in order (None: none).
     """
     events: list[EventBase] = []
     seq = state.last_seq
@@ -118,22 +120,32 @@ def start_events(
         events.append(session_started(settings, workspace))
         seq += 1
     first = f"u{seq + 1}"
-    events.append(UserMessage(message_id=first, content=_text(texts[0])))
+    key_of = list(keys) + [None] * (len(texts) - len(keys))
+    events.append(_user_message(first, texts[0], key_of[0]))
     turn_id = f"t{seq + 2}"
     events.append(TurnStarted(turn_id=turn_id, message_id=first))
     seq += 2
-    for text in texts[1:]:
+    for text, key in zip(texts[1:], key_of[1:], strict=True):
         seq += 1
-        events.append(UserMessage(message_id=f"u{seq}", content=_text(text)))
+        events.append(_user_message(f"u{seq}", text, key))
     return events, turn_id
 
 
-def steering_events(state: SessionState, texts: Sequence[UserContent]) -> list[EventBase]:
+def steering_events(
+    state: SessionState, texts: Sequence[UserContent], keys: Sequence[str | None] = ()
+) -> list[EventBase]:
     """User messages sent while a turn runs: recorded before its next request (C11 task)."""
+    key_of = list(keys) + [None] * (len(texts) - len(keys))
     return [
-        UserMessage(message_id=f"u{state.last_seq + index + 1}", content=_text(text))
-        for index, text in enumerate(texts)
+        _user_message(f"u{state.last_seq + index + 1}", text, key)
+        for index, (text, key) in enumerate(zip(texts, key_of, strict=True))
     ]
+
+
+def _user_message(message_id: str, text: UserContent, key: str | None) -> UserMessage:
+    if key is None:
+        return UserMessage(message_id=message_id, content=_text(text))
+    return UserMessage(message_id=message_id, content=_text(text), idempotency_key=key)
 
 
 # --- a response and its tools -------------------------------------------------------------

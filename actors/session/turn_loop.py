@@ -46,11 +46,13 @@ from cairn.actors.provider.base import (
 )
 from cairn.actors.session.compacting import Compacting
 from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line
+from cairn.actors.session.idempotency import KeyedMessage, key_index, same_message, turn_outcome, user_parts
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import TurnRun
 from cairn.actors.session.messages import RetryRequest, Send
 from cairn.actors.session.request import assemble, request_event
 from cairn.actors.session.slimming import apply_plan, plan_micro, plan_snip, read_only_tools
+from cairn.actors.session.stream import Turn
 from cairn.actors.session.tool_calls import run_tool
 from cairn.actors.session.tracker import Occupancy, occupancy
 from cairn.actors.session.turn import (
@@ -81,19 +83,30 @@ class TurnLoop(Compacting):
 
     def _on_send(self, message: Send) -> None:
         if self._run is not None or self._compaction is not None:
+            key = message.key
+            if (
+                key is not None
+                and all(send.key != key for send in self._sends)
+                and self._by_key(message, {}, [])
+            ):
+                return  # a resend: joined the running turn, or answered from the log, at once
             self._sends.append(message)  # recorded before the next request, or after this wait
             return
         self._start([message])
 
-    def _accept(self, sends: list[Send]) -> list[Send]:
-        """The sends this session can take; the others are rejected on their handles.
+    def _accept(self, sends: list[Send]) -> tuple[list[Send], list[Turn]]:
+        """The sends this session records, and the handles of resends that join them.
 
         A new session takes the workspace of its first message that names one;
-        every later message must name the same one, or none.
+        every later message must name the same one, or none. A send whose
+        idempotency key is known is answered here (`_by_key`): it joins its
+        turn (returned when that is one of these sends) or gets its outcome.
         """
         info = self._state.info
         workspace = info.workspace if info is not None else None
         accepted: list[Send] = []
+        joining: list[Turn] = []
+        batch: dict[str, Send] = {}
         for send in sends:
             problem = ""
             if workspace is None and send.workspace is None:
@@ -104,15 +117,61 @@ class TurnLoop(Compacting):
                 kind = UnknownSession if workspace is None else WorkspaceMismatch
                 send.handle._finish(self._result("rejected", "", error_class=kind.__name__, error=problem))
                 continue
+            if send.key is not None:
+                if self._by_key(send, batch, joining):
+                    continue
+                batch[send.key] = send
             if workspace is None:
                 workspace = send.workspace
             accepted.append(send)
-        return accepted
+        return accepted, joining
+
+    def _by_key(self, send: Send, batch: dict[str, Send], joining: list[Turn]) -> bool:
+        """Whether `send`'s key was seen: then it joins, is answered from the log, or is refused."""
+        key = send.key
+        assert key is not None
+        earlier = batch.get(key)
+        hit = self._key_index().get(key)
+        seen = earlier.text if earlier is not None else hit.content if hit is not None else None
+        if seen is None:
+            return False
+        if not same_message(seen, send.text):
+            problem = f"idempotency key {key!r} was used for another message of session {self._sid}"
+            send.handle._finish(
+                self._result("rejected", "", error_class="IdempotencyKeyReused", error=problem)
+            )
+            return True
+        run = self._run
+        if earlier is not None:
+            joining.append(send.handle)  # its first send is recorded with this batch
+        elif hit is not None and run is not None and hit.turn_id == run.turn_id:
+            send.handle._join(run.handles[0])
+            run.handles.append(send.handle)
+        elif hit is not None:
+            records, result = turn_outcome(list(self._journal.read(self._sid)), self._sid, hit.turn_id)
+            for record in records:
+                send.handle._publish(record)
+            send.handle._finish(result)
+        return True
+
+    def _key_index(self) -> dict[str, KeyedMessage]:
+        """The keys in this session's log and their turns, read once (then kept up to date)."""
+        if self._keys is None:
+            self._keys = key_index(self._journal.read(self._sid))
+        return self._keys
+
+    def _remember(self, sends: list[Send], turn_id: str) -> None:
+        """The keys of `sends`, now recorded in turn `turn_id`."""
+        if self._keys is None:
+            return  # read from the log when first needed, these included
+        for send in sends:
+            if send.key is not None:
+                self._keys.setdefault(send.key, KeyedMessage(turn_id, user_parts(send.text)))
 
     def _start(self, sends: list[Send]) -> None:
         if not self._loaded:
             self._load()
-        accepted = self._accept(sends)
+        accepted, joining = self._accept(sends)
         if not accepted:
             return self._resume()
         first = next((send for send in accepted if send.workspace is not None), accepted[0])
@@ -122,27 +181,36 @@ class TurnLoop(Compacting):
                 [send.text for send in accepted],
                 settings=first.settings,
                 workspace=first.workspace,
+                keys=[send.key for send in accepted],
             )
-            self._run = TurnRun(turn_id, [send.handle for send in accepted])
+            self._run = TurnRun(turn_id, [send.handle for send in accepted] + joining)
             self._persist(events)
         except CairnError as exc:
             self._run = None
             result = self._result("rejected", "", error_class=type(exc).__name__, error=str(exc))
             for send in accepted:
                 send.handle._finish(result)
+            for handle in joining:
+                handle._finish(result)
             return self._resume()
+        self._remember(accepted, turn_id)
         self._next_request()
 
     def _steer(self) -> bool:
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
         run = self._run
         assert run is not None
-        sends = self._accept(self._sends)
+        sends, joining = self._accept(self._sends)
         self._sends = []
         if not sends:
             return True
         run.handles.extend(send.handle for send in sends)
-        return self._try_persist(steering_events(self._state, [send.text for send in sends]), "provider")
+        run.handles.extend(joining)
+        events = steering_events(self._state, [send.text for send in sends], [send.key for send in sends])
+        if not self._try_persist(events, "provider"):
+            return False
+        self._remember(sends, run.turn_id)
+        return True
 
     def _resume(self) -> None:
         """Idle again: run a waiting manual compaction, else start a turn with the waiting messages."""

@@ -31,7 +31,7 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
                           parent_session (a fork's parent), parent_seq int64, system_prompt,
                           tool_count int64, tool_schemas_json, read_only_tools_json
     user_message          message_id, text (its text parts joined), parts int64, images int64,
-                          blobs int64, content_json
+                          blobs int64, content_json, idempotency_key (null when sent without one)
     turn_started          message_id
     turn_completed        requests int64
     turn_failed           phase, error_class, error
@@ -134,6 +134,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("images", INT),
         ("blobs", INT),
         ("content_json", JSON),
+        ("idempotency_key", STR),
     ),
     "turn_started": (("message_id", STR),),
     "turn_completed": (("requests", INT),),
@@ -384,6 +385,7 @@ def body_row(event: EventBase) -> dict[str, Any]:
             "images": _count(event.content, ImagePart),
             "blobs": _count(event.content, BlobPart),
             "content_json": _json(event.content),
+            "idempotency_key": event.idempotency_key or None,
         }
     if isinstance(event, TurnStarted):
         return {"message_id": event.message_id}
