@@ -91,6 +91,7 @@ _WHERE: dict[str, str] = {
     "NoHostAnswered": "cairn.actors.cluster.errors",
     "AcceptTimeout": "cairn.actors.cluster.errors",
     "RequestRefused": "cairn.actors.cluster.errors",
+    "OutcomeUnknown": "cairn.actors.cluster.errors",
 }
 
 __all__ = sorted(_WHERE)
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.cluster.errors import AcceptTimeout as AcceptTimeout
     from cairn.actors.cluster.errors import ClusterUnavailable as ClusterUnavailable
     from cairn.actors.cluster.errors import NoHostAnswered as NoHostAnswered
+    from cairn.actors.cluster.errors import OutcomeUnknown as OutcomeUnknown
     from cairn.actors.cluster.errors import RequestRefused as RequestRefused
     from cairn.actors.cluster.names import ClusterNames as ClusterNames
     from cairn.actors.compactor.errors import CompactionBlocked as CompactionBlocked

@@ -19,6 +19,7 @@ from cairn.actors.cluster.errors import (
     InvalidHostId,
     LeaseNotHeld,
     NoHostAnswered,
+    OutcomeUnknown,
     RequestRefused,
 )
 from cairn.actors.cluster.names import ClusterNames
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidHostId",
     "LeaseNotHeld",
     "NoHostAnswered",
+    "OutcomeUnknown",
     "RemoteTurn",
     "RequestRefused",
 ]

@@ -16,15 +16,23 @@ accepted it. The handle is a `RemoteTurn`, a `Turn` fed by the frames the
 serving host publishes to that inbox (`frames` has the protocol): records
 decoded from their log lines (checksum included), deltas, then the result.
 
+Every message carries an idempotency key (the caller's, else a fresh one:
+`turn.idempotency_key`), so asking again never runs a turn twice (the
+hosts answer a known key from the log, or join its running turn).
+
 Errors of `send`: `NoHostAnswered` (no host subscribed), `AcceptTimeout`
 (none accepted in `accept_timeout_s`: it may still be served; during a
 failover this waits for the dead owner's lease to run out, so keep it
 above the lease TTL), `RequestRefused` (a host refused it before a turn
-began, naming its error class). Once accepted, the handle always resolves:
-with the turn's result, or, when the serving host goes silent for
-`silence_s` (it beats every second) or a frame is missing, as `failed`,
-phase `interrupted`, error class `HostUnreachable` (the next owner records
-that turn as interrupted in the log too).
+began, naming its error class: only a host's own refusal), `OutcomeUnknown`
+(the reply stream broke before a host said whether it took the message, on
+each of `MAX_ASKS` asks under the same key). Once accepted, the handle
+always resolves: with the turn's result; when the serving host goes silent
+for `silence_s` (it beats every second), as `failed`, phase `interrupted`,
+error class `HostUnreachable` (the next owner records that turn as
+interrupted in the log too); when a frame is missing or garbled, the same
+with error class `OutcomeUnknown` (the turn may still finish: send again
+with the key to learn how).
 
 Thread-safety: every method may be called from any thread; frames are
 handled on the client's own event loop thread.
@@ -38,6 +46,7 @@ import contextlib
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
@@ -47,7 +56,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from cairn.actors.cluster.errors import AcceptTimeout, NoHostAnswered, RequestRefused
+from cairn.actors.cluster.errors import AcceptTimeout, NoHostAnswered, OutcomeUnknown, RequestRefused
 from cairn.actors.cluster.frames import (
     Accepted,
     Beat,
@@ -62,7 +71,7 @@ from cairn.actors.cluster.frames import (
 )
 from cairn.actors.cluster.names import ClusterNames
 from cairn.actors.errors import HostClosed
-from cairn.actors.host.inputs import checked_settings, checked_workspace, user_content
+from cairn.actors.host.inputs import checked_key, checked_settings, checked_workspace, user_content
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
 from cairn.events.codec import validate_session_id
@@ -74,21 +83,29 @@ from cairn.store.jetstream.loop import LoopThread
 ACCEPT_TIMEOUT_S = 45.0
 #: how long an accepted turn may stay silent (no frame, no beat) before it counts as interrupted
 SILENCE_S = 15.0
+#: how often `send` asks when the reply stream breaks before a host accepted (the same key each time)
+MAX_ASKS = 3
 
 
 class RemoteTurn(Turn):
-    """A `Turn` served by a cluster host: `events()` and `result()` as from `Host.send`, plus `host_id`."""
+    """A `Turn` served by a cluster host: `events()` and `result()` as from `Host.send`, plus
+    `host_id`, and `idempotency_key`: the key it was sent with (send again with it to learn its
+    outcome when the stream broke)."""
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, idempotency_key: str = "") -> None:
         super().__init__(session)
         self.host_id = ""
+        self.idempotency_key = idempotency_key
 
 
 class _Reception:
     """One turn's inbox: frames in (on the loop), the handle fed in order (see the module doc)."""
 
-    def __init__(self, turn: RemoteTurn, silence_s: float, on_end: Callable[[_Reception], None]) -> None:
+    def __init__(
+        self, turn: RemoteTurn, key: str, silence_s: float, on_end: Callable[[_Reception], None]
+    ) -> None:
         self.turn = turn
+        self.key = key
         self._on_end = on_end
         self.accepted: concurrent.futures.Future[str] = concurrent.futures.Future()
         self.sub: Subscription | None = None
@@ -135,8 +152,14 @@ class _Reception:
                 self._end()
 
     def _broken(self, why: str) -> None:
-        self.turn._finish(_interrupted(self.turn.session, "HostUnreachable", why))
-        self._end(error=RequestRefused("StreamBroken", why))
+        """A frame lost or garbled: never a refusal. Before `Accepted`, `send` asks again under the
+        same key; after it, the turn's outcome is unknown to this handle (it may still finish)."""
+        if self.accepted.done():
+            why = f"{why}; send again with idempotency_key={self.key!r} for its outcome"
+            self.turn._finish(_interrupted(self.turn.session, "OutcomeUnknown", why))
+            self._end()
+        else:
+            self._end(error=OutcomeUnknown(self.key, why))
 
     def _end(self, error: BaseException | None = None) -> None:
         """No more frames: resolve what is still open, stop the watchdog, unsubscribe."""
@@ -217,17 +240,27 @@ class ClusterClient:
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
         accept_timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> RemoteTurn:
-        """Send a user message as `Host.send` does; returns once a host accepted it (see the module doc)."""
+        """Send a user message as `Host.send` does; returns once a host accepted it (see the module doc).
+
+        Every message goes with an idempotency key: `idempotency_key`, else a
+        fresh one (`turn.idempotency_key` tells it). When the reply stream
+        breaks before a host said it took the message, `send` asks again
+        under the same key, which runs nothing twice (`MAX_ASKS` in all,
+        within `accept_timeout_s`), then raises `OutcomeUnknown`.
+        """
         if self._closed:
             raise HostClosed("the cluster client is closed")
         validate_session_id(session)
         content = user_content(text)
+        key = checked_key(idempotency_key) if idempotency_key is not None else uuid.uuid4().hex
         request = TurnRequest(
             sid=session,
             content=content,  # type: ignore[arg-type]  # checked: text and image parts only
             workspace=checked_workspace(workspace) if workspace is not None else None,
             settings=checked_settings(settings) if settings is not None else None,
+            idempotency_key=key,
         )
         data = encode(request)
         if len(data) > self._nc.max_payload:
@@ -235,19 +268,26 @@ class ClusterClient:
                 f"the message encodes to {len(data)} bytes, "
                 f"over the cluster's {self._nc.max_payload}-byte message limit"
             )
-        reception = _Reception(RemoteTurn(session), self._silence_s, self._forget)
-        with self._lock:
-            self._open.add(reception)
-        self._loop.call(self._begin(reception, self.names.turn_subject(session), data), 30.0)
         wait = self._accept_timeout_s if accept_timeout_s is None else accept_timeout_s
-        try:
-            reception.accepted.result(wait)
-        except concurrent.futures.TimeoutError:
-            self._loop.call(self._give_up(reception), 10.0)
-            raise AcceptTimeout(
-                f"session {session}: no cairn host accepted the message within {wait} s"
-            ) from None
-        return reception.turn
+        deadline = time.monotonic() + wait
+        for ask in range(1, MAX_ASKS + 1):
+            reception = _Reception(RemoteTurn(session, key), key, self._silence_s, self._forget)
+            with self._lock:
+                self._open.add(reception)
+            self._loop.call(self._begin(reception, self.names.turn_subject(session), data), 30.0)
+            try:
+                reception.accepted.result(max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                self._loop.call(self._give_up(reception), 10.0)
+                raise AcceptTimeout(
+                    f"session {session}: no cairn host accepted the message within {wait} s"
+                ) from None
+            except OutcomeUnknown:
+                if ask == MAX_ASKS or time.monotonic() >= deadline:
+                    raise
+                continue  # the same key again: a host that took it answers from its turn
+            return reception.turn
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _forget(self, reception: _Reception) -> None:
         with self._lock:
@@ -256,6 +296,7 @@ class ClusterClient:
     async def _begin(self, reception: _Reception, subject: str, data: bytes) -> None:
         inbox = self._nc.new_inbox()
         reception.sub = await self._nc.subscribe(inbox, cb=reception.on_msg, pending_msgs_limit=-1)
+        await self._nc.flush()  # the server has the subscription before the message goes out
         await self._nc.publish(subject, data, reply=inbox)
 
     async def _give_up(self, reception: _Reception) -> None:

@@ -344,7 +344,11 @@ class ClusterHost:
         """`Host.send` the message and stream its turn to the client (a refusal when it does not start)."""
         try:
             turn = self.host.send(
-                request.sid, request.content, workspace=request.workspace, settings=request.settings
+                request.sid,
+                request.content,
+                workspace=request.workspace,
+                settings=request.settings,
+                idempotency_key=request.idempotency_key,
             )
         except CairnError as exc:
             self._refuse(outbox, type(exc).__name__, str(exc))

@@ -34,6 +34,16 @@ class RequestRefused(ClusterUnavailable):
         super().__init__(f"{error_class}: {message}" if message else error_class)
 
 
+class OutcomeUnknown(ClusterUnavailable):
+    """The reply stream broke before it said whether a host took the message (a frame lost on the
+    way): it may have been recorded, and its turn may run. Send again with the same idempotency key
+    (`key`): a host answers from the log, or joins the turn, and runs nothing twice."""
+
+    def __init__(self, key: str, why: str) -> None:
+        self.key = key
+        super().__init__(f"{why}; the outcome is unknown: send again with idempotency_key={key!r}")
+
+
 class InvalidHostId(InputError):
     """A host id that cannot be a NATS subject token (1-64 of letters, digits, `_` and `-`)."""
 

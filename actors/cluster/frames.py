@@ -42,6 +42,8 @@ class TurnRequest(msgspec.Struct, frozen=True, kw_only=True):
     content: str | tuple[TextPart | ImagePart, ...]
     workspace: str | None = None
     settings: SessionSettings | None = None
+    #: the client's idempotency key (`Host.send(idempotency_key=...)`): a resend runs nothing twice
+    idempotency_key: str | None = None
 
 
 class Forwarded(msgspec.Struct, frozen=True, kw_only=True):

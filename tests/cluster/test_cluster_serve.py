@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -21,11 +22,12 @@ from cairn import Host, HostConfig, WorkspaceTools
 from cairn.actors.cluster import ClusterClient, ClusterHost, NoHostAnswered
 from cairn.actors.cluster.frames import ErrorFrame, decode_frame
 from cairn.actors.cluster.names import ClusterNames
+from cairn.actors.cluster.outbox import Outbox
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.events.codec import Record
 from cairn.events.errors import InvalidSessionId
-from cairn.events.kinds import OwnerChanged
+from cairn.events.kinds import OwnerChanged, UserMessage
 from cairn.events.model import ToolCall
 from cairn.store import Journal
 from cairn.store.jetstream.local_cluster import LocalCluster
@@ -109,7 +111,9 @@ def test_a_turn_through_the_cluster_streams_the_records_deltas_and_result_a_loca
     with Journal.open(tmp_path / "local") as journal:
         journal.append("parity.1", [fence.event], expected_seq=0)
     with Host.open(tmp_path / "local", provider=plan(), tools=WorkspaceTools(), config=CONFIG) as host:
-        local = host.send("parity.1", "what do the notes say?", workspace=workspace)
+        local = host.send(
+            "parity.1", "what do the notes say?", workspace=workspace, idempotency_key=remote.idempotency_key
+        )
         local_items = list(local.events(timeout=WAIT))
         local_result = local.result(WAIT)
 
@@ -194,3 +198,78 @@ def test_a_closed_client_resolves_its_open_turns_and_refuses_new_ones(
     with pytest.raises(Exception, match="closed"):
         client.send("closing", "again")
     shutil.rmtree(workspace)
+
+
+# --- idempotency keys and broken reply streams (issue 23 point 2) -----------------------------
+
+
+def _keyed(host: ClusterHost, sid: str, last_seq: int) -> list[UserMessage]:
+    records = settled(host.journal, sid, last_seq)
+    return [r.event for r in records if isinstance(r.event, UserMessage) and r.event.idempotency_key]
+
+
+def test_every_send_carries_a_key_and_a_resend_with_it_runs_nothing_twice(
+    hosts: tuple[ClusterHost, ClusterHost], client: ClusterClient, workspace: Path
+) -> None:
+    first = client.send("keyed.1", "what do the notes say?", workspace=workspace)
+    result = first.result(WAIT)
+    assert result.ok and len(first.idempotency_key) == 32  # a fresh key when the caller gave none
+    again = client.send("keyed.1", "what do the notes say?", idempotency_key=first.idempotency_key)
+    assert again.result(WAIT) == msgspec.structs.replace(result, provider_seconds=0.0)
+    owner = next(h for h in hosts if h.host_id == first.host_id)
+    assert [m.idempotency_key for m in _keyed(owner, "keyed.1", result.last_seq)] == [first.idempotency_key]
+
+
+class _DropFrames:
+    """A host-side fault: the first stream's frames numbered in `drop` never leave the host."""
+
+    def __init__(self, drop: set[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.drop = drop
+        self.streams: list[str] = []
+        real = Outbox.send
+
+        def send(outbox: Outbox, frame: Any) -> bool:
+            if outbox.reply_to not in self.streams:
+                self.streams.append(outbox.reply_to)
+            if outbox.reply_to == self.streams[0] and getattr(frame, "n", None) in self.drop:
+                return True  # as if the network lost it
+            return real(outbox, frame)
+
+        monkeypatch.setattr(Outbox, "send", send)
+
+
+def test_a_lost_first_frame_is_asked_again_under_the_same_key_and_the_turn_runs_once(
+    hosts: tuple[ClusterHost, ClusterHost],
+    client: ClusterClient,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: `RequestRefused: StreamBroken: frame 1 came where frame 0 was due` for a turn that
+    ran (a caller that sent again doubled it). Now the client asks again under the same key; the
+    host joins the turn (or answers from the log) and the handle gets the whole stream."""
+    fault = _DropFrames({0}, monkeypatch)
+    turn = client.send("keyed.2", "what do the notes say?", workspace=workspace)
+    result = turn.result(WAIT)
+    assert result.ok and result.text == "The notes say hello." and len(fault.streams) == 2
+    records = [item for item in turn.events(timeout=WAIT) if isinstance(item, Record)]
+    assert [r.kind for r in records][-1] == "turn-completed"
+    owner = next(h for h in hosts if h.host_id == turn.host_id)
+    assert len(_keyed(owner, "keyed.2", result.last_seq)) == 1
+    started = [r for r in settled(owner.journal, "keyed.2", result.last_seq) if r.kind == "turn-started"]
+    assert len(started) == 1
+
+
+def test_a_frame_lost_after_acceptance_leaves_the_outcome_unknown_and_the_key_finds_it(
+    hosts: tuple[ClusterHost, ClusterHost],
+    client: ClusterClient,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _DropFrames({2}, monkeypatch)
+    turn = client.send("keyed.3", "what do the notes say?", workspace=workspace)
+    broken = turn.result(WAIT)
+    assert (broken.status, broken.phase, broken.error_class) == ("failed", "interrupted", "OutcomeUnknown")
+    assert "frame 3 came where frame 2 was due" in broken.error
+    assert f"send again with idempotency_key={turn.idempotency_key!r}" in broken.error
+    found = client.send("keyed.3", "what do the notes say?", idempotency_key=turn.idempotency_key)
+    assert found.result(WAIT).ok and found.result(WAIT).text == "The notes say hello."
