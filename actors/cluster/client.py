@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import math
 import os
 import threading
 import time
@@ -83,8 +84,11 @@ from cairn.store.jetstream.loop import LoopThread
 ACCEPT_TIMEOUT_S = 45.0
 #: how long an accepted turn may stay silent (no frame, no beat) before it counts as interrupted
 SILENCE_S = 15.0
-#: how often `send` asks when the reply stream breaks before a host accepted (the same key each time)
-MAX_ASKS = 3
+#: how often `send` asks in all (the same key each time): again when no host accepted within
+#: `ask_again_s` (the one that got it may be hung), or when the reply stream broke before one did
+MAX_ASKS = 8
+#: how long `send` waits for an acceptance before it asks again (another host may take it)
+ASK_AGAIN_S = 2.0
 
 
 class RemoteTurn(Turn):
@@ -207,10 +211,18 @@ class ClusterClient:
         accept_timeout_s: float = ACCEPT_TIMEOUT_S,
         silence_s: float = SILENCE_S,
         connect_timeout_s: float = 10.0,
+        ask_again_s: float = ASK_AGAIN_S,
+        max_asks: int = MAX_ASKS,
     ) -> None:
         self.names = names if names is not None else ClusterNames()
         self._accept_timeout_s = accept_timeout_s
         self._silence_s = silence_s
+        if not 0 < ask_again_s < math.inf:
+            raise InputError(f"ask_again_s must be a finite positive number of seconds, got {ask_again_s}")
+        self._ask_again_s = ask_again_s
+        if type(max_asks) is not int or max_asks < 1:
+            raise InputError(f"max_asks must be an int of at least 1, got {max_asks!r}")
+        self._max_asks = max_asks
         servers = [u for u in url.split(",") if u] if isinstance(url, str) else list(url)
         self._loop = LoopThread(name="cairn-cluster-client")
         try:
@@ -245,10 +257,13 @@ class ClusterClient:
         """Send a user message as `Host.send` does; returns once a host accepted it (see the module doc).
 
         Every message goes with an idempotency key: `idempotency_key`, else a
-        fresh one (`turn.idempotency_key` tells it). When the reply stream
-        breaks before a host said it took the message, `send` asks again
-        under the same key, which runs nothing twice (`MAX_ASKS` in all,
-        within `accept_timeout_s`), then raises `OutcomeUnknown`.
+        fresh one (`turn.idempotency_key` tells it). When no host accepted
+        within `ask_again_s` (the host NATS gave it to may be hung: a stopped
+        process keeps its subscription) or the reply stream broke first,
+        `send` asks again under the same key, keeping the earlier asks open:
+        the first acceptance wins, and the key runs nothing twice (`max_asks`
+        in all, within `accept_timeout_s`). `OutcomeUnknown` when every ask's
+        stream broke.
         """
         if self._closed:
             raise HostClosed("the cluster client is closed")
@@ -270,24 +285,49 @@ class ClusterClient:
             )
         wait = self._accept_timeout_s if accept_timeout_s is None else accept_timeout_s
         deadline = time.monotonic() + wait
-        for ask in range(1, MAX_ASKS + 1):
-            reception = _Reception(RemoteTurn(session, key), key, self._silence_s, self._forget)
-            with self._lock:
-                self._open.add(reception)
-            self._loop.call(self._begin(reception, self.names.turn_subject(session), data), 30.0)
-            try:
-                reception.accepted.result(max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                self._loop.call(self._give_up(reception), 10.0)
-                raise AcceptTimeout(
-                    f"session {session}: no cairn host accepted the message within {wait} s"
-                ) from None
-            except OutcomeUnknown:
-                if ask == MAX_ASKS or time.monotonic() >= deadline:
-                    raise
-                continue  # the same key again: a host that took it answers from its turn
-            return reception.turn
-        raise AssertionError("unreachable")  # pragma: no cover
+        asking: list[_Reception] = []
+        asks = 0
+        last_ask = 0.0
+        broken: OutcomeUnknown | None = None
+        while True:
+            now = time.monotonic()
+            if not asking or (asks < self._max_asks and now >= last_ask + self._ask_again_s):
+                if asks >= self._max_asks:
+                    assert broken is not None
+                    raise broken
+                asking.append(self._ask(session, key, data))
+                asks += 1
+                last_ask = now
+            if now >= deadline:
+                for reception in asking:
+                    self._loop.call(self._give_up(reception), 10.0)
+                raise AcceptTimeout(f"session {session}: no cairn host accepted the message within {wait} s")
+            until = min(deadline, last_ask + self._ask_again_s) if asks < self._max_asks else deadline
+            done, _ = concurrent.futures.wait(
+                [r.accepted for r in asking],
+                timeout=max(0.0, until - time.monotonic()),
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            for reception in [r for r in asking if r.accepted in done]:
+                asking.remove(reception)
+                error = reception.accepted.exception()
+                if error is None:
+                    for other in asking:  # a later ask under the same key: not needed any more
+                        self._loop.call(self._give_up(other), 10.0)
+                    return reception.turn
+                if not isinstance(error, OutcomeUnknown):
+                    for other in asking:
+                        self._loop.call(self._give_up(other), 10.0)
+                    raise error
+                broken = error  # ask again under the same key: a host that took it answers from its turn
+
+    def _ask(self, session: str, key: str, data: bytes) -> _Reception:
+        """One ask: a fresh inbox, subscribed before the request goes out under `key`."""
+        reception = _Reception(RemoteTurn(session, key), key, self._silence_s, self._forget)
+        with self._lock:
+            self._open.add(reception)
+        self._loop.call(self._begin(reception, self.names.turn_subject(session), data), 30.0)
+        return reception
 
     def _forget(self, reception: _Reception) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ import pytest
 from cairn.actors.cluster import ClusterClient, ClusterHost, RemoteTurn
 from cairn.actors.cluster.names import ClusterNames
 from cairn.actors.provider.base import TextDelta
-from cairn.events.kinds import OwnerChanged, TurnFailed, TurnStarted
+from cairn.events.kinds import OwnerChanged, TurnFailed, TurnStarted, UserMessage
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.lease_policy import Vacated
 from cairn.store.jetstream.leases import LeaseBucket
@@ -156,3 +156,49 @@ def test_cairn_serve_exits_0_on_sigterm_leaving_its_sessions_free_for_another_ho
                 other.close()
     finally:
         serve.end()
+
+
+def test_a_hung_host_loses_its_sessions_within_ttl_plus_2_s_and_no_turn_runs_twice(
+    cluster: LocalCluster, names: ClusterNames, journal: JetStreamJournal, tmp_path: Path
+) -> None:
+    """Issue 23 point 1. host-a, SIGSTOPped, keeps its TCP link and its queue subscription, so NATS
+    still gives it messages. Before: a message it got waited out the whole pause (29.9 s), and its
+    own sessions moved only at SIGCONT. Now the client asks again under the same key after
+    `ask_again_s` (0.25 s here, up to 24 asks: NATS gives each ask to host-a or host-b at random,
+    so all 24 go to host-a once in 2**24); host-b takes the asks: a free session at once, host-a's
+    own once its lease ran out (TTL 2 s + 2 s). After SIGCONT host-a answers the asks it had queued
+    from the log (the key), so each message is recorded once and each turn runs once."""
+    url = cluster.urls[0]
+    a = Child.test_host(url, "host-a", names, TTL_S)
+    b: Child | None = None
+    try:
+        with ClusterClient(url, names=names, accept_timeout_s=WAIT, ask_again_s=0.25, max_asks=24) as client:
+            assert client.send("owned-by-a", "hello", workspace=tmp_path).result(WAIT).ok
+            b = Child.test_host(url, "host-b", names, TTL_S)
+            a.signal(signal.SIGSTOP)
+            paused = time.monotonic()
+            took: dict[str, float] = {}
+            results = {}
+            for sid in ("owned-by-a", "free-1", "free-2", "free-3"):
+                began = time.monotonic()
+                turn = client.send(sid, "during the pause", workspace=tmp_path)
+                results[sid] = (turn, turn.result(WAIT))
+                took[sid] = time.monotonic() - began
+            print(f"while host-a is stopped: {', '.join(f'{k} {v:.2f} s' for k, v in took.items())}")
+            assert all(result.ok and turn.host_id == "host-b" for turn, result in results.values())
+            assert took["owned-by-a"] < FAILOVER_TARGET_S
+            assert max(took[s] for s in ("free-1", "free-2", "free-3")) < 24 * 0.25
+            assert time.monotonic() - paused < WAIT
+            a.signal(signal.SIGCONT)
+            # host-a serves again: a new message to one of its old sessions goes wherever NATS sends it
+            assert client.send("free-1", "after the pause").result(WAIT).ok
+        for sid, (turn, result) in results.items():
+            records = settled(journal, sid, result.last_seq)
+            keyed = [r.event for r in records if isinstance(r.event, UserMessage) and r.event.idempotency_key]
+            mine = [m for m in keyed if m.idempotency_key == turn.idempotency_key]
+            assert len(mine) == 1, (sid, keyed)
+    finally:
+        a.signal(signal.SIGCONT)
+        a.end()
+        if b is not None:
+            b.end()
