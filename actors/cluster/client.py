@@ -28,7 +28,9 @@ began, naming its error class: only a host's own refusal), `OutcomeUnknown`
 (the reply stream broke before a host said whether it took the message, on
 each of `MAX_ASKS` asks under the same key). Once accepted, the handle
 always resolves: with the turn's result; when the serving host goes silent
-for `silence_s` (it beats every second), as `failed`, phase `interrupted`,
+for `silence_s` (it beats every second), or for its lease TTL plus 2 s when
+that is shorter (a host that cannot beat cannot renew either: its session
+goes to another host), as `failed`, phase `interrupted`,
 error class `HostUnreachable` (the next owner records that turn as
 interrupted in the log too); when a frame is missing or garbled, the same
 with error class `OutcomeUnknown` (the turn may still finish: send again
@@ -84,6 +86,8 @@ from cairn.store.jetstream.loop import LoopThread
 ACCEPT_TIMEOUT_S = 45.0
 #: how long an accepted turn may stay silent (no frame, no beat) before it counts as interrupted
 SILENCE_S = 15.0
+#: past its host's lease TTL by this much, a silent turn counts as interrupted (the lease has gone)
+LEASE_SLACK_S = 2.0
 #: how often `send` asks in all (the same key each time): again when no host accepted within
 #: `ask_again_s` (the one that got it may be hung), or when the reply stream broke before one did
 MAX_ASKS = 8
@@ -142,6 +146,8 @@ class _Reception:
         match frame:
             case Accepted():
                 self.turn.host_id = frame.host_id
+                if frame.lease_ttl_s > 0:  # silent past its lease, the host has lost the session
+                    self._silence_s = min(self._silence_s, frame.lease_ttl_s + LEASE_SLACK_S)
                 self.accepted.set_result(frame.host_id)
                 self._watch = asyncio.get_running_loop().create_task(self._watchdog())
             case ErrorFrame():

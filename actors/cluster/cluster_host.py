@@ -357,7 +357,7 @@ class ClusterHost:
             self._inflight.add(turn)
         try:
             self._count("served")
-            outbox.stream(turn, self.host_id)
+            outbox.stream(turn, self.host_id, float(self.ownership.ttl_s))
         finally:
             with self._lock:
                 self._inflight.discard(turn)

@@ -68,6 +68,8 @@ class Frame(msgspec.Struct, frozen=True, tag_field="f"):
 class Accepted(Frame, frozen=True, tag="accepted"):
     host_id: str
     n: int = 0
+    #: the serving host's lease TTL: a host silent for longer has lost the session (0: not said)
+    lease_ttl_s: float = 0.0
 
 
 class ErrorFrame(Frame, frozen=True, tag="error"):

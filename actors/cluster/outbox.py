@@ -59,11 +59,11 @@ class Outbox:
         """Tell the client no turn began here (instead of `Accepted`)."""
         self.send(ErrorFrame(n=0, error_class=error_class, message=message[:2_000]))
 
-    def stream(self, turn: Turn, host_id: str) -> TurnResult:
+    def stream(self, turn: Turn, host_id: str, lease_ttl_s: float = 0.0) -> TurnResult:
         """`Accepted`, every item of `turn` as it comes, then its result; beats meanwhile."""
         beats = asyncio.run_coroutine_threadsafe(self._beat(), self._loop.loop)
         try:
-            self.send(Accepted(host_id=host_id))
+            self.send(Accepted(host_id=host_id, lease_ttl_s=lease_ttl_s))
             n = 1
             for item in turn.events():
                 self.send(item_frame(n, item))
