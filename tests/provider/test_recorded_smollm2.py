@@ -27,9 +27,9 @@ from tests.provider.chat_server import ChatServer, Sse, call_start, chunk, text_
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "smollm2"
 
 
-def recorded(name: str) -> Sse:
+def recorded(name: str, where: Path = FIXTURES) -> Sse:
     """A recorded stream, its `data:` events sent as the server sent them."""
-    lines = (FIXTURES / f"{name}.sse").read_text().splitlines()
+    lines = (where / f"{name}.sse").read_text().splitlines()
     return Sse(tuple(f"{line}\n\n" for line in lines if line.startswith("data: ")))
 
 
@@ -96,6 +96,21 @@ def test_C7_smollm2s_summary_with_one_heading_and_the_rest_in_its_bullets_is_mal
     assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
     assert "lacks 6 of the seven ledger headings (C7): 'Decisions and rationale'," in failure.detail
     assert "'Exact next action'" in failure.detail and "'Objective and constraints'" not in failure.detail
+    assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 1
+
+
+def test_C7_gemma3s_headings_repeated_with_one_ending_in_a_period_is_malformed(chat: ChatServer) -> None:
+    """Gemma 3 270M (the base model, `cairn local-model --model gemma3-270m`: the same server, and
+    the request of SmolLM2's `summary_headings_only` with seed 3, recorded once; its GGUF carries no
+    chat template, so the server used ChatML): it copied part of the transcript
+    and then the prompt's heading list twice, '1. Objective and constraints' ... '7. Exact next
+    action.'. Six headings are found (repeats are allowed, C7); the seventh, with its period, is
+    not a heading line, so the reply lacks it: malformed, naming it, and the fallback compacts."""
+    chat.plan(recorded("summary_repeated_headings", FIXTURES.parent / "gemma3"))
+    outcome = _compact(chat, 300, "off")
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
+    assert failure.detail.endswith("lacks 1 of the seven ledger headings (C7): 'Exact next action'")
     assert outcome.checkpoint.strategy == "fallback" and len(chat.requests) == 1
 
 
