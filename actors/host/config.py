@@ -48,6 +48,10 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
       comes. `tool_threads`: the host's threads for tool calls (at least 1),
       hung ones included, so hung tools never cost more; with every one
       busy, a call waits for one within its timeout, else is not run.
+    - `append_timeout_s`: how long a session waits for the log to acknowledge
+      an append (30 s); past it the append's outcome is unknown
+      (`AppendTimeout`), and before the session writes again it reads the
+      log to learn whether the append landed (waiting up to as long again).
     - `max_tool_output_chars`: the text of one tool result kept in the log
       (the first and last halves, after a line saying how much was cut;
       the model sees X1's preview of that); None keeps every result whole
@@ -66,9 +70,14 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     compaction: CompactionConfig | None = None
     tool_timeout_s: float = 300.0
     tool_threads: int = 32
+    append_timeout_s: float = 30.0
     max_tool_output_chars: int | None = MAX_STORED_OUTPUT_CHARS
 
     def __post_init__(self) -> None:
+        if not 0 < self.append_timeout_s < math.inf:
+            raise InputError(
+                f"append_timeout_s must be a finite positive number of seconds, got {self.append_timeout_s}"
+            )
         if not 0 < self.tool_timeout_s < math.inf:
             raise InputError(
                 f"tool_timeout_s must be a finite positive number of seconds, got {self.tool_timeout_s}"

@@ -175,6 +175,7 @@ class Host:
             retry=config.retry,
             retry_draw=retry_draw if retry_draw is not None else random.random,
             tool_runner=ToolRunner(config.tool_threads, config.tool_timeout_s),
+            append_timeout_s=config.append_timeout_s,
             max_tool_output_chars=config.max_tool_output_chars,
         )
         try:

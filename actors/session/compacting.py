@@ -160,6 +160,11 @@ class Compacting(SessionCore):
     def _manual_start(self, message: ManualCompact) -> None:
         if not self._loaded:
             self._load()
+        try:
+            self._settle()
+        except CairnError as exc:
+            reply_error(message.reply, exc)
+            return self._resume()
         state = self._state
         if state.info is None:
             reply_error(message.reply, UnknownSession(f"no session {self._sid} in the store"))

@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -50,9 +51,12 @@ from cairn.events.codec import Record
 from cairn.events.errors import CairnError
 from cairn.events.kinds import EventBase, FailedPhase
 from cairn.events.state import SessionState, replay
-from cairn.store.errors import SeqConflict
+from cairn.store.errors import AppendTimeout, SeqConflict
 
 log = logging.getLogger("cairn.session")
+
+#: how often `_settle` looks at the log for an append that timed out
+SETTLE_POLL_S = 0.02
 
 
 class SessionCore(pykka.ThreadingActor):
@@ -77,6 +81,9 @@ class SessionCore(pykka.ThreadingActor):
         self._sends: list[Send] = []
         #: the idempotency keys in the log and their turns (None: not read yet; `idempotency`)
         self._keys: dict[str, KeyedMessage] | None = None
+        #: an append whose outcome is unknown (`AppendTimeout`): the head it was framed on and its
+        #: event count; read back from the log before anything else is written (`_settle`)
+        self._unsettled: tuple[int, int] | None = None
         self._manual: list[ManualCompact] = []
         self._jobs = itertools.count(1)
 
@@ -114,6 +121,26 @@ class SessionCore(pykka.ThreadingActor):
         self._loaded = True
         return state.last_seq
 
+    def _settle(self) -> None:
+        """Learn what became of an append that timed out, before writing anything else.
+
+        It may still land (a stalled disk, a frozen node): framed on the head
+        this actor had, so writing on that head now would be refused as if
+        another writer had taken the session. Wait, at most the append
+        timeout, for the log to hold it (its head moved by its events), then
+        take the log's word either way (`_load`: a turn it left open is
+        marked interrupted). Raises the journal's error when the log cannot
+        be read; the next message tries again.
+        """
+        if self._unsettled is None:
+            return
+        head, count = self._unsettled
+        deadline = time.monotonic() + self._rt.append_timeout_s
+        while self._journal.last_seq(self._sid) < head + count and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)  # nothing to wait on: the append's caller gave up on it
+        self._unsettled = None
+        self._load()
+
     def _query(self, what: Literal["state", "next-request"]) -> Any:
         """Answer a `Query`: the state, or the request it would send now (nothing is recorded)."""
         if what == "state":
@@ -126,6 +153,8 @@ class SessionCore(pykka.ThreadingActor):
         """Append, wait for the acknowledgement, then apply and publish (persist, then apply)."""
         # so a replay needs no recount
         events = with_counts(events, self._counter, first_seq=self._state.last_seq + 1)
+        if self._unsettled is not None:  # not where a turn starts (`_settle` ran there): fail safe
+            raise AppendTimeout(f"session {self._sid}: an earlier append's outcome is still unknown")
         try:
             records = self._journal.append(
                 self._sid, events, expected_seq=self._state.last_seq, timeout=self._rt.append_timeout_s
@@ -133,6 +162,9 @@ class SessionCore(pykka.ThreadingActor):
         except SeqConflict:
             # someone else wrote this session: take the log's word for it before failing
             self._state = self._journal.load(self._sid)
+            raise
+        except AppendTimeout:
+            self._unsettled = (self._state.last_seq, len(events))
             raise
         self._state = replay(records, self._state)
         run = self._run

@@ -171,6 +171,13 @@ class TurnLoop(Compacting):
     def _start(self, sends: list[Send]) -> None:
         if not self._loaded:
             self._load()
+        try:
+            self._settle()  # an earlier append timed out: the log says what became of it
+        except CairnError as exc:
+            result = self._result("rejected", "", error_class=type(exc).__name__, error=str(exc))
+            for send in sends:
+                send.handle._finish(result)
+            return
         accepted, joining = self._accept(sends)
         if not accepted:
             return self._resume()
