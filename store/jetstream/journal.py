@@ -63,6 +63,15 @@ from cairn.store.jetstream.writer import log
 
 T = TypeVar("T")
 
+#: how often the journal pings its server: a frozen (SIGSTOPped) server keeps its TCP link, so only
+#: unanswered pings show it is gone (nats-py's default, 120 s, stalled appends for the whole freeze)
+PING_INTERVAL_S = 2
+#: unanswered pings before the journal drops the server and reconnects to another node
+MAX_OUTSTANDING_PINGS = 2
+#: how long one connection attempt may take, reconnects included: a frozen server accepts the TCP
+#: connection and then says nothing, so a reconnect that picks it waits this long before the next
+CONNECT_TIMEOUT_S = 3.0
+
 
 async def _connection_trouble(error: Exception) -> None:
     """nats-py's report of a connection error: a node went away, the client reconnects to another."""
@@ -117,7 +126,7 @@ class JetStreamJournal(SessionReads):
         *,
         layout: Layout | None = None,
         clock_ms: Callable[[], int] | None = None,
-        connect_timeout_s: float = 10.0,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = 12.0,
         blob_threshold: int = BLOB_THRESHOLD,
     ) -> JetStreamJournal:
@@ -141,6 +150,8 @@ class JetStreamJournal(SessionReads):
                     reconnect_time_wait=0.25,
                     allow_reconnect=True,
                     error_cb=_connection_trouble,
+                    ping_interval=PING_INTERVAL_S,
+                    max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                 ),
                 connect_timeout_s * 2,
             )
