@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.stream import TurnResult
 from cairn.events.codec import Record
@@ -124,37 +126,14 @@ def turn_outcome(records: Sequence[Record], session: str, turn_id: str) -> tuple
         elif isinstance(event, TurnCompleted | TurnFailed) and event.turn_id == turn_id:
             end = event
             break
+    ran = TurnResult(
+        session=session, status="failed", turn_id=turn_id, requests=requests, text=text, last_seq=last_seq
+    )
     if isinstance(end, TurnCompleted):
-        result = TurnResult(
-            session=session,
-            status="completed",
-            turn_id=turn_id,
-            requests=end.requests or requests,
-            text=text,
-            last_seq=last_seq,
-        )
+        result = msgspec.structs.replace(ran, status="completed", requests=end.requests or requests)
     elif isinstance(end, TurnFailed):
-        result = TurnResult(
-            session=session,
-            status="failed",
-            turn_id=turn_id,
-            phase=end.phase,
-            error_class=end.error_class,
-            error=end.error,
-            requests=requests,
-            text=text,
-            last_seq=last_seq,
-        )
+        result = msgspec.structs.replace(ran, phase=end.phase, error_class=end.error_class, error=end.error)
     else:
-        result = TurnResult(
-            session=session,
-            status="failed",
-            turn_id=turn_id,
-            phase="interrupted",
-            error_class="interrupted",
-            error="the turn has no recorded end",
-            requests=requests,
-            text=text,
-            last_seq=last_seq,
-        )
+        no_end = "the turn has no recorded end"
+        result = msgspec.structs.replace(ran, phase="interrupted", error_class="interrupted", error=no_end)
     return [r for r in shown if r.seq <= last_seq], result
