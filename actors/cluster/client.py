@@ -28,7 +28,7 @@ began, naming its error class: only a host's own refusal), `OutcomeUnknown`
 (the reply stream broke before a host said whether it took the message, on
 each of `MAX_ASKS` asks under the same key). Once accepted, the handle
 always resolves: with the turn's result; when the serving host goes silent
-for `silence_s` (it beats every second), or for its lease TTL plus 2 s when
+for `silence_s` (it beats every second), or for its lease TTL plus 1.5 s when
 that is shorter (a host that cannot beat cannot renew either: its session
 goes to another host), as `failed`, phase `interrupted`,
 error class `HostUnreachable` (the next owner records that turn as
@@ -86,8 +86,11 @@ from cairn.store.jetstream.loop import LoopThread
 ACCEPT_TIMEOUT_S = 45.0
 #: how long an accepted turn may stay silent (no frame, no beat) before it counts as interrupted
 SILENCE_S = 15.0
-#: past its host's lease TTL by this much, a silent turn counts as interrupted (the lease has gone)
-LEASE_SLACK_S = 2.0
+#: past its host's lease TTL by this much, a silent turn counts as interrupted (the lease has gone:
+#: the host renews it no more often than it beats, and it beats every second)
+LEASE_SLACK_S = 1.5
+#: how often an accepted turn's silence is looked at
+WATCH_S = 0.25
 #: how often `send` asks in all (the same key each time): again when no host accepted within
 #: `ask_again_s` (the one that got it may be hung), or when the reply stream broke before one did
 MAX_ASKS = 8
@@ -187,7 +190,7 @@ class _Reception:
 
     async def _watchdog(self) -> None:
         while not self.done:
-            await asyncio.sleep(min(1.0, self._silence_s / 3))
+            await asyncio.sleep(min(WATCH_S, self._silence_s / 3))
             silent = time.monotonic() - self._heard
             if not self.done and silent > self._silence_s:
                 why = f"host {self.turn.host_id} sent nothing for {silent:.1f} s (it beats every second)"

@@ -53,7 +53,7 @@ from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids
 from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
-from cairn.actors.provider.base import Provider, UsageReport
+from cairn.actors.provider.base import Provider, UsageReport, endpoint_window
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
@@ -75,6 +75,12 @@ class CompactionConfig(msgspec.Struct, frozen=True, kw_only=True):
     breaker_cooldown_ms: int = DEFAULT_COOLDOWN_MS
     restore_files: bool = True
     summary_timeout_s: float | None = None
+
+
+def _fitting_window(session: int | None, endpoint: int | None) -> int | None:
+    """The window a summary call is fitted to: the smaller of the session's and the endpoint's."""
+    known = [w for w in (session, endpoint) if w is not None]
+    return min(known) if known else None
 
 
 class CompactionRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -252,7 +258,10 @@ class Compactor:
             timeout_s=self.config.summary_timeout_s,
             retry=self.retry,
             draw=self.draw,
-            context_window=request.context_window or (state.info.context_window if state.info else None),
+            context_window=_fitting_window(
+                request.context_window or (state.info.context_window if state.info else None),
+                endpoint_window(self.provider),
+            ),
             output_cap=state.info.max_output_tokens if state.info is not None else None,
             counter=self.counter,
         )

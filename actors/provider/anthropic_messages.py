@@ -107,6 +107,11 @@ class AnthropicProvider:
         #: whether the SDK's API still takes a temperature (later SDKs dropped sampling parameters)
         self._temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
 
+    @property
+    def context_window(self) -> int | None:
+        """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
+        return self._config.context_window
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> AnthropicProvider:
         """A provider from the settings given and the `CAIRN_*` environment (see `config`).

@@ -227,6 +227,15 @@ def structured_mode(provider: object) -> StructuredMode:
     return provider.structured_summary if isinstance(provider, StructuredCapable) else "off"
 
 
+def endpoint_window(provider: object) -> int | None:
+    """The context window the provider's endpoint serves, when its adapter was told it
+    (`OpenAIProvider`, `AnthropicProvider`: `CAIRN_CONTEXT_WINDOW`), else None. A summary call is
+    fitted to the smaller of it and the session's window: a small local server's slot may hold
+    less than the sessions it summarizes were started with."""
+    window = getattr(provider, "context_window", None)
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
 def guarded(
     outputs: Callable[[], Generator[ProviderOutput, None, None]],
     failure_of: Callable[[Exception, bool], ProviderFailure | None],

@@ -94,6 +94,11 @@ class OpenAIProvider:
             timeout=config.timeout_s,
         )
 
+    @property
+    def context_window(self) -> int | None:
+        """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
+        return self._config.context_window
+
     @classmethod
     def from_env(
         cls,

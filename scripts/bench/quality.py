@@ -323,6 +323,7 @@ def _run(
             f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
         )
     )
+    figures.append(_accepted_figure(summarizer))
     if judge:
         figures.append(_judge_figure(verdicts))
     figures.append(_spent_record_figure(counter))
@@ -332,6 +333,23 @@ def _run(
         figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
     )
     return figures
+
+
+def _accepted_figure(summarizer: Score) -> dict[str, Any]:
+    """How many of the summarizer's summaries were taken (strategy `llm`), and why the others failed."""
+    failed = summarizer.fallbacks + summarizer.refused
+    taken = summarizer.compactions - failed
+    share = 100.0 * taken / summarizer.compactions if summarizer.compactions else 100.0
+    why = "; ".join(f"{count} x {reason}" for reason, count in summarizer.failures.most_common(4))
+    return figure(
+        "quality.summarizer.accepted",
+        round(share, 1),
+        "% of summaries",
+        None,
+        None,
+        f"{taken} of {summarizer.compactions} summaries taken as the checkpoint, {summarizer.fallbacks} fell "
+        f"back, {summarizer.refused} refused" + (f"; why: {why}" if why else ""),
+    )
 
 
 def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:

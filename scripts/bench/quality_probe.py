@@ -45,6 +45,7 @@ it: only a summary could keep it past compaction.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -91,6 +92,8 @@ class Run:
     refused: int = 0
     #: the strategy of each committed checkpoint (`llm` or `fallback`)
     used: list[str] = field(default_factory=list)
+    #: why each summary failed (`reason: detail` of its `compaction-failed`), in order
+    failures: list[str] = field(default_factory=list)
     replacement_tokens: list[int] = field(default_factory=list)
     #: the summarizer only: C9's tail, the task and the records at the last compaction
     tail: tuple[Message, ...] = ()
@@ -186,9 +189,12 @@ def run_strategy(
         except CompactionIneffective as exc:
             state = _apply(state, exc.events)
             run.refused += 1
+            run.failures.extend(f"{e.reason}: {e.detail}" for e in exc.events[:1])
             continue
         state = _apply(state, outcome.events)
         run.used.append(outcome.strategy)
+        if outcome.failure is not None:
+            run.failures.append(f"{outcome.failure.reason}: {outcome.failure.detail}")
         run.replacement_tokens.append(outcome.checkpoint.replacement_tokens)
     run.context = state.context
     run.tokens = counter.messages(state.context)
@@ -279,6 +285,8 @@ class Score:
     compactions: int = 0
     refused: int = 0
     fallbacks: int = 0
+    #: why summaries failed: each failure's reason with its detail's first clause, and how often
+    failures: Counter[str] = field(default_factory=Counter)
 
     def overall(self) -> float:
         probed = sum(self.probed.values())
@@ -313,6 +321,7 @@ def score_run(score: Score, session: Session, probes: Sequence[Probe], run: Run)
     score.compactions += run.compactions
     score.refused += run.refused
     score.fallbacks += sum(1 for used in run.used if used == "fallback")
+    score.failures.update(failure.split(";")[0][:160] for failure in run.failures)
 
 
 #: sees each session's probes and runs by strategy (the judge's hook)

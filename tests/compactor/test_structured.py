@@ -352,3 +352,23 @@ def test_C6_in_a_small_window_the_first_prompt_is_fitted_before_any_call(chat: C
     assert system == compact_instructions(structured=True) and COUNTER.text(system) < 200
     sent = [Message(role=m["role"], content=m["content"], id=str(n)) for n, m in enumerate(body["messages"])]
     assert COUNTER.messages(sent) * 130 // 100 <= 2048 - 682
+
+
+def test_C6_the_prompt_is_fitted_to_the_endpoints_window_when_it_is_smaller_than_the_sessions(
+    chat: ChatServer,
+) -> None:
+    """Beyond C6: a session started with 100,000 tokens, summarized on an endpoint configured with
+    2,048 (`CAIRN_CONTEXT_WINDOW`, a small local server's slot): the first prompt is fitted to
+    2,048, as if the session's window were that, and the reply asks for 682 tokens. Before, the
+    prompt went out whole and overflowed three times (the quality bench on SmolLM2: 20 of 20)."""
+    chat.plan(_sse(GOOD))
+    config = OpenAIConfig(base_url=chat.url, model="small", structured_summary="on", context_window=2048)
+    provider = OpenAIProvider(config)
+    service = Compactor(provider, model="small", sleep=lambda _s: None, counter=COUNTER)
+    with provider:
+        assert provider.context_window == 2048
+        outcome = service.compact(request(coding_session().state(), context_window=100_000))
+    reductions = outcome.checkpoint.diagnostics.reductions
+    assert reductions[0] == "fit:compact-instructions" and outcome.checkpoint.diagnostics.attempts == 1
+    (body,) = _summary_bodies(chat)
+    assert body["max_tokens"] == 682
