@@ -113,6 +113,11 @@ class Message(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults
     reasoning_blocks: tuple[ReasoningBlock, ...] = ()
 
 
+def parts_of(content: str | Sequence[Part]) -> tuple[Part, ...]:
+    """Content as parts: a str is one text part; a tuple of parts is itself."""
+    return (TextPart(content),) if isinstance(content, str) else tuple(content)
+
+
 def text_of(content: str | Sequence[Part] | Message) -> str:
     """M4: the compaction text of a message's content (images as the placeholder, no reasoning).
 

@@ -14,6 +14,7 @@ import msgspec
 
 from cairn.actors.errors import NoInputBudget
 from cairn.actors.session.budget import output_reserve
+from cairn.actors.session.idempotency import MAX_KEY_CHARS
 from cairn.actors.session.settings import SessionSettings
 from cairn.events.errors import InputError
 from cairn.events.model import ImagePart, Part, TextPart
@@ -87,8 +88,6 @@ def check_text(text: str, what: str) -> None:
 
 def checked_key(key: object) -> str:
     """An idempotency key as sessions record it: a str of 1..256 chars, printable, valid Unicode."""
-    from cairn.actors.session.idempotency import MAX_KEY_CHARS
-
     if type(key) is not str:
         raise InputError(f"idempotency_key must be a str, got {type(key).__name__}")
     if not 1 <= len(key) <= MAX_KEY_CHARS:

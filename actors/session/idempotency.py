@@ -30,7 +30,7 @@ from cairn.events.kinds import (
     TurnStarted,
     UserMessage,
 )
-from cairn.events.model import Part, TextPart
+from cairn.events.model import Part, TextPart, parts_of
 
 #: the longest key a host may give
 MAX_KEY_CHARS = 256
@@ -44,17 +44,12 @@ class KeyedMessage:
     content: tuple[Part, ...]
 
 
-def user_parts(content: str | Sequence[Part]) -> tuple[Part, ...]:
-    """A message's content as the log holds it: a str is one text part."""
-    return (TextPart(content),) if isinstance(content, str) else tuple(content)
-
-
 def same_message(first: str | Sequence[Part], second: str | Sequence[Part]) -> bool:
     """Whether two sends carry the same message: the same texts, and an image wherever the other
     has one (a large image is stored as a blob, so images are not compared byte for byte)."""
 
     def shape(content: str | Sequence[Part]) -> list[str | None]:
-        return [part.text if isinstance(part, TextPart) else None for part in user_parts(content)]
+        return [part.text if isinstance(part, TextPart) else None for part in parts_of(content)]
 
     return shape(first) == shape(second)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from cairn.events.model import BlobPart, ImagePart, Message, Part, TextPart
+from cairn.events.model import BlobPart, ImagePart, Message, Part, TextPart, parts_of
 
 #: X1: a result longer than this shows only the preview
 RESULT_LIMIT = 100_000
@@ -48,7 +48,7 @@ def bound_stored(content: str | tuple[Part, ...], max_chars: int | None) -> str 
     """
     if max_chars is None:
         return content
-    parts: tuple[Part, ...] = (TextPart(content),) if isinstance(content, str) else content
+    parts = parts_of(content)
     size = sum(len(p.text) for p in parts if isinstance(p, TextPart))
     if size <= max_chars:
         return content
@@ -112,7 +112,7 @@ def _note(shown: int, size: int, why: str, where: list[str]) -> str:
 def _cut(message: Message, allowance: int, why: str) -> tuple[Message, int]:
     """Show at most `allowance` chars of the message's text; note what is left out."""
     content = message.content
-    parts: tuple[Part, ...] = (TextPart(content),) if isinstance(content, str) else content
+    parts = parts_of(content)
     out: list[Part] = []
     shown = 0
     size = 0

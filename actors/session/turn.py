@@ -76,7 +76,7 @@ from cairn.events.kinds import (
     Usage,
     UserMessage,
 )
-from cairn.events.model import Message, Part, ReasoningBlock, TextPart, ToolCall
+from cairn.events.model import Message, Part, ReasoningBlock, ToolCall, parts_of
 from cairn.events.state import SessionState
 
 #: what the model is shown for a tool call whose outcome was lost with the process
@@ -91,7 +91,7 @@ UserContent = str | tuple[Part, ...]
 
 
 def _text(content: UserContent) -> tuple[Part, ...]:
-    return (TextPart(content),) if isinstance(content, str) else content
+    return parts_of(content)
 
 
 # --- starting a turn ------------------------------------------------------------------

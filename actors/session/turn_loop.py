@@ -46,7 +46,7 @@ from cairn.actors.provider.base import (
 )
 from cairn.actors.session.compacting import Compacting
 from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff_failure_line
-from cairn.actors.session.idempotency import KeyedMessage, key_index, same_message, turn_outcome, user_parts
+from cairn.actors.session.idempotency import KeyedMessage, key_index, same_message, turn_outcome
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import TurnRun
 from cairn.actors.session.messages import RetryRequest, Send
@@ -71,7 +71,7 @@ from cairn.actors.session.turn import (
 )
 from cairn.actors.tools import ToolOutcome
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
-from cairn.events.model import ToolCall
+from cairn.events.model import ToolCall, parts_of
 
 log = logging.getLogger("cairn.session")
 
@@ -166,7 +166,7 @@ class TurnLoop(Compacting):
             return  # read from the log when first needed, these included
         for send in sends:
             if send.key is not None:
-                self._keys.setdefault(send.key, KeyedMessage(turn_id, user_parts(send.text)))
+                self._keys.setdefault(send.key, KeyedMessage(turn_id, parts_of(send.text)))
 
     def _start(self, sends: list[Send]) -> None:
         if not self._loaded:
