@@ -53,7 +53,7 @@ from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids
 from cairn.actors.compactor.sampling import Draw, Sleep, sample_summary
-from cairn.actors.provider.base import Provider, UsageReport, endpoint_window
+from cairn.actors.provider.base import Provider, UsageReport, endpoint_output_cap, endpoint_window
 from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
@@ -78,7 +78,8 @@ class CompactionConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _fitting_window(session: int | None, endpoint: int | None) -> int | None:
-    """The window a summary call is fitted to: the smaller of the session's and the endpoint's."""
+    """The window (or output cap) a summary call is fitted to: the smaller of the session's and
+    the endpoint's, either when only one is known."""
     known = [w for w in (session, endpoint) if w is not None]
     return min(known) if known else None
 
@@ -262,7 +263,10 @@ class Compactor:
                 request.context_window or (state.info.context_window if state.info else None),
                 endpoint_window(self.provider),
             ),
-            output_cap=state.info.max_output_tokens if state.info is not None else None,
+            output_cap=_fitting_window(
+                state.info.max_output_tokens if state.info is not None else None,
+                endpoint_output_cap(self.provider),
+            ),
             counter=self.counter,
         )
         return llm_choice(basis, sampled, restoration, self.counter)

@@ -112,6 +112,12 @@ class AnthropicProvider:
         """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
         return self._config.context_window
 
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The output cap configured for its endpoint (`CAIRN_MAX_OUTPUT_TOKENS`), which every call
+        keeps to: a summary call asks for no more, so that a reply stopped there is known as cut by it."""
+        return self._config.max_output_tokens
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> AnthropicProvider:
         """A provider from the settings given and the `CAIRN_*` environment (see `config`).

@@ -236,6 +236,14 @@ def endpoint_window(provider: object) -> int | None:
     return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
+def endpoint_output_cap(provider: object) -> int | None:
+    """The output cap the provider's adapter applies to every call (`CAIRN_MAX_OUTPUT_TOKENS`), else
+    None. A summary call asks for no more than it: a reply that stops at a cap the sampler did not
+    know of would pass for one cut by the context window (`sampling._cut_by_window`)."""
+    cap = getattr(provider, "max_output_tokens", None)
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+
+
 def guarded(
     outputs: Callable[[], Generator[ProviderOutput, None, None]],
     failure_of: Callable[[Exception, bool], ProviderFailure | None],

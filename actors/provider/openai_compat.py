@@ -99,6 +99,12 @@ class OpenAIProvider:
         """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
         return self._config.context_window
 
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The output cap configured for its endpoint (`CAIRN_MAX_OUTPUT_TOKENS`), which every call
+        keeps to: a summary call asks for no more, so that a reply stopped there is known as cut by it."""
+        return self._config.max_output_tokens
+
     @classmethod
     def from_env(
         cls,

@@ -372,3 +372,25 @@ def test_C6_the_prompt_is_fitted_to_the_endpoints_window_when_it_is_smaller_than
     assert reductions[0] == "fit:compact-instructions" and outcome.checkpoint.diagnostics.attempts == 1
     (body,) = _summary_bodies(chat)
     assert body["max_tokens"] == 682
+
+
+def test_C6_a_reply_stopped_at_the_endpoints_own_output_cap_is_cut_by_it_not_by_the_window(
+    chat: ChatServer,
+) -> None:
+    """Beyond C5/C6: an endpoint configured with a 512-token output cap (`CAIRN_MAX_OUTPUT_TOKENS`),
+    which the adapter applies to every call. The summary asks for 512, not the 8,000 its session
+    allows, and a ledger stopped at 512 with finish `length` was cut by that cap: one `malformed`
+    call that says so, not three "overflows" each shrinking the prompt (the quality bench on
+    SmolLM2 before: 13 of 20 summaries failed `context-exhausted` that way)."""
+    chat.plan(_sse(GOOD[: len(GOOD) // 2], "length", output_tokens=512), _sse(GOOD))
+    config = OpenAIConfig(base_url=chat.url, model="small", structured_summary="on", max_output_tokens=512)
+    provider = OpenAIProvider(config)
+    service = Compactor(provider, model="small", sleep=lambda _s: None, counter=COUNTER)
+    with provider:
+        assert provider.max_output_tokens == 512
+        outcome = service.compact(request(coding_session().state()))
+    failure = outcome.failure
+    assert failure is not None and failure.reason == "malformed" and "output limit" in failure.detail
+    assert outcome.checkpoint.strategy == "fallback"
+    (body,) = _summary_bodies(chat)
+    assert body["max_tokens"] == 512
