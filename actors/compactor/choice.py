@@ -8,7 +8,7 @@ says why (then `replacement` is empty).
 
 | strategy         | built by          | gate                                | on failure, the breaker (C4) |
 |------------------|-------------------|-------------------------------------|------------------------------|
-| LLM (C5-C9, W)   | `llm_choice`      | `effect_gate` (C10, 10 % saved), K1 | count + 1                    |
+| LLM (C5-C9, W)   | `llm_choice`      | `grounding`, `effect_gate` (C10, 10 % saved), K1 | count + 1       |
 | fallback (F1-F5) | `fallback_choice` | `reduction_gate` (10 % saved)       | count kept                   |
 
 The LLM path fails with the sampling's reason (`empty`, `malformed`,
@@ -33,7 +33,8 @@ from cairn.actors.compactor.breaker import BreakerView
 from cairn.actors.compactor.fallback import fit_tail, plan_fallback
 from cairn.actors.compactor.files import Restoration, files_message
 from cairn.actors.compactor.gates import GateVerdict, effect_gate, fallback_target, reduction_gate
-from cairn.actors.compactor.ledger import RecordSet
+from cairn.actors.compactor.grounding import transcript_words, ungrounded
+from cairn.actors.compactor.ledger import RecordSet, summary_body
 from cairn.actors.compactor.prompt import JSON_PROMPT_VERSION, PROMPT_VERSION, images_in
 from cairn.actors.compactor.replacement import (
     assemble,
@@ -43,6 +44,7 @@ from cairn.actors.compactor.replacement import (
     summary_message,
 )
 from cairn.actors.compactor.sampling import Sampled
+from cairn.actors.compactor.structured import render_ledger
 from cairn.actors.provider.base import UsageReport
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import (
@@ -100,13 +102,26 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
     prompt_version: str = PROMPT_VERSION
 
 
-def llm_choice(basis: Basis, sampled: Sampled, restoration: Restoration, counter: TokenCounter) -> Choice:
-    """The LLM path's choice: the C9 replacement from the sampled summary, if it passes its gate."""
+def llm_choice(
+    basis: Basis,
+    sampled: Sampled,
+    restoration: Restoration,
+    counter: TokenCounter,
+    *,
+    require_grounding: bool = True,
+) -> Choice:
+    """The LLM path's choice: the C9 replacement from the sampled summary, if it passes its gates
+    (`grounding` first, unless `require_grounding` is False; then C10 and K1)."""
     diagnostics = _model_diagnostics(basis, sampled, restoration)
     usage = _usage(sampled)
     if sampled.raw_text is None:
         reason = sampled.failure or "error"
         return _llm_failed(basis, sampled, diagnostics, usage, reason, sampled.detail)
+    if require_grounding:
+        body = render_ledger(sampled.raw_text) if sampled.structured else summary_body(sampled.raw_text)
+        why = ungrounded(body, transcript_words(basis.source))
+        if why is not None:
+            return _llm_failed(basis, sampled, diagnostics, usage, "malformed", why)
     summary_id, files_id, _ = message_ids(basis.epoch)
     summary = summary_message(
         sampled.raw_text, basis.records.records, summary_id, structured=sampled.structured

@@ -75,6 +75,9 @@ class CompactionConfig(msgspec.Struct, frozen=True, kw_only=True):
     breaker_cooldown_ms: int = DEFAULT_COOLDOWN_MS
     restore_files: bool = True
     summary_timeout_s: float | None = None
+    #: (beyond C7, `grounding`) refuse a summary whose own lines share no word with the transcript;
+    #: False only for a bench baseline that commits a blank summary on purpose
+    require_grounding: bool = True
 
 
 def _fitting_window(session: int | None, endpoint: int | None) -> int | None:
@@ -269,7 +272,9 @@ class Compactor:
             ),
             counter=self.counter,
         )
-        return llm_choice(basis, sampled, restoration, self.counter)
+        return llm_choice(
+            basis, sampled, restoration, self.counter, require_grounding=self.config.require_grounding
+        )
 
 
 def _outcome(

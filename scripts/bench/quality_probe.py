@@ -112,8 +112,10 @@ def _apply(state: SessionState, events: Sequence[EventBase]) -> SessionState:
     return state
 
 
-def _compactor(provider: Provider, counter: TokenCounter) -> Compactor:
-    config = CompactionConfig(restore_files=False)  # the bench workspace has no files on disk
+def _compactor(provider: Provider, counter: TokenCounter, *, blank: bool = False) -> Compactor:
+    # the bench workspace has no files on disk; the blank summary is committed on purpose, though
+    # it has no line of its own (`grounding` would refuse it)
+    config = CompactionConfig(restore_files=False, require_grounding=not blank)
     return Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter, config=config)
 
 
@@ -185,7 +187,7 @@ def run_strategy(
             provider = summarizer()
         request = CompactionRequest(state=state, workspace=WORKSPACE, trigger="threshold", now_ms=10**12)
         try:
-            outcome = _compactor(provider, counter).compact(request)
+            outcome = _compactor(provider, counter, blank=strategy == "blank").compact(request)
         except CompactionIneffective as exc:
             state = _apply(state, exc.events)
             run.refused += 1

@@ -69,7 +69,7 @@ def test_C7_a_summary_missing_one_heading_is_malformed_and_names_it(tmp_path: Pa
 
 def test_C7_headings_out_of_order_or_repeated_are_repaired_by_the_rebuild(tmp_path: Path) -> None:
     shuffled = [*reversed(C7_HEADINGS), C7_HEADINGS[0]]
-    body = "\n".join(f"## {h}\n- point under {h}." for h in shuffled)
+    body = "\n".join(f"## {h}\n- point under {h}: read seed-1." for h in shuffled)
     provider = ScriptedProvider(summaries=(Reply(text=f"<summary>\n{body}\n</summary>"),), responder=Agent())
     host = open_host(tmp_path / "store", provider)
     _over_threshold(host, tmp_path)

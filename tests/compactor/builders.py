@@ -156,7 +156,12 @@ def replace(obj, **changes):
     return msgspec.structs.replace(obj, **changes)
 
 
-def ledger(objective: str = "- fix the test", *, padding: int = 0, analysis: str = "fine") -> str:
+def ledger(
+    objective: str = "- fix the failing test in tests/test_app.py",
+    *,
+    padding: int = 0,
+    analysis: str = "fine",
+) -> str:
     """A model's summary that follows C7: the seven headings in order, `objective` under the first
     (then `padding` filler lines), "No evidence observed." under the rest."""
     lines = [objective, *("- padding line" for _ in range(padding))]

@@ -94,7 +94,7 @@ def test_C8_record_dropped_from_the_shrunk_prompt_still_appears_verbatim() -> No
         log.tool(f"out {n} " + "r" * 2000)
         log.say(f"step {n}")
     sections = "\n".join(f"## {h}\n- No evidence observed." for h in C7_HEADINGS[:-1])
-    last = "## Exact next action\n- something else entirely"
+    last = "## Exact next action\n- something else entirely: login after step 11"
     bad_model = Reply(text=f"<summary>\n{sections}\n{last}\n</summary>")
     service, provider = compactor(context_limit(), bad_model)
     outcome = service.compact(request(log.state()))
@@ -186,7 +186,7 @@ def test_C7_a_free_text_reply_is_not_retried_and_fails_as_malformed() -> None:
 
 
 def test_C7_an_empty_reply_is_still_retried_and_a_full_ledger_then_succeeds() -> None:
-    full = "<summary>\n" + "\n".join(f"## {h}\n- x" for h in C7_HEADINGS) + "\n</summary>"
+    full = "<summary>\n" + "\n".join(f"## {h}\n- fix login" for h in C7_HEADINGS) + "\n</summary>"
     service, provider = compactor(Reply(text="<analysis>only thinking</analysis>"), Reply(text=full))
     outcome = service.compact(request(_long_log().state()))
     assert provider.calls == 2 and outcome.strategy == "llm" and outcome.failure is None

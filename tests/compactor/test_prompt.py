@@ -16,10 +16,10 @@ from cairn.actors.compactor.prompt import (
     next_shape,
     prompt_chars,
 )
-from cairn.actors.provider.scripted import context_limit
+from cairn.actors.provider.scripted import Reply, context_limit
 from cairn.events.kinds import FileAccess
 from cairn.events.model import ImagePart, Message, TextPart, text_of, units
-from tests.compactor.builders import C7_HEADINGS, Log, coding_session, compactor, request
+from tests.compactor.builders import C7_HEADINGS, Log, coding_session, compactor, ledger, request
 
 
 def _sent(provider) -> list[str]:
@@ -34,7 +34,9 @@ def test_C6_overflow_drops_files_then_oldest_units_each_prompt_strictly_shorter(
     log.turn("Refactor the parser.")
     for n in range(12):
         log.tool(f"OUTPUT-{n} " + "q" * 2000, files=(FileAccess(str(workspace / "notes.md")),))
-    service, provider = compactor(context_limit(), context_limit())
+    service, provider = compactor(
+        context_limit(), context_limit(), Reply(text=ledger("- refactor the parser"))
+    )
     outcome = service.compact(request(log.state(), workspace=str(workspace)))
     assert outcome.strategy == "llm" and provider.calls == 3
     first, second, third = _sent(provider)

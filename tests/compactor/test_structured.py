@@ -62,9 +62,9 @@ def ledger_json(**fields: list[str]) -> str:
 
 
 GOOD = ledger_json(
-    objective_and_constraints=["Fix the failing test in f.py.", "  "],
+    objective_and_constraints=["Fix the failing test in tests/test_app.py.", "  "],
     decisions_and_rationale=["- Use pytest -x rather than the full suite\nbecause it is faster."],
-    exact_next_action=["Run pytest -x tests/test_f.py"],
+    exact_next_action=["Run pytest -x tests/test_app.py"],
 )
 
 
@@ -75,7 +75,7 @@ def test_C7_json_ledger_renders_the_seven_headings_in_order_one_line_per_item() 
     rendered = render_ledger(GOOD)
     headings = [line[3:] for line in rendered.splitlines() if line.startswith("## ")]
     assert headings == list(HEADINGS)
-    assert "- Fix the failing test in f.py." in rendered.splitlines()
+    assert "- Fix the failing test in tests/test_app.py." in rendered.splitlines()
     # the model's own bullet dropped, its line break folded: one line an item; a blank item skipped
     assert "- Use pytest -x rather than the full suite because it is faster." in rendered.splitlines()
     assert sum(1 for line in rendered.splitlines() if line.strip() == "-") == 0
@@ -210,7 +210,7 @@ def test_C7_json_ledger_under_auto_is_asked_for_taken_and_rederived_by_an_audito
 def test_C7_json_ledger_refused_by_the_endpoint_under_auto_is_asked_in_text_at_once_and_remembered(
     chat: ChatServer,
 ) -> None:
-    headed = "<summary>\n" + "\n".join(f"## {h}\n- no evidence observed" for h in HEADINGS) + "\n</summary>"
+    headed = "<summary>\n" + "\n".join(f"## {h}\n- public API unchanged" for h in HEADINGS) + "\n</summary>"
     chat.plan(
         api_error(400, "response_format is not supported by this server", kind="invalid_request_error"),
         text_reply(headed),

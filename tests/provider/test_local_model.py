@@ -140,12 +140,16 @@ def test_the_server_dies_with_its_parent_even_by_sigkill(from_thread: bool) -> N
 
 
 @needs_model
-def test_C7_json_ledger_smollm2s_summary_is_accepted_on_the_real_server(
+def test_C7_json_ledger_smollm2s_summary_is_taken_as_json_and_judged_on_its_content(
     local_model: LocalModelServer,
 ) -> None:
     """SmolLM2-135M never wrote the seven headings in free text; asked for the JSON ledger (the
-    default, `auto`) through llama.cpp's `response_format`, its summary is taken (strategy `llm`), and
-    an auditor re-derives the checkpoint from the raw JSON alone."""
+    default, `auto`) through llama.cpp's `response_format`, its reply is the seven fields as JSON
+    (no JSON error, the endpoint keeps `auto`). What it writes in them is its own: here mostly
+    noise, which the grounding gate (beyond C7) refuses, so the test takes either outcome the
+    host allows and checks each: a grounded summary is the checkpoint and an auditor re-derives
+    it from the raw JSON alone; an ungrounded one is `malformed` with the reason, and the
+    fallback is committed instead."""
     from cairn.actors.compactor import Compactor, verify_checkpoint
     from tests.compactor.builders import COUNTER, coding_session, request
 
@@ -157,10 +161,14 @@ def test_C7_json_ledger_smollm2s_summary_is_accepted_on_the_real_server(
         outcome = service.compact(request(state, context_window=2048))
         assert provider.structured_summary == "auto"  # llama.cpp took `response_format`
     checkpoint = outcome.checkpoint
-    assert outcome.failure is None, outcome.failure
-    assert checkpoint.strategy == "llm" and checkpoint.prompt_version == "cairn-ledger-json-1"
-    assert checkpoint.replacement_tokens < checkpoint.source_tokens
     assert checkpoint.diagnostics.reductions[0] == "fit:compact-instructions"
+    assert checkpoint.replacement_tokens < checkpoint.source_tokens
+    if outcome.failure is None:
+        assert checkpoint.strategy == "llm" and checkpoint.prompt_version == "cairn-ledger-json-1"
+    else:
+        assert outcome.failure.reason == "malformed", outcome.failure
+        assert outcome.failure.detail.startswith("ungrounded: "), outcome.failure
+        assert checkpoint.strategy == "fallback"
     verify_checkpoint(state.context, checkpoint, COUNTER)
 
 

@@ -42,7 +42,7 @@ from tests.provider.chat_server import (
 )
 from tests.provider.conftest import SECRET_KEY, Connect
 
-GOOD_SUMMARY = ledger("- Fix the failing test.", analysis="The session fixed a test.")
+GOOD_SUMMARY = ledger("- Fix the failing test in tests/test_app.py.", analysis="The session fixed a test.")
 READ_SCHEMA = '{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}}}}'
 
 

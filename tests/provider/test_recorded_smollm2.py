@@ -127,47 +127,45 @@ def test_C7_smollm2s_reply_that_copies_its_prompt_back_is_malformed(chat: ChatSe
     assert outcome.checkpoint.raw_summary is None
 
 
-def test_C7_smollm2s_seven_bare_headings_are_taken_but_not_when_longer_than_their_source(
+def test_C7_smollm2s_seven_bare_headings_are_refused_as_ungrounded_and_the_fallback_committed(
     chat: ChatServer,
 ) -> None:
-    """'1. Objective and constraints' ... '7. Exact next action' with nothing under them: the seven
-    headings are there, so C7 takes it. Over a 289-token source, that ledger and the retained tail
-    (292 tokens) do not shrink it: refused as `insufficient-reduction` (one call), the fallback
-    (249 tokens) is committed. Over an 855-token source the same reply is the checkpoint."""
+    """'1. Objective and constraints' ... '7. Exact next action' with nothing of the transcript
+    under them: C7's seven headings are there, but its own two lines ('The 80-line ...') share no
+    word with the transcript (beyond C7, `grounding`). Before the grounding gate this reply was the
+    checkpoint of an 855-token source (383 tokens, the history replaced by a list of headings); now
+    it is `malformed` after one call, and the fallback keeps the newest units verbatim."""
     chat.plan(recorded("summary_headings_only"))
-    small = _compact(chat, 300, "off", rounds=4, output_chars=120)
-    failure = small.failure
-    assert isinstance(failure, CompactionFailed) and failure.reason == "insufficient-reduction"
-    assert failure.detail == "replacement 292 tokens is not smaller than its source (289 tokens)"
-    assert small.checkpoint.strategy == "fallback" and small.checkpoint.replacement_tokens == 249
-
-    chat.plan(recorded("summary_headings_only"))
-    large = _compact(chat, 300, "off")
-    assert large.failure is None and large.checkpoint.strategy == "llm"
-    assert (large.checkpoint.source_tokens, large.checkpoint.replacement_tokens) == (855, 383)
-    assert len(chat.requests) == 2
+    outcome = _compact(chat, 300, "off")
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
+    assert failure.detail.startswith("ungrounded: 0 of 2 distinct lines share a word with the transcript")
+    assert outcome.checkpoint.strategy == "fallback" and outcome.checkpoint.source_tokens == 855
+    assert len(chat.requests) == 1
 
 
-def test_C7_smollm2s_json_ledger_longer_than_its_source_is_never_committed(chat: ChatServer) -> None:
-    """A JSON ledger of seven fields of filler ('def ', 'ref<name>') padded with whitespace: 226
-    output tokens, rendered (whitespace gone) with the retained tail to 240 tokens, for an 82-token
-    source. Neither it nor the fallback shrinks the source, so the compaction is a typed
-    `CompactionIneffective` carrying both failures (the model's first, for the breaker); nothing is
-    committed. Over a 409-token source the same reply comes to 318 tokens and is the checkpoint."""
+def test_C7_smollm2s_json_ledger_of_filler_is_refused_as_ungrounded(chat: ChatServer) -> None:
+    """A JSON ledger of seven fields of filler ('def ', 'ref<name>') padded with whitespace, 226
+    output tokens: valid JSON with the seven fields, so C7's shape holds, but no line of it shares
+    a word with the transcript. Over an 82-token source neither it nor the fallback could shrink
+    the source: a typed `CompactionIneffective` carrying both failures (the model's first, for the
+    breaker), nothing committed. Over a 409-token source, where it used to be the checkpoint (318
+    tokens of filler), the fallback is committed instead."""
     usage = (FIXTURES / "summary_json_longer_than_source.sse").read_text()
     assert '"completion_tokens":226' in usage
     chat.plan(recorded("summary_json_longer_than_source"))
     with pytest.raises(CompactionIneffective) as refused:
         _compact(chat, 512, "on", rounds=1, output_chars=80)
     reasons = [(e.reason, e.detail) for e in refused.value.events]
-    assert [reason for reason, _ in reasons] == ["insufficient-reduction", "insufficient-reduction"]
-    assert reasons[0][1] == "replacement 240 tokens is not smaller than its source (82 tokens)"
+    assert [reason for reason, _ in reasons] == ["malformed", "insufficient-reduction"]
+    assert reasons[0][1].startswith("ungrounded: 0 of ")
     assert len(chat.requests) == 1
 
     chat.plan(recorded("summary_json_longer_than_source"))
     outcome = _compact(chat, 512, "on", rounds=4, output_chars=300)
-    assert outcome.failure is None and outcome.checkpoint.strategy == "llm"
-    assert (outcome.checkpoint.source_tokens, outcome.checkpoint.replacement_tokens) == (409, 318)
+    failure = outcome.failure
+    assert isinstance(failure, CompactionFailed) and failure.reason == "malformed"
+    assert outcome.checkpoint.strategy == "fallback" and outcome.checkpoint.source_tokens == 409
 
 
 def test_C5_smollm2s_empty_reply_is_asked_again_three_calls_then_the_fallback(chat: ChatServer) -> None:

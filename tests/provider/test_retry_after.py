@@ -30,7 +30,7 @@ from tests.provider.conftest import SECRET_KEY
 
 SID = "s"
 SETTINGS = SessionSettings(model="test-model", context_window=128_000, system_prompt="You are a test agent.")
-GOOD_SUMMARY = ledger("- Fix the failing test.")
+GOOD_SUMMARY = ledger("- Fix the failing test in tests/test_app.py.")
 
 
 def http_date(ms: int) -> str:
