@@ -101,6 +101,7 @@ _LABELS = {
     "blank": "blank summary (seven headings, no evidence)",
     "truncation": "plain truncation to the summarizer's tokens",
     "fallback": "deterministic fallback (F1-F5)",
+    "fallback_at_budget": "deterministic fallback (F1-F5) built for the summarizer's tokens",
 }
 SCRIPTED_LABEL = "summarizer under test: scripted provider, the pipeline's floor, not model quality"
 
@@ -324,6 +325,7 @@ def _run(
         )
     )
     figures.append(_accepted_figure(summarizer))
+    figures.append(_over_fallback_figure(summarizer, scores["fallback_at_budget"], scores["fallback"], real))
     if judge:
         figures.append(_judge_figure(verdicts))
     figures.append(_spent_record_figure(counter))
@@ -349,6 +351,27 @@ def _accepted_figure(summarizer: Score) -> dict[str, Any]:
         None,
         f"{taken} of {summarizer.compactions} summaries taken as the checkpoint, {summarizer.fallbacks} fell "
         f"back, {summarizer.refused} refused" + (f"; why: {why}" if why else ""),
+    )
+
+
+def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, real: bool) -> dict[str, Any]:
+    """Issue 33's goal: the summarizer's checkpoint keeps more summary-only facts than the host's
+    parts alone (the fallback: records, active task, newest units) at the same tokens. Points
+    above (+) or below (-) it; a target only for a real model."""
+    gap = summarizer.summary_only_pct() - at_budget.summary_only_pct()
+    detail = (
+        f"summary-only facts kept: summarizer {summarizer.summary_only_pct():.1f} %, the fallback at the "
+        f"summarizer's tokens {at_budget.summary_only_pct():.1f} % "
+        f"({at_budget.tokens:,} vs {summarizer.tokens:,} tokens after the last compaction, all sessions), "
+        f"the fallback at its own target {fallback.summary_only_pct():.1f} % ({fallback.tokens:,} tokens)"
+    )
+    return figure(
+        "quality.summarizer.over_fallback_at_budget",
+        round(gap, 1),
+        "points",
+        "> 0" if real else None,
+        gap > 0 if real else None,
+        detail,
     )
 
 

@@ -11,6 +11,8 @@ replaces the effective context, through the real compactor where it can:
 | truncation   | the newest whole units (one cut to fit) after a one-line marker, no summary and |
 |              | no task checkpoint, to the tokens of the summarizer's replacement at that point |
 | fallback     | the compactor whose summary call fails (HTTP 400): the deterministic F1-F5     |
+| fallback_at_budget | F1-F5 (records, active task, newest units) built for the tokens of the    |
+|              | summarizer's replacement at that point: the host's parts at the same budget    |
 | summarizer   | the compactor with the provider under test (offline: the scripted provider)    |
 
 The blank summary goes through the real pipeline, so the host still adds
@@ -52,13 +54,13 @@ from dataclasses import dataclass, field
 import msgspec
 
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
-from cairn.actors.compactor.active_task import task_text
+from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.gates import effect_target, input_budget_of
 from cairn.actors.compactor.ledger import source_records
-from cairn.actors.compactor.replacement import retained_tail
+from cairn.actors.compactor.replacement import fallback_summary_message, message_ids, retained_tail
 from cairn.actors.provider.base import Provider
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.session.tool_budget import render_context
@@ -70,7 +72,9 @@ from cairn.events.model import Message, text_of
 from cairn.events.protocol import HEADINGS
 from cairn.events.state import SessionState, carried_for_checkpoint, evolve
 
-STRATEGIES = ("ceiling", "blank", "truncation", "fallback", "summarizer")
+STRATEGIES = ("ceiling", "blank", "truncation", "fallback", "fallback_at_budget", "summarizer")
+#: the strategies built to the summarizer's tokens at each point (`run_strategy`'s `budgets`)
+AT_BUDGET = ("truncation", "fallback_at_budget")
 BLANK_SUMMARY = (
     "<summary>\n" + "\n\n".join(f"## {h}\n- No evidence observed." for h in HEADINGS) + "\n</summary>"
 )
@@ -137,6 +141,35 @@ def _truncate(state: SessionState, budget: int, counter: TokenCounter) -> Checkp
     )
 
 
+def _fallback_at(state: SessionState, budget: int, counter: TokenCounter) -> CheckpointCommitted:
+    """The deterministic fallback (F1-F5: the notice with the records, the newest units, the active
+    task) built for `budget` tokens instead of C10's target, or for its mandatory part when that
+    is larger (F2)."""
+    source = strip_handoff(state.context)
+    epoch = state.epoch + 1
+    summary_id, _, task_id = message_ids(epoch)
+    task = task_text(state.carried.open_turn)
+    plan = plan_fallback(
+        source,
+        summary=fallback_summary_message(source_records(source).records, summary_id),
+        task_message=active_task_message(task, task_id),
+        task=task,
+        target=budget,
+        counter=counter,
+    )
+    return CheckpointCommitted(
+        version=CHECKPOINT_VERSION,
+        epoch=epoch,
+        through_seq=state.last_seq,
+        trigger="threshold",
+        strategy="fallback",
+        source_tokens=counter.messages(source),
+        replacement_tokens=plan.tokens,
+        replacement_messages=plan.replacement,
+        carried=carried_for_checkpoint(state, reset_breaker=False),
+    )
+
+
 def run_strategy(
     session: Session,
     strategy: str,
@@ -147,7 +180,8 @@ def run_strategy(
 ) -> Run:
     """Fold `session`, compacting with `strategy` at each of its points (see the module doc).
 
-    `budgets`: truncation's token budget at each point (the summarizer's replacement tokens).
+    `budgets`: the token budget of truncation and of the fallback at budget at each point (the
+    summarizer's replacement tokens).
     """
     run = Run()
     state = SessionState()
@@ -164,7 +198,7 @@ def run_strategy(
             run.tail = retained_tail(source)
             run.task = task_text(state.carried.open_turn)
             run.records = tuple(r.payload for r in source_records(source).records)
-        if strategy == "truncation":
+        if strategy in AT_BUDGET:
             info = state.info
             window = info.context_window if info is not None else None
             cap = info.max_output_tokens if info is not None else None
@@ -173,9 +207,10 @@ def run_strategy(
                 if index < len(budgets)
                 else effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
             )
-            checkpoint = _truncate(state, budget, counter)
+            build = _truncate if strategy == "truncation" else _fallback_at
+            checkpoint = build(state, budget, counter)
             state = _apply(state, [checkpoint])
-            run.used.append("truncation")
+            run.used.append(strategy)
             run.replacement_tokens.append(checkpoint.replacement_tokens)
             continue
         provider: Provider

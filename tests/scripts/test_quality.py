@@ -111,6 +111,7 @@ def test_C8_spent_a_recorded_next_action_that_was_run_is_current_in_no_host_ledg
         "blank": (0, 8),
         "truncation": (0, 8),
         "fallback": (0, 8),
+        "fallback_at_budget": (0, 8),
         "summarizer": (0, 8),
     }
     figure = quality._spent_record_figure(TokenCounter())
