@@ -402,7 +402,9 @@ def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
 
 def _judge_figure(v: JudgeScore) -> dict[str, Any]:
     kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
+    skipped = "; ".join(f"{count} x {why}" for why, count in v.skipped.items())
     detail = (
+        f"{v.judged} sessions judged" + (f", not judged: {skipped}" if skipped else "") + "; "
         f"the model answering from the compacted context over from the full one: right {v.after} vs "
         f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
         f"{v.superseded}; by kind (before->after/asked): {kinds}"

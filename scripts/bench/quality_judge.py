@@ -8,6 +8,14 @@ rendered as a `[i] role: text` transcript (X1-X2 applied, tool calls shown,
 images as the M4 placeholder), followed by the session's probe questions,
 numbered. The model answers one numbered line per question.
 
+A session whose full context does not fit the endpoint's window (the
+adapter's `context_window`, `CAIRN_CONTEXT_WINDOW`: the transcript counted
+here, 30 % more for the server's tokenizer, plus the answer's room), or
+whose request fails, is not judged: it is counted with the reason, and the
+figure says how many were judged. A 4,096-token local model judges none of
+the corpus's ~16,000-token sessions; a judge needs a window that holds the
+history it is asked about.
+
 An answer is right when it contains the fact's `answer` string
 (case-insensitive). A superseded fact asks its replacement's question; it
 is *answered stale* when the line contains the old value and not the new
@@ -22,8 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cairn.actors.compactor.prompt import render_message
-from cairn.actors.provider.base import Provider, ProviderRequest, TextDelta
+from cairn.actors.compactor.sampling import TOKENIZER_MARGIN_PERCENT
+from cairn.actors.provider.base import Provider, ProviderFailure, ProviderRequest, TextDelta, endpoint_window
 from cairn.actors.session.tool_budget import render_context
+from cairn.actors.tokens import TokenCounter
 from cairn.bench.quality_corpus import Fact, Session
 from cairn.bench.quality_probe import Probe, Run
 from cairn.events.model import Message
@@ -37,6 +47,8 @@ JUDGE_SYSTEM = (
 )
 #: chars of one message in the judge's transcript (a context already fits the window)
 JUDGE_CHAR_CAP = 20_000
+#: the most output tokens one judge answer asks for
+JUDGE_OUTPUT_TOKENS = 2_000
 _ANSWER_RE = re.compile(r"^\s*(\d+)\s*[.):]\s*(.*)$")
 
 
@@ -51,6 +63,9 @@ class JudgeScore:
     stale_before: int = 0
     stale_after: int = 0
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [asked, before, after]
+    judged: int = 0
+    #: why sessions were not judged, and how many
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def ratio(self) -> float:
         """Accuracy after over accuracy before (1.0 when nothing was right before)."""
@@ -71,21 +86,37 @@ def parse_answers(text: str, count: int) -> list[str]:
     return answers
 
 
+def judge_messages(context: Sequence[Message], questions: Sequence[str]) -> tuple[Message, Message]:
+    """The judge's request: the transcript of `context`, then the numbered questions."""
+    numbered = "\n".join(f"{n}. {q}" for n, q in enumerate(questions, start=1))
+    body = f"Conversation:\n{transcript(context)}\n\nQuestions:\n{numbered}"
+    return (
+        Message(role="system", content=JUDGE_SYSTEM, id="judge-instructions"),
+        Message(role="user", content=body, id="judge-questions"),
+    )
+
+
+def misfit(provider: Provider, messages: Sequence[Message], counter: TokenCounter) -> str | None:
+    """Why `messages` and the answer's room do not fit the provider's endpoint window, or None."""
+    window = endpoint_window(provider)
+    if window is None:
+        return None
+    tokens = counter.messages(messages) * (100 + TOKENIZER_MARGIN_PERCENT) // 100
+    if tokens + min(JUDGE_OUTPUT_TOKENS, window // 3) <= window:
+        return None
+    return f"the full context does not fit the endpoint's {window:,}-token window"
+
+
 def ask(
     provider: Provider, model: str, context: Sequence[Message], questions: Sequence[str], rid: str
 ) -> list[str]:
     """One judge request: the transcript of `context`, then the numbered questions."""
-    numbered = "\n".join(f"{n}. {q}" for n, q in enumerate(questions, start=1))
-    body = f"Conversation:\n{transcript(context)}\n\nQuestions:\n{numbered}"
     request = ProviderRequest(
         model=model,
-        messages=(
-            Message(role="system", content=JUDGE_SYSTEM, id="judge-instructions"),
-            Message(role="user", content=body, id="judge-questions"),
-        ),
+        messages=judge_messages(context, questions),
         purpose="turn",
         temperature=0.0,
-        max_output_tokens=2_000,
+        max_output_tokens=JUDGE_OUTPUT_TOKENS,
         request_id=rid,
     )
     text = "".join(out.text for out in provider.stream(request) if isinstance(out, TextDelta))
@@ -110,8 +141,18 @@ def judge_session(
         return
     by_key = {f.key: f for f in session.facts}
     questions = [f.question for f in asked]
-    before = ask(provider, model, runs["ceiling"].context, questions, f"judge:{session.name}:before")
-    after = ask(provider, model, runs["summarizer"].context, questions, f"judge:{session.name}:after")
+    why = misfit(provider, judge_messages(runs["ceiling"].context, questions), TokenCounter())
+    if why is not None:
+        score.skipped[why] = score.skipped.get(why, 0) + 1
+        return
+    try:
+        before = ask(provider, model, runs["ceiling"].context, questions, f"judge:{session.name}:before")
+        after = ask(provider, model, runs["summarizer"].context, questions, f"judge:{session.name}:after")
+    except ProviderFailure as failure:
+        why = f"the judge's request failed: {failure.error_class}"
+        score.skipped[why] = score.skipped.get(why, 0) + 1
+        return
+    score.judged += 1
     for fact, old, new in zip(asked, before, after, strict=True):
         if fact.kind == "superseded":
             replacing = by_key.get(fact.replaced_by)

@@ -20,7 +20,7 @@ from cairn.actors.provider.scripted import scripted_summary
 from cairn.bench import quality
 from cairn.bench.quality_corpus import corpus
 from cairn.events.model import Message
-from tests.provider.chat_server import ChatServer, Received, Reply, text_reply
+from tests.provider.chat_server import ChatServer, Received, Reply, api_error, text_reply
 from tests.provider.conftest import SECRET_KEY
 
 
@@ -159,3 +159,33 @@ def test_cairn_bench_only_quality_provider_openai_runs_through_the_cli(
     figures = _figures(report["figures"])
     assert "judge-model at http://127.0.0.1:" in str(figures["quality.summarizer.facts_kept"]["detail"])
     assert figures["quality.summarizer.meets_quality_target"]["met"] is True
+
+
+def test_the_judge_skips_sessions_whose_full_context_does_not_fit_the_endpoints_window() -> None:
+    """A 4,096-token endpoint (`CAIRN_CONTEXT_WINDOW`, as `cairn local-model` serves SmolLM2) cannot
+    read the corpus's ~16,000-token sessions: the judge sends none of them and says so, and the
+    suite runs to the end (it used to die on the server's context-limit error)."""
+    with _reading_judge() as server:
+        env = {**_env(server), "CAIRN_BENCH_JUDGE": "1", "CAIRN_CONTEXT_WINDOW": "4096"}
+        figures = _figures(quality.run_with(True, "openai", env, longrun=False))
+        calls = len(server.requests)
+    assert calls == 20  # the summaries only
+    judged = figures["quality.judge.accuracy_after_over_before"]
+    assert str(judged["detail"]).startswith(
+        "0 sessions judged, not judged: 16 x the full context does not fit the endpoint's 4,096-token window"
+    )
+    assert "quality.error" not in figures
+
+
+def test_a_judge_request_that_fails_leaves_its_session_unjudged_and_the_suite_running() -> None:
+    def model(received: Received) -> Reply:
+        messages = received.body.get("messages") or []
+        if str(messages[-1].get("content", "")).startswith("Conversation:"):
+            return api_error(400, "request (19226 tokens) exceeds the available context size (4096 tokens)")
+        return _ledger_model(received)
+
+    with ChatServer(responder=model) as server:
+        env = {**_env(server), "CAIRN_BENCH_JUDGE": "1"}
+        figures = _figures(quality.run_with(True, "openai", env, longrun=False))
+    detail = str(figures["quality.judge.accuracy_after_over_before"]["detail"])
+    assert detail.startswith("0 sessions judged, not judged: 16 x the judge's request failed: context-limit")
