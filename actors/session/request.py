@@ -15,15 +15,18 @@ baseline the next projection starts from (P3, P6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from cairn.actors.session.budget import BudgetSnapshot
 from cairn.actors.session.cache_breakpoints import cache_breakpoints
 from cairn.actors.session.tracker import Occupancy, Projection, occupancy
 from cairn.actors.session.view import HistoryView
-from cairn.events.kinds import Request
+from cairn.events.codec import Record
+from cairn.events.kinds import EventBase, Request
 from cairn.events.model import Message
-from cairn.events.state import SessionState
+from cairn.events.state import SessionState, replay
 
 
 class PartTokens(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,3 +115,27 @@ def request_event(assembled: AssembledRequest, *, request_id: str, turn_id: str,
         projection_source=assembled.projection.source,
         handoff_included=assembled.handoff_included,
     )
+
+
+class FirstRequest(msgspec.Struct, frozen=True):
+    """A turn's first request, assembled on the state its start events would make: its event goes
+    into the same append as theirs (`speculative`)."""
+
+    event: Request
+    assembled: AssembledRequest
+    request_id: str
+
+
+def speculative(state: SessionState, sid: str, events: Sequence[EventBase], ts_ms: int) -> SessionState:
+    """The state `events` would make once appended to session `sid` after `state`, stamped
+    `ts_ms` (pure).
+
+    The same fold replay uses (`evolve`), on records numbered as the journal will number them;
+    their log position and hash chain are not known yet, and no rule reads them. The actor
+    never keeps this state: it assembles a request from it, and takes the log's own records
+    once the append is acknowledged (persist, then apply)."""
+    records = [
+        Record(-1, sid, state.last_seq + n, ts_ms, "", event)  # type: ignore[arg-type]
+        for n, event in enumerate(events, start=1)
+    ]
+    return replay(records, state)

@@ -5,7 +5,9 @@ A layer of the session actor (`core` explains the chain). The loop
 that may call back (the provider and the compactor answer by message, not
 by return value):
 
-    Send -> [session-started], user-message, turn-started
+    Send -> [session-started], user-message, turn-started, and in the same
+            append the first request when L1 has nothing to do before it
+            (`_first_request`: one fsync before the first token, not two)
     repeat:
         steering messages that arrived meanwhile -> user-message
         L1: micro (S4, persisted, applied) -> snip plan (S1)
@@ -50,7 +52,13 @@ from cairn.actors.session.idempotency import KeyedMessage, key_index, same_messa
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import TurnRun
 from cairn.actors.session.messages import RetryRequest, Send
-from cairn.actors.session.request import assemble, request_event
+from cairn.actors.session.request import (
+    AssembledRequest,
+    FirstRequest,
+    assemble,
+    request_event,
+    speculative,
+)
 from cairn.actors.session.slimming import apply_plan, plan_micro, plan_snip, read_only_tools
 from cairn.actors.session.stream import Turn
 from cairn.actors.session.tool_calls import run_tool
@@ -71,6 +79,7 @@ from cairn.actors.session.turn import (
 )
 from cairn.actors.tools import ToolOutcome
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
+from cairn.events.kinds import EventBase
 from cairn.events.model import ToolCall, parts_of
 
 log = logging.getLogger("cairn.session")
@@ -182,6 +191,7 @@ class TurnLoop(Compacting):
         if not accepted:
             return self._resume()
         first = next((send for send in accepted if send.workspace is not None), accepted[0])
+        request: FirstRequest | None = None
         try:
             events, turn_id = start_events(
                 self._state,
@@ -191,7 +201,8 @@ class TurnLoop(Compacting):
                 keys=[send.key for send in accepted],
             )
             self._run = TurnRun(turn_id, [send.handle for send in accepted] + joining)
-            self._persist(events)
+            request = self._first_request(events)
+            self._persist([*events, request.event] if request is not None else events)
         except CairnError as exc:
             self._run = None
             result = self._result("rejected", "", error_class=type(exc).__name__, error=str(exc))
@@ -201,7 +212,40 @@ class TurnLoop(Compacting):
                 handle._finish(result)
             return self._resume()
         self._remember(accepted, turn_id)
-        self._next_request()
+        if request is None:
+            return self._next_request()
+        self._dispatch(request.assembled, request.request_id)
+
+    def _first_request(self, events: list[EventBase]) -> FirstRequest | None:
+        """The turn's first request, when it can go out in the same append as the events that
+        open the turn (one fsync before the first token instead of two), else None.
+
+        It can when L1 has nothing to do before it: no steering message waiting, no micro-slim,
+        no snip, no compaction due and no hand-off due, judged on the state those events would
+        make (`speculative`, pure). Otherwise the turn starts as before: the start events
+        appended, then `_next_request`. The request is then the one `_send_request` would
+        assemble after them: the same state, the same id.
+        """
+        run = self._run
+        assert run is not None
+        if self._sends or self._rt.max_requests_per_turn < 1:
+            return None
+        now = self._rt.clock_ms()
+        state = speculative(self._state, self._sid, events, now)
+        occ = occupancy(state, self._view)
+        if plan_micro(state, self._view, occ, now_ms=now) is not None:
+            return None
+        if occ.snapshot.phase == "compaction_due" or plan_snip(state, self._view, occ) is not None:
+            return None
+        try:
+            if decide_handoff(state, occ.snapshot, now_ms=now, write_failed=False) is not None:
+                return None
+        except InvalidHandoff:
+            return None  # the normal path logs it (H7)
+        assembled = assemble(state, self._view, occ=occ)
+        request_id = f"r{state.last_seq + 1}"
+        event = request_event(assembled, request_id=request_id, turn_id=run.turn_id, attempt=run.attempt)
+        return FirstRequest(event, assembled, request_id)
 
     def _steer(self) -> bool:
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
@@ -269,6 +313,12 @@ class TurnLoop(Compacting):
         event = request_event(assembled, request_id=request_id, turn_id=run.turn_id, attempt=run.attempt)
         if not self._try_persist([event], "provider"):
             return
+        self._dispatch(assembled, request_id)
+
+    def _dispatch(self, assembled: AssembledRequest, request_id: str) -> None:
+        """L1 (6): send the request whose event is on disk to the provider actor."""
+        run = self._run
+        assert run is not None
         run.requests += 1
         run.begin(next(self._jobs), request_id)
         info = self._state.info

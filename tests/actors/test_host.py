@@ -209,7 +209,8 @@ def test_an_unfinished_turn_is_marked_interrupted_when_its_session_loads(tmp_pat
 def test_a_crashed_session_is_rebuilt_by_replay_and_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = session_actor.assemble
+    # a bug on the way to the provider, after the turn's events and its request are on disk
+    real = session_actor.inline_image_blobs
     calls = {"n": 0}
 
     def crash_once(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -218,7 +219,7 @@ def test_a_crashed_session_is_rebuilt_by_replay_and_loses_nothing(
             raise RuntimeError("a bug in cairn")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(session_actor, "assemble", crash_once)
+    monkeypatch.setattr(session_actor, "inline_image_blobs", crash_once)
     host = open_host(tmp_path / "store", scripted())
     assert host.send("s", "first", workspace=tmp_path).result(WAIT).ok
     durable = list(host.journal.read("s"))
