@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"scripts": "cairn", "actors": "cairn.actors", "store": "cairn.store", "events": "cairn.events"}
 LAYERS = ("cairn.events", "cairn.store", "cairn.actors", "cairn")  # lowest first
 ACTOR_RANKS = {"provider": 0, "compactor": 1, "session": 2, "host": 3, "cluster": 4}  # lowest first
-ACTOR_LEAVES = {"errors", "tokens", "tools", "workspace_fs", "placement"}
+ACTOR_LEAVES = {"budget_rule", "errors", "tokens", "tools", "workspace_fs", "placement"}
 
 
 def module_name(path: Path) -> str:

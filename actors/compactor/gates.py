@@ -79,9 +79,6 @@ TARGET_FLOOR = 5_000
 MIN_SAVING_PERCENT = 10
 #: (beyond C10) the target is at most this share of the input budget
 BUDGET_SHARE_PERCENT = 50
-#: B1's clamp of the default output reserve (10 % of the window)
-MIN_RESERVE = 8_192
-MAX_RESERVE = 32_768
 #: the room rule: turns of growth a checkpoint leaves room for, and the turns its median is of
 ROOM_TURNS = 2
 RECENT_TURNS = 5
@@ -102,21 +99,6 @@ def effect_target(source_tokens: int, context_window: int | None, input_budget: 
     if _count(input_budget) and input_budget > 0:
         target = min(target, input_budget * BUDGET_SHARE_PERCENT // 100)
     return target
-
-
-def input_budget_of(context_window: object, max_output_tokens: object) -> int | None:
-    """B1-B2 as the session computes them: window - output reserve (the explicit cap, else 10 % of
-    the window clamped to 8,192..32,768), or None when unknown. The compactor may not import the
-    session's `budget` (the layers), so the arithmetic is here again; a test pins both alike."""
-    if not _count(context_window) or context_window <= 0:
-        return None
-    if max_output_tokens is None:
-        reserve = min(MAX_RESERVE, max(MIN_RESERVE, context_window // 10))
-    elif _count(max_output_tokens) and max_output_tokens >= 0:
-        reserve = max_output_tokens
-    else:
-        return None
-    return context_window - reserve if reserve < context_window else None
 
 
 def _count(value: object) -> TypeGuard[int]:

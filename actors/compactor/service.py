@@ -42,13 +42,14 @@ from collections.abc import Callable
 
 import msgspec
 
+from cairn.actors.budget_rule import input_budget_of
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.breaker import DEFAULT_COOLDOWN_MS, BreakerView, breaker_view
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.choice import Basis, Choice, fallback_choice, llm_choice
 from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
-from cairn.actors.compactor.gates import effect_target, input_budget_of, median_growth, room_for, turn_sizes
+from cairn.actors.compactor.gates import effect_target, median_growth, room_for, turn_sizes
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids

@@ -1,13 +1,8 @@
 """The input budget of a session and the phase a projection puts it in (CONTEXT-RULES B1-B4).
 
-Rules, in exact integer arithmetic (no floats anywhere, so a window of
-2**53 - 1 or more still gives exact thresholds):
+B1-B3 (reserve, budget, thresholds) are the shared leaf `actors.budget_rule`,
+which the compactor uses too; here they are put together for one session:
 
-- B1 reserve: the explicit output cap when one is configured, else
-  window // 10 clamped to 8,192..32,768; no usable window: unknown.
-- B2 budget: window - reserve; unknown when the window is not a positive int,
-  the reserve is not a non-negative int, or the reserve is not below the window.
-- B3 thresholds: hand-off = budget * 7 // 10, compaction = budget * 8 // 10.
 - B4 phase of a projection p:
 
   | condition                           | phase            |
@@ -27,43 +22,30 @@ from typing import Literal
 
 import msgspec
 
+from cairn.actors.budget_rule import (
+    MAX_RESERVE,
+    MIN_RESERVE,
+    as_count,
+    input_budget,
+    output_reserve,
+    thresholds,
+)
+
 Phase = Literal["unknown", "below_handoff", "handoff_band", "compaction_due"]
 
-MIN_RESERVE = 8_192
-MAX_RESERVE = 32_768
-
-
-def _as_int(value: object) -> int | None:
-    """`value` if it is an int and not a bool (True is an int to Python, never a count to us)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def output_reserve(context_window: object, max_output_tokens: object) -> int | None:
-    """B1: the tokens kept free for the reply, or None when unknown.
-
-    An explicit cap is returned as configured (B2 decides whether it is
-    usable); without one, 10 % of a positive integer window, clamped.
-    """
-    if max_output_tokens is not None:
-        return _as_int(max_output_tokens)
-    window = _as_int(context_window)
-    if window is None or window <= 0:
-        return None
-    return min(MAX_RESERVE, max(MIN_RESERVE, window // 10))
-
-
-def input_budget(context_window: object, reserve: object) -> int | None:
-    """B2: window - reserve, or None when either is unusable or the reserve fills the window."""
-    window = _as_int(context_window)
-    kept = _as_int(reserve)
-    if window is None or kept is None or window <= 0 or kept < 0 or kept >= window:
-        return None
-    return window - kept
-
-
-def thresholds(budget: int) -> tuple[int, int]:
-    """B3: (hand-off, compaction) thresholds of a known budget."""
-    return budget * 7 // 10, budget * 8 // 10
+__all__ = [
+    "MAX_RESERVE",
+    "MIN_RESERVE",
+    "Budget",
+    "BudgetSnapshot",
+    "Phase",
+    "budget_for",
+    "input_budget",
+    "output_reserve",
+    "phase_of",
+    "snapshot",
+    "thresholds",
+]
 
 
 def phase_of(projected: int | None, handoff: int | None, compaction: int | None) -> Phase:
@@ -97,7 +79,7 @@ def budget_for(context_window: object, max_output_tokens: object) -> Budget:
     budget = input_budget(context_window, reserve)
     handoff, compaction = thresholds(budget) if budget is not None else (None, None)
     return Budget(
-        context_window=_as_int(context_window),
+        context_window=as_count(context_window),
         reserve=reserve,
         input_budget=budget,
         handoff_threshold=handoff,

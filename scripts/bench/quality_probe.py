@@ -53,12 +53,13 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from cairn.actors.budget_rule import input_budget_of
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.compactor.fallback import plan_fallback
-from cairn.actors.compactor.gates import effect_target, input_budget_of
+from cairn.actors.compactor.gates import effect_target
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids, retained_tail
 from cairn.actors.provider.base import Provider

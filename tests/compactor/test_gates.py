@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cairn.actors.budget_rule import input_budget_of
 from cairn.actors.compactor.gates import (
     effect_gate,
     effect_target,
     fallback_target,
-    input_budget_of,
     manual_compaction_due,
     reduction_gate,
     shrink_gate,
@@ -115,8 +115,19 @@ def test_C10_an_unknown_budget_leaves_the_c10_target_alone() -> None:
 
 
 def test_B2_the_compactor_computes_the_input_budget_as_the_session_does() -> None:
-    """The compactor may not import the session's budget module (layers): the two must agree."""
+    """One budget rule (`actors.budget_rule`, a leaf): the session's B1-B2 are the same functions,
+    and the compactor's budget agrees with them on every case."""
+    from cairn.actors import budget_rule
+    from cairn.actors.compactor import service
+    from cairn.actors.session import budget
     from cairn.actors.session.budget import input_budget, output_reserve
+
+    assert (budget.output_reserve, budget.input_budget, budget.thresholds) == (
+        budget_rule.output_reserve,
+        budget_rule.input_budget,
+        budget_rule.thresholds,
+    )
+    assert service.input_budget_of is budget_rule.input_budget_of
 
     cases = [
         (16_000, None, 7_808),
