@@ -59,7 +59,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -74,6 +74,7 @@ from cairn.events.kinds import (
     CompactionFailed,
     ContextSlimmed,
     Handoff,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
@@ -276,62 +277,71 @@ class TraceFold:
     def _add(self, record: Record) -> list[PlannedSpan]:
         event = record.event
         turn = self.turn
-        if isinstance(event, SessionStarted):
-            self.model = event.model
-            self.max_output_tokens = event.max_output_tokens
-        elif isinstance(event, UserMessage):
-            if turn is not None:
-                turn.steering += 1
-            else:
-                if len(self.pending_users) >= _PENDING_USERS:  # messages that start no turn: keep the last
-                    del self.pending_users[next(iter(self.pending_users))]
-                self.pending_users[event.message_id] = {
-                    "cairn.user_message.id": clean(event.message_id),
-                    "cairn.user_message.chars": _content_chars(event.content),
-                    "cairn.user_message.parts": len(event.content),
-                    "cairn.user_message.images": sum(1 for p in event.content if isinstance(p, ImagePart)),
-                    **(
-                        {"cairn.user_message.tokens": event.tokens.count}
-                        if not isinstance(event.tokens, msgspec.UnsetType)
-                        else {}
-                    ),
-                }
-        elif isinstance(event, TurnStarted):
-            if turn is not None:
-                self.abandoned_turns += 1
-            user = self.pending_users.get(event.message_id, {})
-            self.pending_users.clear()
-            self.turn = _Turn(event.turn_id, record.seq, record.ts, user)
-        elif isinstance(event, Request):
-            if turn is None or event.turn_id != turn.turn_id:
-                self.unplaced += 1
-            else:
-                turn.requests[event.request_id] = _Request(event, record.seq, record.ts)
-        elif isinstance(event, AssistantMessage | Usage | ProviderError):
-            request = turn.requests.get(event.request_id) if turn is not None else None
-            if turn is None or request is None:
-                self.unplaced += 1
-            else:
-                self._answer(turn, request, event, record.ts)
-        elif isinstance(event, ToolResult):
-            if turn is None:
-                self.unplaced += 1
-            else:
-                turn.children.append(self._tool_span(turn, record, event))
-        elif isinstance(event, CheckpointCommitted | CompactionFailed | Handoff | ContextSlimmed):
-            span = self._instant_span(turn, record)
-            if turn is not None:
-                turn.children.append(span)
-            elif record.pos >= self.since:
-                return [span]
-        elif isinstance(event, TurnCompleted | TurnFailed):
-            if turn is None or event.turn_id != turn.turn_id:
-                self.unplaced += 1
-                return []
-            self.turn = None
-            if record.pos < self.since:
-                return []
-            return self._close(turn, record, event)
+        match event:
+            case SessionStarted():
+                self.model = event.model
+                self.max_output_tokens = event.max_output_tokens
+            case UserMessage():
+                if turn is not None:
+                    turn.steering += 1
+                else:
+                    if (
+                        len(self.pending_users) >= _PENDING_USERS
+                    ):  # messages that start no turn: keep the last
+                        del self.pending_users[next(iter(self.pending_users))]
+                    self.pending_users[event.message_id] = {
+                        "cairn.user_message.id": clean(event.message_id),
+                        "cairn.user_message.chars": _content_chars(event.content),
+                        "cairn.user_message.parts": len(event.content),
+                        "cairn.user_message.images": sum(
+                            1 for p in event.content if isinstance(p, ImagePart)
+                        ),
+                        **(
+                            {"cairn.user_message.tokens": event.tokens.count}
+                            if not isinstance(event.tokens, msgspec.UnsetType)
+                            else {}
+                        ),
+                    }
+            case TurnStarted():
+                if turn is not None:
+                    self.abandoned_turns += 1
+                user = self.pending_users.get(event.message_id, {})
+                self.pending_users.clear()
+                self.turn = _Turn(event.turn_id, record.seq, record.ts, user)
+            case Request():
+                if turn is None or event.turn_id != turn.turn_id:
+                    self.unplaced += 1
+                else:
+                    turn.requests[event.request_id] = _Request(event, record.seq, record.ts)
+            case AssistantMessage() | Usage() | ProviderError():
+                request = turn.requests.get(event.request_id) if turn is not None else None
+                if turn is None or request is None:
+                    self.unplaced += 1
+                else:
+                    self._answer(turn, request, event, record.ts)
+            case ToolResult():
+                if turn is None:
+                    self.unplaced += 1
+                else:
+                    turn.children.append(self._tool_span(turn, record, event))
+            case CheckpointCommitted() | CompactionFailed() | Handoff() | ContextSlimmed():
+                span = self._instant_span(turn, record)
+                if turn is not None:
+                    turn.children.append(span)
+                elif record.pos >= self.since:
+                    return [span]
+            case TurnCompleted() | TurnFailed():
+                if turn is None or event.turn_id != turn.turn_id:
+                    self.unplaced += 1
+                    return []
+                self.turn = None
+                if record.pos < self.since:
+                    return []
+                return self._close(turn, record, event)
+            case OwnerChanged():
+                pass  # a change of owner is not part of any trace
+            case _:
+                assert_never(event)  # a new kind needs its place in the traces: mypy says so
         return []
 
     @staticmethod

@@ -45,7 +45,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from cairn import _console
 from cairn._cli_output import iso
@@ -58,12 +58,18 @@ from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
     CompactionFailed,
+    ContextSlimmed,
+    Handoff,
+    OwnerChanged,
     ProviderError,
+    Request,
     SessionStarted,
+    ToolResult,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
     Usage,
+    UserMessage,
 )
 from cairn.store.errors import CorruptionError
 from cairn.store.verify_report import Problem, VerifyReport
@@ -162,41 +168,56 @@ class SessionFold:
         self.first_ts = self.first_ts or record.ts
         self.last_ts = record.ts
         self.last_seq = record.seq
-        if isinstance(event, SessionStarted):
-            self.model, self.workspace = event.model, event.workspace
-            self.context_window = event.context_window
-            if event.parent_session is not None:
-                self.parent_session, self.parent_seq = event.parent_session, event.parent_seq
-        elif isinstance(event, TurnStarted):
-            self.turns += 1
-            self.open_turn = event.turn_id
-        elif isinstance(event, TurnCompleted):
-            self.turns_completed += 1
-            self.open_turn = None
-        elif isinstance(event, AssistantMessage):
-            self.responses += 1
-        elif isinstance(event, Usage):
-            if event.prompt_tokens is not None:
-                self.prompt_tokens += event.prompt_tokens
-                self.prompt_reports += 1
-            if event.completion_tokens is not None:
-                self.completion_tokens += event.completion_tokens
-                self.completion_reports += 1
-        elif isinstance(event, CheckpointCommitted):
-            self.checkpoint_count += 1
-            if len(self.checkpoints) < MAX_ROWS:
-                self.checkpoints.append(
-                    CheckpointRow(
-                        record.seq,
-                        record.ts,
-                        event.epoch,
-                        event.through_seq,
-                        event.trigger,
-                        event.strategy,
-                        event.source_tokens,
-                        event.replacement_tokens,
+        match event:
+            case SessionStarted():
+                self.model, self.workspace = event.model, event.workspace
+                self.context_window = event.context_window
+                if event.parent_session is not None:
+                    self.parent_session, self.parent_seq = event.parent_session, event.parent_seq
+            case TurnStarted():
+                self.turns += 1
+                self.open_turn = event.turn_id
+            case TurnCompleted():
+                self.turns_completed += 1
+                self.open_turn = None
+            case AssistantMessage():
+                self.responses += 1
+            case Usage():
+                if event.prompt_tokens is not None:
+                    self.prompt_tokens += event.prompt_tokens
+                    self.prompt_reports += 1
+                if event.completion_tokens is not None:
+                    self.completion_tokens += event.completion_tokens
+                    self.completion_reports += 1
+            case CheckpointCommitted():
+                self.checkpoint_count += 1
+                if len(self.checkpoints) < MAX_ROWS:
+                    self.checkpoints.append(
+                        CheckpointRow(
+                            record.seq,
+                            record.ts,
+                            event.epoch,
+                            event.through_seq,
+                            event.trigger,
+                            event.strategy,
+                            event.source_tokens,
+                            event.replacement_tokens,
+                        )
                     )
-                )
+            case (
+                UserMessage()
+                | TurnFailed()
+                | Request()
+                | ToolResult()
+                | ProviderError()
+                | ContextSlimmed()
+                | Handoff()
+                | CompactionFailed()
+                | OwnerChanged()
+            ):
+                pass  # not counted in the report's totals (failures: below)
+            case _:
+                assert_never(event)  # a new kind must be placed here: mypy says so
         failure = _failure(event)
         if failure is not None:
             kind, what = failure

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 from msgspec import UNSET
@@ -83,6 +83,7 @@ from cairn.events.kinds import (
     CheckpointCommitted,
     CompactionFailed,
     ContextSlimmed,
+    Event,
     EventBase,
     Handoff,
     OwnerChanged,
@@ -361,104 +362,109 @@ def _handoff_figures(raw: msgspec.Raw) -> dict[str, Any]:
     }
 
 
-def body_row(event: EventBase) -> dict[str, Any]:
-    """The kind table's columns (after the keys) of one event."""
-    if isinstance(event, SessionStarted):
-        tools = event.read_only_tools
-        return {
-            "workspace": event.workspace,
-            "model": event.model,
-            "context_window": event.context_window,
-            "max_output_tokens": event.max_output_tokens,
-            "parent_session": event.parent_session,
-            "parent_seq": event.parent_seq,
-            "system_prompt": event.system_prompt,
-            "tool_count": len(event.tool_schemas),
-            "tool_schemas_json": _json([_parsed(schema) for schema in event.tool_schemas]),
-            "read_only_tools_json": None if tools is None else _json(tools),
-        }
-    if isinstance(event, UserMessage):
-        return {
-            "message_id": event.message_id,
-            "text": _text(event.content),
-            "parts": len(event.content),
-            "images": _count(event.content, ImagePart),
-            "blobs": _count(event.content, BlobPart),
-            "content_json": _json(event.content),
-            "idempotency_key": event.idempotency_key or None,
-        }
-    if isinstance(event, TurnStarted):
-        return {"message_id": event.message_id}
-    if isinstance(event, TurnCompleted):
-        return {"requests": event.requests}
-    if isinstance(event, TurnFailed):
-        return {"phase": event.phase, "error_class": event.error_class, "error": event.error}
-    if isinstance(event, Request):
-        fields = msgspec.structs.asdict(event)
-        del fields["turn_id"]
-        return fields
-    if isinstance(event, AssistantMessage):
-        return {
-            "message_id": event.message_id,
-            "request_id": event.request_id,
-            "text": event.text,
-            "reasoning": event.reasoning,
-            "finish_reason": event.finish_reason,
-            "tool_call_count": len(event.tool_calls),
-            "tool_calls_json": _json(event.tool_calls),
-        }
-    if isinstance(event, Usage):
-        writes = event.cache_write_tokens
-        return {**msgspec.structs.asdict(event), "cache_write_tokens": None if writes is UNSET else writes}
-    if isinstance(event, ProviderError | CompactionFailed | OwnerChanged):
-        return msgspec.structs.asdict(event)
-    if isinstance(event, ToolResult):
-        return {
-            "call_id": event.call_id,
-            "tool_name": event.tool_name,
-            "status": event.status,
-            "effect": event.effect,
-            "text": _text(event.content),
-            "original_chars": event.original_chars,
-            "truncated": event.truncated,
-            "blobs": _count(event.content, BlobPart),
-            "files_json": _json(event.files),
-            "content_json": _json(event.content),
-        }
-    if isinstance(event, ContextSlimmed):
-        return {
-            "mode": event.mode,
-            "removed_count": len(event.removed_call_ids),
-            "tokens_saved": event.tokens_saved,
-            "marker_id": event.marker_id,
-            "marker_text": event.marker_text,
-            "removed_call_ids_json": _json(event.removed_call_ids),
-        }
-    if isinstance(event, Handoff):
-        return {"epoch": event.epoch, **_handoff_figures(event.record)}
-    if isinstance(event, CheckpointCommitted):
-        diagnostics = event.diagnostics
-        return {
-            "epoch": event.epoch,
-            "through_seq": event.through_seq,
-            "trigger": event.trigger,
-            "strategy": event.strategy,
-            "source_tokens": event.source_tokens,
-            "replacement_tokens": event.replacement_tokens,
-            "reduction_tokens": event.source_tokens - event.replacement_tokens,
-            "replacement_message_count": len(event.replacement_messages),
-            "attempts": diagnostics.attempts,
-            "target_tokens": diagnostics.target_tokens,
-            "model_usage_tokens": diagnostics.model_usage_tokens,
-            "source_hash": event.source_hash,
-            "prompt_version": event.prompt_version,
-            "raw_summary": event.raw_summary,
-            "files_restored_json": _json(event.files_restored),
-            "diagnostics_json": _json(diagnostics),
-            "carried_json": _json(event.carried),
-            "replacement_messages_json": _json(event.replacement_messages),
-        }
-    raise TypeError(f"no table for {type(event).__name__}")  # a new kind needs its columns here
+def body_row(event: Event) -> dict[str, Any]:
+    """The kind table's columns (after the keys) of one event; every kind of the union has its arm."""
+    match event:
+        case SessionStarted():
+            tools = event.read_only_tools
+            return {
+                "workspace": event.workspace,
+                "model": event.model,
+                "context_window": event.context_window,
+                "max_output_tokens": event.max_output_tokens,
+                "parent_session": event.parent_session,
+                "parent_seq": event.parent_seq,
+                "system_prompt": event.system_prompt,
+                "tool_count": len(event.tool_schemas),
+                "tool_schemas_json": _json([_parsed(schema) for schema in event.tool_schemas]),
+                "read_only_tools_json": None if tools is None else _json(tools),
+            }
+        case UserMessage():
+            return {
+                "message_id": event.message_id,
+                "text": _text(event.content),
+                "parts": len(event.content),
+                "images": _count(event.content, ImagePart),
+                "blobs": _count(event.content, BlobPart),
+                "content_json": _json(event.content),
+                "idempotency_key": event.idempotency_key or None,
+            }
+        case TurnStarted():
+            return {"message_id": event.message_id}
+        case TurnCompleted():
+            return {"requests": event.requests}
+        case TurnFailed():
+            return {"phase": event.phase, "error_class": event.error_class, "error": event.error}
+        case Request():
+            fields = msgspec.structs.asdict(event)
+            del fields["turn_id"]
+            return fields
+        case AssistantMessage():
+            return {
+                "message_id": event.message_id,
+                "request_id": event.request_id,
+                "text": event.text,
+                "reasoning": event.reasoning,
+                "finish_reason": event.finish_reason,
+                "tool_call_count": len(event.tool_calls),
+                "tool_calls_json": _json(event.tool_calls),
+            }
+        case Usage():
+            writes = event.cache_write_tokens
+            return {
+                **msgspec.structs.asdict(event),
+                "cache_write_tokens": None if writes is UNSET else writes,
+            }
+        case ProviderError() | CompactionFailed() | OwnerChanged():
+            return msgspec.structs.asdict(event)
+        case ToolResult():
+            return {
+                "call_id": event.call_id,
+                "tool_name": event.tool_name,
+                "status": event.status,
+                "effect": event.effect,
+                "text": _text(event.content),
+                "original_chars": event.original_chars,
+                "truncated": event.truncated,
+                "blobs": _count(event.content, BlobPart),
+                "files_json": _json(event.files),
+                "content_json": _json(event.content),
+            }
+        case ContextSlimmed():
+            return {
+                "mode": event.mode,
+                "removed_count": len(event.removed_call_ids),
+                "tokens_saved": event.tokens_saved,
+                "marker_id": event.marker_id,
+                "marker_text": event.marker_text,
+                "removed_call_ids_json": _json(event.removed_call_ids),
+            }
+        case Handoff():
+            return {"epoch": event.epoch, **_handoff_figures(event.record)}
+        case CheckpointCommitted():
+            diagnostics = event.diagnostics
+            return {
+                "epoch": event.epoch,
+                "through_seq": event.through_seq,
+                "trigger": event.trigger,
+                "strategy": event.strategy,
+                "source_tokens": event.source_tokens,
+                "replacement_tokens": event.replacement_tokens,
+                "reduction_tokens": event.source_tokens - event.replacement_tokens,
+                "replacement_message_count": len(event.replacement_messages),
+                "attempts": diagnostics.attempts,
+                "target_tokens": diagnostics.target_tokens,
+                "model_usage_tokens": diagnostics.model_usage_tokens,
+                "source_hash": event.source_hash,
+                "prompt_version": event.prompt_version,
+                "raw_summary": event.raw_summary,
+                "files_restored_json": _json(event.files_restored),
+                "diagnostics_json": _json(diagnostics),
+                "carried_json": _json(event.carried),
+                "replacement_messages_json": _json(event.replacement_messages),
+            }
+        case _:
+            assert_never(event)  # a new kind needs its columns here: mypy says so
 
 
 def rows_of(record: Record, turn_id: str | None) -> Iterator[tuple[str, dict[str, Any]]]:

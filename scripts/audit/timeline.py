@@ -31,22 +31,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from cairn._console import printable
 from cairn.actors.session.budget import budget_for
 from cairn.events.codec import Record
 from cairn.events.kinds import (
+    AssistantMessage,
     CheckpointCommitted,
     CompactionFailed,
     ContextSlimmed,
     Handoff,
+    OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
+    ToolResult,
+    TurnCompleted,
     TurnFailed,
     TurnStarted,
     Usage,
+    UserMessage,
 )
 
 #: marker kinds, in legend order: (matplotlib marker, colour, legend label)
@@ -165,47 +170,52 @@ def timeline_data(
     for record in records:
         event, seq = record.event, record.seq
         data.last_seq = seq
-        if isinstance(event, SessionStarted):
-            budget = budget_for(event.context_window, event.max_output_tokens)
-            data.model = event.model
-            data.window = event.context_window
-            data.reserve = budget.reserve
-            data.input_budget = budget.input_budget
-            data.handoff_threshold = budget.handoff_threshold
-            data.compaction_threshold = budget.compaction_threshold
-        elif isinstance(event, TurnStarted):
-            if first_of_run(" turn", seq):
-                data.turn_starts.append(seq)
-            request_seq.clear()
-        elif isinstance(event, Request):
-            request_seq[event.request_id] = seq
-            if event.model:
+        match event:
+            case SessionStarted():
+                budget = budget_for(event.context_window, event.max_output_tokens)
                 data.model = event.model
-            if event.projected_tokens is not None:
-                projected.add(seq, event.projected_tokens)
-                level = event.projected_tokens
-        elif isinstance(event, Usage):
-            at = request_seq.get(event.request_id)
-            if at is not None and event.prompt_tokens is not None:
-                provider.add(at, event.prompt_tokens)
-        elif isinstance(event, Handoff):
-            mark("handoff", seq, f"hand-off (epoch {event.epoch})")
-        elif isinstance(event, ContextSlimmed):
-            mark("slimmed", seq, f"{event.mode} −{event.tokens_saved}")
-        elif isinstance(event, CheckpointCommitted):
-            label = (
-                f"checkpoint {event.trigger}/{event.strategy}: "
-                f"{event.source_tokens} → {event.replacement_tokens}"
-            )
-            add_marker(Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens))
-            level = event.replacement_tokens
-        elif isinstance(event, CompactionFailed):
-            mark("compaction-failed", seq, f"compaction failed: {event.reason}")
-        elif isinstance(event, ProviderError):
-            mark("provider-error", seq, f"provider error: {event.error_class}")
-        elif isinstance(event, TurnFailed):
-            kind = "interrupted" if event.phase == "interrupted" else "turn-failed"
-            mark(kind, seq, f"turn failed ({event.phase})")
+                data.window = event.context_window
+                data.reserve = budget.reserve
+                data.input_budget = budget.input_budget
+                data.handoff_threshold = budget.handoff_threshold
+                data.compaction_threshold = budget.compaction_threshold
+            case TurnStarted():
+                if first_of_run(" turn", seq):
+                    data.turn_starts.append(seq)
+                request_seq.clear()
+            case Request():
+                request_seq[event.request_id] = seq
+                if event.model:
+                    data.model = event.model
+                if event.projected_tokens is not None:
+                    projected.add(seq, event.projected_tokens)
+                    level = event.projected_tokens
+            case Usage():
+                at = request_seq.get(event.request_id)
+                if at is not None and event.prompt_tokens is not None:
+                    provider.add(at, event.prompt_tokens)
+            case Handoff():
+                mark("handoff", seq, f"hand-off (epoch {event.epoch})")
+            case ContextSlimmed():
+                mark("slimmed", seq, f"{event.mode} −{event.tokens_saved}")
+            case CheckpointCommitted():
+                label = (
+                    f"checkpoint {event.trigger}/{event.strategy}: "
+                    f"{event.source_tokens} → {event.replacement_tokens}"
+                )
+                add_marker(Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens))
+                level = event.replacement_tokens
+            case CompactionFailed():
+                mark("compaction-failed", seq, f"compaction failed: {event.reason}")
+            case ProviderError():
+                mark("provider-error", seq, f"provider error: {event.error_class}")
+            case TurnFailed():
+                kind = "interrupted" if event.phase == "interrupted" else "turn-failed"
+                mark(kind, seq, f"turn failed ({event.phase})")
+            case UserMessage() | TurnCompleted() | AssistantMessage() | ToolResult() | OwnerChanged():
+                pass  # no series or marker of the timeline
+            case _:
+                assert_never(event)  # a new kind must be placed here: mypy says so
     projected.flush()
     provider.flush()
     return data
