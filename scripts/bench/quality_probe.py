@@ -58,7 +58,7 @@ from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compacto
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
-from cairn.actors.compactor.fallback import plan_fallback
+from cairn.actors.compactor.fallback import FallbackPlan, plan_fallback
 from cairn.actors.compactor.gates import effect_target
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids, retained_tail
@@ -129,17 +129,7 @@ def _truncate(state: SessionState, budget: int, counter: TokenCounter) -> Checkp
     source = strip_handoff(state.context)
     marker = Message(role="user", content=TRUNCATION_MARKER, id=f"trunc-{state.epoch + 1}")
     plan = plan_fallback(source, summary=marker, task_message=None, task="", target=budget, counter=counter)
-    return CheckpointCommitted(
-        version=CHECKPOINT_VERSION,
-        epoch=state.epoch + 1,
-        through_seq=state.last_seq,
-        trigger="threshold",
-        strategy="fallback",
-        source_tokens=counter.messages(source),
-        replacement_tokens=plan.tokens,
-        replacement_messages=plan.replacement,
-        carried=carried_for_checkpoint(state, reset_breaker=False),
-    )
+    return _bench_checkpoint(state, source, plan, counter)
 
 
 def _fallback_at(state: SessionState, budget: int, counter: TokenCounter) -> CheckpointCommitted:
@@ -147,8 +137,7 @@ def _fallback_at(state: SessionState, budget: int, counter: TokenCounter) -> Che
     task) built for `budget` tokens instead of C10's target, or for its mandatory part when that
     is larger (F2)."""
     source = strip_handoff(state.context)
-    epoch = state.epoch + 1
-    summary_id, _, task_id = message_ids(epoch)
+    summary_id, _, task_id = message_ids(state.epoch + 1)
     task = task_text(state.carried.open_turn)
     plan = plan_fallback(
         source,
@@ -158,9 +147,16 @@ def _fallback_at(state: SessionState, budget: int, counter: TokenCounter) -> Che
         target=budget,
         counter=counter,
     )
+    return _bench_checkpoint(state, source, plan, counter)
+
+
+def _bench_checkpoint(
+    state: SessionState, source: Sequence[Message], plan: FallbackPlan, counter: TokenCounter
+) -> CheckpointCommitted:
+    """The checkpoint a baseline built without the compactor commits: `plan`'s replacement."""
     return CheckpointCommitted(
         version=CHECKPOINT_VERSION,
-        epoch=epoch,
+        epoch=state.epoch + 1,
         through_seq=state.last_seq,
         trigger="threshold",
         strategy="fallback",
