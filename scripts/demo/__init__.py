@@ -55,8 +55,11 @@ Exit status. The run is healthy, and the demo exits 0, when all of these hold:
 3. the log shows what the demo is for. Scripted: a hand-off, an LLM
    checkpoint, a fallback checkpoint and a reactive recovery (they need the
    defaults' sessions and turns). OpenAI or Anthropic: every session crossed
-   the hand-off band and compacted, and at least one checkpoint is the
-   model's summary (strategy `llm`).
+   the hand-off band and compacted, and the model was asked for a summary
+   (a checkpoint with a summary call behind it: strategy `llm`, or the
+   fallback after the model's summary was refused with its reason, as a
+   small model's often is, `grounding`). The report counts the LLM and
+   fallback checkpoints.
 Otherwise it exits 1: the run did not do what it says. It exits 2, with one
 line on stderr, when it could not run: a `--store` that cannot be a
 directory, a store another process writes (`StoreLocked`), an endpoint not

@@ -75,6 +75,7 @@ def session_report(journal: JournalBackend, sid: str) -> SessionReport:
                     "seq": record.seq,
                     "trigger": event.trigger,
                     "strategy": event.strategy,
+                    "attempts": event.diagnostics.attempts,
                     "source_tokens": event.source_tokens,
                     "replacement_tokens": event.replacement_tokens,
                     "reduction": 1 - event.replacement_tokens / max(1, event.source_tokens),
@@ -95,11 +96,13 @@ def _seen(provider: str, reports: list[SessionReport]) -> dict[str, bool]:
             "fallback checkpoint": any(c["strategy"] == "fallback" for c in checkpoints),
             "reactive recovery": any(c["trigger"] == "reactive" for c in checkpoints),
         }
-    # a real model decides what happens: only what the demo itself guarantees is required
+    # a real model decides what happens: only what the demo itself guarantees is required. The
+    # model is asked for a summary; whether it writes one the host takes (C7, grounding) is its
+    # own affair, and the report counts both kinds of checkpoint
     return {
         "hand-off band crossed by every session": all(r.crossed_handoff for r in reports),
         "compaction in every session": all(r.checkpoints for r in reports),
-        "a checkpoint summarised by the model": any(c["strategy"] == "llm" for c in checkpoints),
+        "a summary asked of the model": any(c["attempts"] > 0 for c in checkpoints),
     }
 
 

@@ -177,8 +177,9 @@ def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs
     """`cairn demo --local-model` (issue 32): llama.cpp's server with SmolLM2 and the small-model
     preset (4,096-token window, 512 output tokens), one session of 7 turns to stay within the 3
     minutes a real-model test may take (55-90 s on 2 cores; the preset's 2 x 8 turns take about
-    200 s): every turn completes, at least one checkpoint is the model's (in 4 runs it compacted on
-    turn 4 or 5, each time strategy `llm`), no compaction on two turns in a row, the session replays
+    200 s): every turn completes, the model is asked for a summary (whether the host takes it is
+    the model's affair: since the grounding gate, SmolLM2's summaries are taken in some runs and
+    refused as ungrounded in others), no compaction on two turns in a row, the session replays
     identically, and every audit command it prints exits 0 without a traceback."""
     cairn = Path(sys.executable).with_name("cairn")
     store = tmp_path / "store"
@@ -191,7 +192,8 @@ def test_the_demo_on_the_local_model_is_healthy_and_every_command_it_prints_runs
     )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert "7 of 7 turns completed" in done.stdout and "1/1 sessions replayed" in done.stdout
-    assert "a checkpoint summarised by the model yes" in done.stdout
+    assert "a summary asked of the model yes" in done.stdout
+    assert re.search(r"LLM checkpoints \d+, fallback checkpoints \d+", done.stdout)
     for sid in ("demo-1",):  # no compaction on the turn right after another (issue 32 point 4)
         kinds = ["--kind", "turn-started", "--kind", "checkpoint-committed"]
         log = subprocess.run(
