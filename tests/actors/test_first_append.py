@@ -65,3 +65,25 @@ def test_H6_with_a_handoff_due_the_turn_starts_as_before_and_the_handoff_precede
 
     assert appends[:3] == [["user-message", "turn-started"], ["handoff"], ["request"]]
     reopen_and_compare(host, root, ["s"]).close()
+
+
+def test_L1_the_speculative_state_is_the_state_the_append_makes(tmp_path: Path) -> None:
+    """`request.speculative` folds the events on records numbered as the journal numbers them,
+    without their log position or hash chain: the state is the one the real append gives, so the
+    request assembled on it is the one assembled after the append."""
+    from cairn.actors.session.request import speculative
+    from cairn.events.state import replay
+    from cairn.store import Journal
+    from tests.store.helpers import msg, started
+
+    journal = Journal.open(tmp_path / "store")
+    try:
+        before_records = journal.append("s", [started(), msg(1)], expected_seq=0, ts_ms=1_000)
+        before = replay(before_records)
+        events = [msg(3), msg(4)]
+        guessed = speculative(before, "s", events, 2_000)
+        stored = journal.append("s", events, expected_seq=2, ts_ms=2_000)
+        assert [r.pos for r in stored] != [-1, -1] and stored[0].prev != ""
+        assert guessed == replay(stored, before) == journal.load("s")
+    finally:
+        journal.close()
