@@ -14,8 +14,12 @@ units verbatim. So the host checks the grounding of the model's own lines
   headings and field names do not count (echoing the prompt is not
   evidence);
 - a line is *grounded* when one of its words occurs in the transcript;
-- a summary passes when it has at least one line of its own, and at least
-  one in `GROUNDED_ONE_IN` (3) of its distinct lines is grounded.
+- a summary passes when it has at least one line of its own, at least one
+  in `GROUNDED_ONE_IN` (3) of its distinct lines is grounded, and, when it
+  has `MIN_REPEATED_LINES` (4) lines or more, at most half of them repeat
+  another (SmolLM2 once wrote the same two lines under all seven headings,
+  one of them naming a word of the transcript: fourteen lines, two
+  distinct; the failure reads "repetitive: ...").
 
 A summary that fails is `malformed`, with a detail such as "ungrounded: 1
 of 9 distinct lines share a word with the transcript", and the fallback
@@ -45,6 +49,8 @@ from cairn.events.protocol import HEADINGS
 MIN_WORD_CHARS = 4
 #: at least one in this many of a summary's distinct own lines must share a word with the transcript
 GROUNDED_ONE_IN = 3
+#: a summary of at least this many own lines, more than half of them repeats, is refused
+MIN_REPEATED_LINES = 4
 
 _WORD = re.compile(rf"[a-z0-9_]{{{MIN_WORD_CHARS},}}")
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
@@ -82,25 +88,32 @@ def transcript_words(source: Sequence[Message]) -> frozenset[str]:
     return frozenset(found - prompt_words())
 
 
-def own_lines(body: str) -> list[str]:
-    """The model's own distinct lines of a summary body (headings, blanks, "no evidence observed"
-    and exact-record lines left out), bullets stripped, in order."""
-    seen: dict[str, None] = {}
+def own_lines(body: str, *, distinct: bool = True) -> list[str]:
+    """The model's own lines of a summary body (headings, blanks, "no evidence observed" and
+    exact-record lines left out), bullets stripped, lowercased, in order; each once unless
+    `distinct` is False."""
+    seen: list[str] = []
     for line in body.splitlines():
         if heading_of_line(line) is not None or parse_record(line.lstrip("-* ")) is not None:
             continue
         text = _BULLET.sub("", line).strip()
         if not text or text.rstrip(".").lower() == _NO_EVIDENCE:
             continue
-        seen.setdefault(text.lower(), None)
-    return list(seen)
+        seen.append(text.lower())
+    return list(dict.fromkeys(seen)) if distinct else seen
 
 
 def ungrounded(body: str, source_words: Iterable[str]) -> str | None:
     """Why the summary `body` is not grounded in a transcript with `source_words`, or None."""
-    lines = own_lines(body)
+    every = own_lines(body, distinct=False)
+    lines = list(dict.fromkeys(every))
     if not lines:
         return "ungrounded: the summary has no line of its own, only headings and 'no evidence observed'"
+    if len(every) >= MIN_REPEATED_LINES and len(lines) * 2 < len(every):
+        return (
+            f"repetitive: {len(every)} lines of its own, {len(lines)} distinct "
+            "(more than half repeat another line)"
+        )
     known = source_words if isinstance(source_words, (set, frozenset)) else frozenset(source_words)
     grounded = sum(1 for line in lines if not words(line).isdisjoint(known))
     if grounded * GROUNDED_ONE_IN >= len(lines):

@@ -163,8 +163,10 @@ def ledger(
     analysis: str = "fine",
 ) -> str:
     """A model's summary that follows C7: the seven headings in order, `objective` under the first
-    (then `padding` filler lines), "No evidence observed." under the rest."""
-    lines = [objective, *("- padding line" for _ in range(padding))]
+    (then `padding` filler lines, distinct and naming the session's test file: a summary repeating
+    one line, or naming nothing of its source, is refused by the grounding gate), "No evidence
+    observed." under the rest."""
+    lines = [objective, *(f"- padding line {n} on tests/test_app.py" for n in range(padding))]
     sections = [f"## {C7_HEADINGS[0]}", *lines]
     for heading in C7_HEADINGS[1:]:
         sections += [f"## {heading}", "- No evidence observed."]

@@ -130,3 +130,23 @@ def test_C7_the_grounding_gate_can_be_turned_off_for_a_deliberately_blank_baseli
     service = Compactor(provider, model="m", sleep=lambda _s: None, counter=COUNTER, config=config)
     outcome = service.compact(request(coding_session().state()))
     assert outcome.failure is None and outcome.checkpoint.strategy == "llm"
+
+
+def test_C7_the_same_lines_under_every_heading_are_refused_as_repetitive() -> None:
+    """SmolLM2's ledger in a `cairn demo --local-model` run: two lines, one naming 'Billing' (a
+    word of the transcript), under all seven fields. Grounded by the word, but fourteen lines of
+    which two are distinct: refused."""
+    recorded = json.loads((LEDGERS.parent / "demo_ledger_repeated_in_every_field.json").read_text())
+    body = render_ledger(recorded["raw_summary"])
+    known = frozenset({"billing", "invoice"})
+    assert own_lines(body) == ["billing, 2.", "billing, 4. bills,"]
+    assert (
+        ungrounded(body, known)
+        == "repetitive: 14 lines of its own, 2 distinct (more than half repeat another line)"
+    )
+    # a line repeated once in a longer summary is no matter
+    fine = (
+        "## Objective and constraints\n- billing is fixed\n- invoice 12 sent\n"
+        "## Decisions and rationale\n- billing is fixed\n- totals match the invoice"
+    )
+    assert ungrounded(fine, known) is None

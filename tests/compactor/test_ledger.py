@@ -186,7 +186,7 @@ def test_C7_a_free_text_reply_is_not_retried_and_fails_as_malformed() -> None:
 
 
 def test_C7_an_empty_reply_is_still_retried_and_a_full_ledger_then_succeeds() -> None:
-    full = "<summary>\n" + "\n".join(f"## {h}\n- fix login" for h in C7_HEADINGS) + "\n</summary>"
+    full = "<summary>\n" + "\n".join(f"## {h}\n- fix login: {h}" for h in C7_HEADINGS) + "\n</summary>"
     service, provider = compactor(Reply(text="<analysis>only thinking</analysis>"), Reply(text=full))
     outcome = service.compact(request(_long_log().state()))
     assert provider.calls == 2 and outcome.strategy == "llm" and outcome.failure is None

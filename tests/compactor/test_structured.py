@@ -210,7 +210,9 @@ def test_C7_json_ledger_under_auto_is_asked_for_taken_and_rederived_by_an_audito
 def test_C7_json_ledger_refused_by_the_endpoint_under_auto_is_asked_in_text_at_once_and_remembered(
     chat: ChatServer,
 ) -> None:
-    headed = "<summary>\n" + "\n".join(f"## {h}\n- public API unchanged" for h in HEADINGS) + "\n</summary>"
+    headed = (
+        "<summary>\n" + "\n".join(f"## {h}\n- public API unchanged: {h}" for h in HEADINGS) + "\n</summary>"
+    )
     chat.plan(
         api_error(400, "response_format is not supported by this server", kind="invalid_request_error"),
         text_reply(headed),

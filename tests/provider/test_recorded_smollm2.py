@@ -146,8 +146,9 @@ def test_C7_smollm2s_seven_bare_headings_are_refused_as_ungrounded_and_the_fallb
 
 def test_C7_smollm2s_json_ledger_of_filler_is_refused_as_ungrounded(chat: ChatServer) -> None:
     """A JSON ledger of seven fields of filler ('def ', 'ref<name>') padded with whitespace, 226
-    output tokens: valid JSON with the seven fields, so C7's shape holds, but no line of it shares
-    a word with the transcript. Over an 82-token source neither it nor the fallback could shrink
+    output tokens: valid JSON with the seven fields, so C7's shape holds, but its eight lines are
+    three, repeated (`grounding`: repetitive), and none shares a word with the transcript. Over an
+    82-token source neither it nor the fallback could shrink
     the source: a typed `CompactionIneffective` carrying both failures (the model's first, for the
     breaker), nothing committed. Over a 409-token source, where it used to be the checkpoint (318
     tokens of filler), the fallback is committed instead."""
@@ -158,7 +159,7 @@ def test_C7_smollm2s_json_ledger_of_filler_is_refused_as_ungrounded(chat: ChatSe
         _compact(chat, 512, "on", rounds=1, output_chars=80)
     reasons = [(e.reason, e.detail) for e in refused.value.events]
     assert [reason for reason, _ in reasons] == ["malformed", "insufficient-reduction"]
-    assert reasons[0][1].startswith("ungrounded: 0 of ")
+    assert reasons[0][1] == "repetitive: 8 lines of its own, 3 distinct (more than half repeat another line)"
     assert len(chat.requests) == 1
 
     chat.plan(recorded("summary_json_longer_than_source"))
