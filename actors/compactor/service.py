@@ -27,8 +27,10 @@ the log. Its steps, in order:
    turn (threshold: phase `compaction`; reactive: the original provider
    error, R3).
 
-A summary counts only when it names all seven ledger headings (C7); one
-that does not is a `malformed` failure, and the fallback applies.
+A summary counts only when it names all seven ledger headings (C7) and its
+own lines come from the transcript (beyond C7, `grounding`: not noise, not
+one line repeated under every heading); one that does not is a `malformed`
+failure, and the fallback applies.
 
 Effects, all injected or handed in: the provider's summary calls (at most
 three, C5), the waits between them through `sleep` (their lengths follow
