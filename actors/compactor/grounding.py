@@ -31,7 +31,7 @@ carries; the failures above share no word with the transcript at all.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence, Set
 from functools import cache
 
 from cairn.actors.compactor.ledger import NO_EVIDENCE_LINE, heading_of_line, parse_record
@@ -103,7 +103,7 @@ def own_lines(body: str, *, distinct: bool = True) -> list[str]:
     return list(dict.fromkeys(seen)) if distinct else seen
 
 
-def ungrounded(body: str, source_words: Iterable[str]) -> str | None:
+def ungrounded(body: str, source_words: Set[str]) -> str | None:
     """Why the summary `body` is not grounded in a transcript with `source_words`, or None."""
     every = own_lines(body, distinct=False)
     lines = list(dict.fromkeys(every))
@@ -114,8 +114,7 @@ def ungrounded(body: str, source_words: Iterable[str]) -> str | None:
             f"repetitive: {len(every)} lines of its own, {len(lines)} distinct "
             "(more than half repeat another line)"
         )
-    known = source_words if isinstance(source_words, (set, frozenset)) else frozenset(source_words)
-    grounded = sum(1 for line in lines if not words(line).isdisjoint(known))
+    grounded = sum(1 for line in lines if not words(line).isdisjoint(source_words))
     if grounded * GROUNDED_ONE_IN >= len(lines):
         return None
     return (

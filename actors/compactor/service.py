@@ -83,7 +83,7 @@ class CompactionConfig(msgspec.Struct, frozen=True, kw_only=True):
     require_grounding: bool = True
 
 
-def _fitting_window(session: int | None, endpoint: int | None) -> int | None:
+def _smaller_known(session: int | None, endpoint: int | None) -> int | None:
     """The window (or output cap) a summary call is fitted to: the smaller of the session's and
     the endpoint's, either when only one is known."""
     known = [w for w in (session, endpoint) if w is not None]
@@ -265,11 +265,11 @@ class Compactor:
             timeout_s=self.config.summary_timeout_s,
             retry=self.retry,
             draw=self.draw,
-            context_window=_fitting_window(
+            context_window=_smaller_known(
                 request.context_window or (state.info.context_window if state.info else None),
                 endpoint_window(self.provider),
             ),
-            output_cap=_fitting_window(
+            output_cap=_smaller_known(
                 state.info.max_output_tokens if state.info is not None else None,
                 endpoint_output_cap(self.provider),
             ),

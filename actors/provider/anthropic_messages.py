@@ -64,6 +64,7 @@ from cairn.actors.provider.anthropic_errors import to_failure
 from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropic_body
 from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
 from cairn.actors.provider.base import (
+    ConfiguredLimits,
     ProviderFailure,
     ProviderOutput,
     ProviderRequest,
@@ -85,8 +86,10 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class AnthropicProvider:
+class AnthropicProvider(ConfiguredLimits):
     """A `Provider` on Anthropic's Messages API (or a server that speaks it)."""
+
+    _config: AnthropicConfig
 
     def __init__(self, config: AnthropicConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
         """`clock_ms`: the clock a `Retry-After` date is read against (default: the wall clock)."""
@@ -106,17 +109,6 @@ class AnthropicProvider:
         self._client.auth_token = None
         #: whether the SDK's API still takes a temperature (later SDKs dropped sampling parameters)
         self._temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
-
-    @property
-    def context_window(self) -> int | None:
-        """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
-        return self._config.context_window
-
-    @property
-    def max_output_tokens(self) -> int | None:
-        """The output cap configured for its endpoint (`CAIRN_MAX_OUTPUT_TOKENS`), which every call
-        keeps to: a summary call asks for no more, so that a reply stopped there is known as cut by it."""
-        return self._config.max_output_tokens
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> AnthropicProvider:

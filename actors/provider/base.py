@@ -227,21 +227,51 @@ def structured_mode(provider: object) -> StructuredMode:
     return provider.structured_summary if isinstance(provider, StructuredCapable) else "off"
 
 
+class _Limits(Protocol):
+    """What an adapter's configuration says of its endpoint's limits."""
+
+    @property
+    def context_window(self) -> int | None: ...
+
+    @property
+    def max_output_tokens(self) -> int | None: ...
+
+
+class ConfiguredLimits:
+    """An adapter's endpoint limits as configured (`CAIRN_CONTEXT_WINDOW`, `CAIRN_MAX_OUTPUT_TOKENS`),
+    for `endpoint_window` and `endpoint_output_cap`: the OpenAI and Anthropic adapters mix it in."""
+
+    _config: _Limits
+
+    @property
+    def context_window(self) -> int | None:
+        """The window its endpoint serves, when configured: summary calls fit it."""
+        return self._config.context_window
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The output cap configured for its endpoint, which every call keeps to: a summary call
+        asks for no more, so that a reply stopped there is known as cut by it."""
+        return self._config.max_output_tokens
+
+
 def endpoint_window(provider: object) -> int | None:
     """The context window the provider's endpoint serves, when its adapter was told it
-    (`OpenAIProvider`, `AnthropicProvider`: `CAIRN_CONTEXT_WINDOW`), else None. A summary call is
-    fitted to the smaller of it and the session's window: a small local server's slot may hold
-    less than the sessions it summarizes were started with."""
-    window = getattr(provider, "context_window", None)
-    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+    (`ConfiguredLimits`: `CAIRN_CONTEXT_WINDOW`), else None. A summary call is fitted to the
+    smaller of it and the session's window: a small local server's slot may hold less than the
+    sessions it summarizes were started with."""
+    return _positive_count(getattr(provider, "context_window", None))
 
 
 def endpoint_output_cap(provider: object) -> int | None:
     """The output cap the provider's adapter applies to every call (`CAIRN_MAX_OUTPUT_TOKENS`), else
     None. A summary call asks for no more than it: a reply that stops at a cap the sampler did not
     know of would pass for one cut by the context window (`sampling._cut_by_window`)."""
-    cap = getattr(provider, "max_output_tokens", None)
-    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+    return _positive_count(getattr(provider, "max_output_tokens", None))
+
+
+def _positive_count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def guarded(

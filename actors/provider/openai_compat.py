@@ -51,6 +51,7 @@ from typing import Any, cast
 import openai
 
 from cairn.actors.provider.base import (
+    ConfiguredLimits,
     ProviderFailure,
     ProviderOutput,
     ProviderRequest,
@@ -78,8 +79,10 @@ def _new_call_id(position: int) -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-class OpenAIProvider:
+class OpenAIProvider(ConfiguredLimits):
     """A `Provider` on an OpenAI-compatible chat-completions endpoint."""
+
+    _config: OpenAIConfig
 
     def __init__(self, config: OpenAIConfig, *, clock_ms: Callable[[], int] | None = None) -> None:
         """`clock_ms`: the clock a `Retry-After` date is read against (default: the wall clock)."""
@@ -93,17 +96,6 @@ class OpenAIProvider:
             max_retries=0,
             timeout=config.timeout_s,
         )
-
-    @property
-    def context_window(self) -> int | None:
-        """The window its endpoint serves, when configured (`CAIRN_CONTEXT_WINDOW`): summary calls fit it."""
-        return self._config.context_window
-
-    @property
-    def max_output_tokens(self) -> int | None:
-        """The output cap configured for its endpoint (`CAIRN_MAX_OUTPUT_TOKENS`), which every call
-        keeps to: a summary call asks for no more, so that a reply stopped there is known as cut by it."""
-        return self._config.max_output_tokens
 
     @classmethod
     def from_env(
