@@ -1,8 +1,10 @@
 """Tools: the executor interface a host gives cairn, and a ready set for one workspace.
 
 The session actor calls the host's executor once per tool call the model
-makes, on the session's thread, after the assistant message that asked for
-it is durable (effects run after the acknowledgement). The executor returns
+makes, in order, on the host's tool threads, after the assistant message
+that asked for it is durable (effects run after the acknowledgement); the
+session waits for each result as a mode of its own and takes other
+messages meanwhile (`actors.session.machine`). The executor returns
 a `ToolOutcome`: content, status, effect and the files it touched (W1). An
 executor that raises is recorded as an `error` result the model sees; it
 never fails the turn. cairn budgets what the model sees of the content (X)

@@ -27,13 +27,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, assert_never, cast
 
 from cairn.actors.compactor.actor import CompactionDone
 from cairn.actors.errors import SessionCrashed, describe_exception
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
 from cairn.actors.session.core import reply_error
-from cairn.actors.session.messages import Load, ManualCompact, Query, RetryRequest, Send, SessionMessage
+from cairn.actors.session.machine import (
+    CompactionEnded,
+    HostMessage,
+    ProviderErred,
+    ResponseEnded,
+    RetryDue,
+    Streamed,
+    ToolEnded,
+)
+from cairn.actors.session.messages import (
+    SESSION_MESSAGES,
+    Load,
+    ManualCompact,
+    Query,
+    RetryRequest,
+    Send,
+    SessionMessage,
+    ToolDone,
+)
 from cairn.actors.session.turn_loop import TurnLoop
 
 log = logging.getLogger("cairn.session")
@@ -102,8 +120,10 @@ class SessionActor(TurnLoop):
                 return self._load()
             case Query(what):
                 return self._query(what)
+            case _ if not isinstance(message, SESSION_MESSAGES):
+                return None  # nothing else is sent to a session; anything else is ignored
         try:
-            self._handle(message)
+            self._handle(cast(SessionMessage, message))
         except Exception as exc:
             # named by its id (ids are validated safe to print), so an operator can find it
             # with `cairn log`; only H7's hand-off lines name a session by a hash
@@ -128,21 +148,25 @@ class SessionActor(TurnLoop):
         return None
 
     def _handle(self, message: SessionMessage) -> None:
-        """A tell: the provider's and compactor's answers, the host's messages, a retry's timer."""
+        """A tell, as the input of the state machine (`machine`) it is; `core._advance` carries it out."""
         match message:
-            case ProviderItem():
-                self._on_item(message)
-            case ProviderDone():
-                self._on_done(message)
-            case ProviderFailed():
-                self._on_failed(message)
+            case ProviderItem(job=job):
+                self._advance(Streamed(job), message)
+            case ProviderDone(job=job):
+                self._advance(ResponseEnded(job, self._calls(), steering_waits=bool(self._sends)), message)
+            case ProviderFailed(job=job):
+                self._advance(ProviderErred(job), message)
             case CompactionDone():
-                self._on_compaction(message)
+                self._advance(CompactionEnded(message.job), message)
             case Send():
-                self._on_send(message)
+                self._advance(HostMessage("send"), message)
             case ManualCompact():
-                self._on_manual(message)
-            case RetryRequest():
-                self._on_retry(message)
+                self._advance(HostMessage("compact"), message)
+            case RetryRequest(token=job):
+                self._advance(RetryDue(job))
+            case ToolDone(job=job, index=index):
+                self._advance(ToolEnded(job, index), message)
+            case Load() | Query():
+                pass  # asks, answered in `on_receive`
             case _:
-                pass  # nothing else is sent to a session; anything else is ignored
+                assert_never(message)

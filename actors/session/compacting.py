@@ -35,6 +35,7 @@ from cairn.actors.errors import UnknownSession
 from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.session.core import SessionCore, reply_error, reply_with
 from cairn.actors.session.inflight import PendingCompaction
+from cairn.actors.session.machine import CompactionAsked
 from cairn.actors.session.manual import CompactResult, not_compacted, with_checkpoint
 from cairn.actors.session.messages import ManualCompact
 from cairn.actors.session.recovery import recovery_source, snip_checkpoint
@@ -81,34 +82,36 @@ class Compacting(SessionCore):
         request = CompactionRequest(
             state=state, workspace=info.workspace, trigger=trigger, now_ms=self._rt.clock_ms(), source=source
         )
-        self._compaction = PendingCompaction(job, trigger, snipped=snipped, reply=reply, overflow=overflow)
+        self._compaction = PendingCompaction(snipped=snipped, reply=reply, overflow=overflow)
+        self._advance(CompactionAsked(job, trigger))
         self._compactor_ref().tell(CompactJob(job, request, self.actor_ref))
 
-    def _on_compaction(self, done: CompactionDone) -> None:
+    def _take_compaction(self, done: CompactionDone, trigger: Trigger) -> bool:
+        """The compactor's answer to the job awaited (the table above); False when the turn ended."""
         pending = self._compaction
-        if pending is None or done.job != pending.job:
-            return  # an answer nobody waits for any more
+        assert pending is not None
         self._compaction = None
-        if pending.trigger == "manual":
+        if trigger == "manual":
             self._manual_done(pending, done)
-            return self._resume()
-        if self._run is None:
-            return self._resume()
+            return True
         if done.blocked is not None:  # C3 / R4: the context stays as it was, no checkpoint
             blocked = done.blocked
             with contextlib.suppress(CairnError):
                 self._persist([blocked.event])  # for audit; the breaker ignores it
-            return self._fail("compaction", "blocked", blocked.reason)
+            self._fail("compaction", "blocked", blocked.reason)
+            return False
         if done.outcome is None:
-            return self._compaction_failed(pending, done.error or RuntimeError("no outcome"))
-        self._after_checkpoint(list(done.outcome.events), reactive=pending.trigger == "reactive")
+            self._compaction_failed(pending, trigger, done.error or RuntimeError("no outcome"))
+        else:
+            self._after_checkpoint(list(done.outcome.events), reactive=trigger == "reactive")
+        return True
 
-    def _compaction_failed(self, pending: PendingCompaction, error: BaseException) -> None:
+    def _compaction_failed(self, pending: PendingCompaction, trigger: Trigger, error: BaseException) -> None:
         """No checkpoint in a turn: L2 fails it; R3 falls back to the snip alone, else the error stands."""
         if not self._record_failures(error):
             return
         detail = f"{type(error).__name__}: {error}"
-        if pending.trigger != "reactive":
+        if trigger != "reactive":
             if isinstance(error, CompactionIneffective):  # nothing smaller to swap in (L2)
                 return self._fail("compaction", "insufficient-reduction", str(error))
             return self._fail("compaction", type(error).__name__, detail)
@@ -150,12 +153,6 @@ class Compacting(SessionCore):
         self._compact("reactive", source=snipped, snipped=snipped, overflow=overflow)
 
     # -- manual compaction (K4) -------------------------------------------------------------------
-
-    def _on_manual(self, message: ManualCompact) -> None:
-        if self._run is not None or self._compaction is not None:
-            self._manual.append(message)  # after the turn
-            return
-        self._manual_start(message)
 
     def _manual_start(self, message: ManualCompact) -> None:
         if not self._loaded:

@@ -12,7 +12,9 @@ here):
 
 One class, because it is one actor: one thread and one inbox own every
 field; the layers only split its code at its seams. Only the actor's own
-thread runs any of it.
+thread runs any of it. What the actor waits for is its mode (`machine`,
+pure): every message is an input of `machine.step`, and `_advance` carries
+out the effects it returns.
 
 Persist, then apply: `_persist` appends, waits for the acknowledgement,
 folds the stored records with the `evolve` replay uses, and only then
@@ -39,6 +41,7 @@ from cairn.actors.session.counts import with_counts
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.idempotency import KeyedMessage
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
+from cairn.actors.session.machine import Effect, Happened, Idle, Mode, Stopped, TurnEnded, step
 from cairn.actors.session.messages import ManualCompact, Send
 from cairn.actors.session.request import assemble
 from cairn.actors.session.runtime import Runtime
@@ -76,6 +79,8 @@ class SessionCore(pykka.ThreadingActor):
         self._adapter: Provider | None = None
         self._provider: pykka.ActorRef[Any] | None = None
         self._compactor: pykka.ActorRef[Any] | None = None
+        #: what the actor waits for (`machine`): changed only by `_advance`
+        self._mode: Mode = Idle()
         self._run: TurnRun | None = None
         self._compaction: PendingCompaction | None = None
         self._sends: list[Send] = []
@@ -87,7 +92,23 @@ class SessionCore(pykka.ThreadingActor):
         self._manual: list[ManualCompact] = []
         self._jobs = itertools.count(1)
 
-    # -- hooks of the turn loop ------------------------------------------------------------------
+    # -- the state machine, and the hooks of the turn loop -------------------------------------
+
+    def _advance(self, happened: Happened, cause: object = None) -> None:
+        """One move of the machine (`machine.step`), then its effects in order.
+
+        `cause` is the message that made it happen, for the effects that need
+        its content. An effect that ends the turn (a failed append) stops the
+        ones after it: they belonged to the turn that ended.
+        """
+        self._mode, effects = step(self._mode, happened)
+        for effect in effects:
+            if not self._carry_out(effect, cause):
+                return
+
+    def _carry_out(self, effect: Effect, cause: object) -> bool:
+        """Carry out one effect (`TurnLoop._carry_out`); False when it ended the turn."""
+        raise NotImplementedError
 
     def _resume(self) -> None:
         """Idle again: start what waited (`TurnLoop._resume`)."""
@@ -233,10 +254,11 @@ class SessionCore(pykka.ThreadingActor):
             run.cancel.set()
             for handle in run.handles:
                 handle._finish(result)
-        self._resume()
+        self._advance(TurnEnded())
 
     def _abandon(self, reason: str, *, persist: bool, error_class: str = "interrupted") -> None:
         """Resolve everything in flight (stop or crash): no handle or reply is left hanging."""
+        self._advance(Stopped())
         run = self._run
         if run is not None:
             run.cancel.set()

@@ -14,7 +14,6 @@ from cairn.actors.provider.actor import ProviderFailed
 from cairn.actors.provider.base import UsageReport
 from cairn.actors.session.stream import Turn
 from cairn.events.codec import Record
-from cairn.events.kinds import Trigger
 from cairn.events.model import Message, ReasoningBlock, ToolCall
 
 
@@ -31,14 +30,12 @@ class TurnRun:
         self.text = ""
         self.provider_seconds = 0.0
         self.tool_chars = 0  # X2: chars of the current tool turn's results shown
-        self.job = 0
         self.request_id = ""
         self.cancel = threading.Event()
-        self.begin(0, "")
+        self.begin("")
 
-    def begin(self, job: int, request_id: str) -> None:
-        """A new request: `job` tags the provider's answers to it (0: none awaited)."""
-        self.job = job
+    def begin(self, request_id: str) -> None:
+        """A new request: what its answer brings is gathered here."""
         self.request_id = request_id
         self.cancel = threading.Event()
         self.text_parts: list[str] = []
@@ -55,15 +52,11 @@ class PendingCompaction:
 
     def __init__(
         self,
-        job: int,
-        trigger: Trigger,
         *,
         snipped: tuple[Message, ...] | None = None,
         reply: concurrent.futures.Future[Record | None] | None = None,
         overflow: ProviderFailed | None = None,
     ) -> None:
-        self.job = job
-        self.trigger = trigger
         self.snipped = snipped
         self.reply = reply
         self.overflow = overflow  # R3: the provider error a reactive compaction answers

@@ -2,7 +2,8 @@
 
 Two are asks (`Load`, `Query`): their answer, or their error, goes back to
 the caller and never stops the actor. The others are tells: from the host
-(`Send`, `ManualCompact`), from a retry timer (`RetryRequest`), and the
+(`Send`, `ManualCompact`), from a retry timer (`RetryRequest`), from the
+thread that ran a tool call (`ToolDone`), and the
 answers of the session's own provider and compactor actors (`ProviderItem`,
 `ProviderDone`, `ProviderFailed`, `CompactionDone`, defined beside those
 actors). A tell answers through what it carries (a `Turn` handle, a future),
@@ -13,6 +14,7 @@ never by return value, so nobody blocks on a session that may call back
 from __future__ import annotations
 
 import concurrent.futures
+import typing
 from typing import Literal
 
 import msgspec
@@ -23,6 +25,7 @@ from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn
 from cairn.actors.session.turn import UserContent
+from cairn.actors.tools import ToolOutcome
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -61,15 +64,27 @@ class RetryRequest(msgspec.Struct, frozen=True):
     token: int
 
 
+class ToolDone(msgspec.Struct, frozen=True):
+    """Tell (from the thread that ran it): the outcome of the call at `index` of job `job`'s calls."""
+
+    job: int
+    index: int
+    outcome: ToolOutcome
+
+
 SessionMessage = (
     Load
     | Query
     | Send
     | ManualCompact
     | RetryRequest
+    | ToolDone
     | ProviderItem
     | ProviderDone
     | ProviderFailed
     | CompactionDone
 )
 """Every message a session actor handles."""
+
+#: the classes of `SessionMessage`, for a check at the actor's door
+SESSION_MESSAGES: tuple[type, ...] = typing.get_args(SessionMessage)

@@ -1,8 +1,9 @@
 """Running one tool call with the host's executor: whatever goes wrong becomes an error result.
 
-Called by the session actor on its own thread, for each call of an
-assistant message that is already durable (effects run after the
-acknowledgement). The executor is the host's code: an exception it raises,
+Called for the session actor, off its thread (`TurnLoop._run_tool`), for
+each call of an assistant message that is already durable (effects run
+after the acknowledgement); the outcome goes back to the actor as a message.
+The executor is the host's code: an exception it raises,
 an outcome that is not a well-formed `ToolOutcome`, or a call that does not
 return within the host's `tool_timeout_s` (`actors.tool_runner`), is turned
 into an `error` result the model sees; it never fails the turn.

@@ -17,14 +17,17 @@ by return value):
             a failed write is logged once and not retried this turn (H7)
         request persisted -> StreamJob ... ProviderItem* (deltas to the client)
         ProviderDone -> assistant-message + usage
-            tool calls: run the host's executor for each (tool_calls.py), record each result
+            tool calls: the host's executor runs each in turn off this thread (tool_calls.py);
+                        each outcome comes back as `ToolDone` and is recorded
             none: turn-completed (unless a steering message waits: go on)
         ProviderFailed -> the verdict of `turn.provider_verdict`, its `provider-error` first:
             retry after the wait (a timer tells `RetryRequest`), recover (R3), or turn-failed
 
-While it waits for its provider or compactor, new `Send`s are kept in order
-and recorded before the next request (steering, C11); a manual compaction
-waits for the turn's end.
+Which message is taken in which mode, and what each leads to, is
+`machine.step`'s table; the methods here carry out its effects
+(`_carry_out`). While it waits for its provider, its compactor, a retry or
+a tool, new `Send`s are kept in order and recorded before the next request
+(steering, C11); a manual compaction waits for the turn's end.
 """
 
 from __future__ import annotations
@@ -32,13 +35,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from typing import assert_never
 
 import pykka
 
+from cairn.actors.compactor.actor import CompactionDone
 from cairn.actors.errors import UnknownSession, WorkspaceMismatch
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem, StreamJob
 from cairn.actors.provider.base import (
     Finished,
+    ProviderOutput,
     ProviderRequest,
     ReasoningBlockReady,
     ReasoningDelta,
@@ -51,7 +57,29 @@ from cairn.actors.session.handoff import InvalidHandoff, decide_handoff, handoff
 from cairn.actors.session.idempotency import KeyedMessage, key_index, same_message, turn_outcome
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import TurnRun
-from cairn.actors.session.messages import RetryRequest, Send
+from cairn.actors.session.machine import (
+    Effect,
+    EndTurn,
+    ErrorJudged,
+    Idle,
+    JudgeError,
+    NextRequest,
+    Queue,
+    RecordError,
+    RecordResponse,
+    RecordTool,
+    RecoverContext,
+    RequestSent,
+    Resume,
+    RunTool,
+    Take,
+    TakeCompaction,
+    TakeItem,
+    TurnEnded,
+    TurnStarting,
+    WaitThenRetry,
+)
+from cairn.actors.session.messages import ManualCompact, RetryRequest, Send, ToolDone
 from cairn.actors.session.request import (
     AssembledRequest,
     FirstRequest,
@@ -66,8 +94,7 @@ from cairn.actors.session.tracker import Occupancy, occupancy
 from cairn.actors.session.turn import (
     Fail,
     FailClosed,
-    Recover,
-    RetryAfter,
+    FailureDecision,
     completion_event,
     error_outcome,
     provider_failure,
@@ -90,18 +117,12 @@ class TurnLoop(Compacting):
 
     # -- starting and steering ------------------------------------------------------------------
 
-    def _on_send(self, message: Send) -> None:
-        if self._run is not None or self._compaction is not None:
-            key = message.key
-            if (
-                key is not None
-                and all(send.key != key for send in self._sends)
-                and self._by_key(message, {}, [])
-            ):
-                return  # a resend: joined the running turn, or answered from the log, at once
-            self._sends.append(message)  # recorded before the next request, or after this wait
-            return
-        self._start([message])
+    def _queue_send(self, message: Send) -> None:
+        """A message that arrived while the session waits: recorded before the next request, or after."""
+        key = message.key
+        if key is not None and all(send.key != key for send in self._sends) and self._by_key(message, {}, []):
+            return  # a resend: joined the running turn, or answered from the log, at once
+        self._sends.append(message)
 
     def _accept(self, sends: list[Send]) -> tuple[list[Send], list[Turn]]:
         """The sends this session records, and the handles of resends that join them.
@@ -201,6 +222,7 @@ class TurnLoop(Compacting):
                 keys=[send.key for send in accepted],
             )
             self._run = TurnRun(turn_id, [send.handle for send in accepted] + joining)
+            self._advance(TurnStarting())
             request = self._first_request(events)
             self._persist([*events, request.event] if request is not None else events)
         except CairnError as exc:
@@ -210,7 +232,7 @@ class TurnLoop(Compacting):
                 send.handle._finish(result)
             for handle in joining:
                 handle._finish(result)
-            return self._resume()
+            return self._advance(TurnEnded())
         self._remember(accepted, turn_id)
         if request is None:
             return self._next_request()
@@ -265,7 +287,7 @@ class TurnLoop(Compacting):
 
     def _resume(self) -> None:
         """Idle again: run a waiting manual compaction, else start a turn with the waiting messages."""
-        if self._run is not None or self._compaction is not None:
+        if not isinstance(self._mode, Idle):
             return
         if self._manual:
             return self._manual_start(self._manual.pop(0))
@@ -320,7 +342,9 @@ class TurnLoop(Compacting):
         run = self._run
         assert run is not None
         run.requests += 1
-        run.begin(next(self._jobs), request_id)
+        run.begin(request_id)
+        job = next(self._jobs)
+        self._advance(RequestSent(job, request_id))
         info = self._state.info
         request = ProviderRequest(
             model=assembled.model,
@@ -336,7 +360,7 @@ class TurnLoop(Compacting):
         try:
             if provider is None:
                 raise pykka.ActorDeadError("no provider actor")
-            provider.tell(StreamJob(run.job, request, self.actor_ref, run.cancel))
+            provider.tell(StreamJob(job, request, self.actor_ref, run.cancel))
         except pykka.ActorDeadError:
             self._fail("provider", "ActorDeadError", "the provider actor is gone")
 
@@ -368,20 +392,72 @@ class TurnLoop(Compacting):
         assert self._run is not None
         self._run.handoff_failed = True
 
+    # -- the machine's effects ---------------------------------------------------------------------
+
+    def _carry_out(self, effect: Effect, cause: object) -> bool:
+        """One effect of `machine.step`, with the message that caused it; False when the turn ended."""
+        match effect:
+            case Take(kind) | Queue(kind) if kind == "compact":
+                assert isinstance(cause, ManualCompact)
+                if isinstance(effect, Take):
+                    self._manual_start(cause)
+                else:
+                    self._manual.append(cause)  # after the turn
+            case Take():
+                assert isinstance(cause, Send)
+                self._start([cause])
+            case Queue():
+                assert isinstance(cause, Send)
+                self._queue_send(cause)
+            case TakeItem():
+                assert isinstance(cause, ProviderItem)
+                self._take_item(cause.item)
+            case RecordResponse(completes):
+                assert isinstance(cause, ProviderDone)
+                return self._record_response(cause, completes=completes)
+            case RunTool(job, index, call):
+                self._run_tool(job, index, call)
+            case RecordTool(call):
+                assert isinstance(cause, ToolDone)
+                return self._record_tool(call, cause.outcome)
+            case NextRequest():
+                self._next_request()
+            case JudgeError():
+                assert isinstance(cause, ProviderFailed)
+                self._judge(cause)
+            case RecordError():
+                assert isinstance(cause, _Judged)
+                return self._record_error(cause.decision)
+            case WaitThenRetry(job, wait_ms):
+                self._retry_later(job, wait_ms)
+            case RecoverContext():
+                assert isinstance(cause, _Judged)
+                self._recover(cause.failure)
+            case EndTurn("completed"):
+                self._finish("completed")
+            case EndTurn(_):
+                assert isinstance(cause, _Judged)
+                self._finish("failed", "provider", cause.failure.error_class, cause.decision.detail)
+            case TakeCompaction(trigger):
+                assert isinstance(cause, CompactionDone)
+                return self._take_compaction(cause, trigger)
+            case Resume():
+                self._resume()
+            case _:
+                assert_never(effect)
+        return True
+
     # -- the provider's answer -----------------------------------------------------------------
 
-    def _current(self, job: int) -> TurnRun | None:
+    def _calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of the response being read (unique ids, K1)."""
         run = self._run
-        if run is None or run.job != job or job == 0:
-            return None
-        return run
+        return unique_calls(run.calls) if run is not None else ()
 
-    def _on_item(self, message: ProviderItem) -> None:
-        run = self._current(message.job)
-        if run is None:
-            return
+    def _take_item(self, item: ProviderOutput) -> None:
+        run = self._run
+        assert run is not None
         run.delivered = True  # R2: output crossed the boundary
-        item = message.item
         if isinstance(item, TextDelta):
             run.text_parts.append(item.text)
             for handle in run.handles:
@@ -399,12 +475,11 @@ class TurnLoop(Compacting):
         elif isinstance(item, Finished):
             run.finish = item.reason
 
-    def _on_done(self, message: ProviderDone) -> None:
-        run = self._current(message.job)
-        if run is None:
-            return
-        run.job = 0
-        run.provider_seconds += message.seconds
+    def _record_response(self, done: ProviderDone, *, completes: bool) -> bool:
+        """The assistant message and its usage, with `turn-completed` when the turn ends with it."""
+        run = self._run
+        assert run is not None
+        run.provider_seconds += done.seconds
         text = "".join(run.text_parts)
         events = response_events(
             self._state,
@@ -416,35 +491,46 @@ class TurnLoop(Compacting):
             usage=run.usage,
             finish_reason=run.finish,
         )
-        calls = unique_calls(run.calls)
         run.text = text or run.text
-        if not calls and not self._sends:
+        if completes:
             events.append(completion_event(run.turn_id, run.requests))
-            if self._try_persist(events, "provider"):
-                self._finish("completed")
-            return
         if not self._try_persist(events, "provider"):
-            return
+            return False
         run.tool_chars = 0
-        info = self._state.info
-        for call in calls:
-            outcome = run_tool(
-                self._rt.tools,
-                call,
-                session=self._sid,
-                turn_id=run.turn_id,
-                workspace=info.workspace if info is not None else None,
-                runner=self._rt.tool_runner,
-            )
-            if not self._record_tool(call, outcome, run):
-                return
-        self._next_request()
+        return True
 
-    def _record_tool(self, call: ToolCall, outcome: ToolOutcome, run: TurnRun) -> bool:
+    # -- tools -------------------------------------------------------------------------------------------
+
+    def _run_tool(self, job: int, index: int, call: ToolCall) -> None:
+        """Run one call off this thread; its outcome comes back as `ToolDone` (`machine.ToolEnded`).
+
+        On the host's tool runner (bounded threads, each call within its
+        timeout) a thread waits for it, so this actor goes on taking messages
+        meanwhile; without a runner the call runs here, as before.
+        """
+        run = self._run
+        assert run is not None
+        info = self._state.info
+        tools, runner, sid, turn_id = self._rt.tools, self._rt.tool_runner, self._sid, run.turn_id
+        workspace = info.workspace if info is not None else None
+        ref = self.actor_ref
+
+        def work() -> None:
+            outcome = run_tool(tools, call, session=sid, turn_id=turn_id, workspace=workspace, runner=runner)
+            with contextlib.suppress(pykka.ActorDeadError):  # stopped meanwhile: the call is closed
+                ref.tell(ToolDone(job, index, outcome))
+
+        if runner is None:
+            return work()
+        threading.Thread(target=work, name=f"cairn-tool-wait-{turn_id}", daemon=True).start()
+
+    def _record_tool(self, call: ToolCall, outcome: ToolOutcome) -> bool:
         """Persist one call's result; an outcome the log refuses (too large) becomes an error result.
 
         False when the turn failed (phase `tool`): the journal could not write.
         """
+        run = self._run
+        assert run is not None
         read_only = read_only_tools(self._state.info)
         kept = self._rt.max_tool_output_chars
         result, used = tool_result_event(
@@ -463,16 +549,16 @@ class TurnLoop(Compacting):
         run.tool_chars = used
         return True
 
-    def _on_failed(self, message: ProviderFailed) -> None:
-        """A provider error: record it, then retry, recover or fail as `turn.provider_failure` says."""
-        run = self._current(message.job)
-        if run is None:
-            return
-        run.job = 0
-        run.provider_seconds += message.seconds
+    # -- a provider error --------------------------------------------------------------------------------
+
+    def _judge(self, failure: ProviderFailed) -> None:
+        """`turn.provider_failure` on the error of the request awaited; the machine takes its verdict."""
+        run = self._run
+        assert run is not None
+        run.provider_seconds += failure.seconds
         decision = provider_failure(
             self._state,
-            message,
+            failure,
             turn_id=run.turn_id,
             request_id=run.request_id,
             delivered=run.delivered,
@@ -481,25 +567,24 @@ class TurnLoop(Compacting):
             draw=self._rt.retry_draw(),
             policy=self._rt.retry,
         )
-        match decision.verdict:
-            case RetryAfter(wait_ms):
-                if self._try_persist(decision.events, "provider"):
-                    self._retry_later(run, wait_ms)
-            case Recover():
-                if self._try_persist(decision.events, "provider"):
-                    self._recover(message)
-            case Fail() | FailClosed():
-                with contextlib.suppress(CairnError):
-                    self._persist(decision.events)
-                self._finish("failed", "provider", message.error_class, decision.detail)
+        self._advance(ErrorJudged(failure.job, decision.verdict), _Judged(failure, decision))
 
-    def _retry_later(self, run: TurnRun, wait_ms: int) -> None:
+    def _record_error(self, decision: FailureDecision) -> bool:
+        """The `provider-error` first; a failure's closing events are best effort (the turn ends anyway)."""
+        if isinstance(decision.verdict, Fail | FailClosed):
+            with contextlib.suppress(CairnError):
+                self._persist(decision.events)
+            return True
+        return self._try_persist(decision.events, "provider")
+
+    def _retry_later(self, job: int, wait_ms: int) -> None:
         """Send the turn's request again after `wait_ms`, without blocking this actor."""
+        run = self._run
+        assert run is not None
         delay_s = wait_ms / 1000
         run.transient_retries += 1
         run.attempt += 1
-        run.job = next(self._jobs)  # the token the timer must bring back
-        message = RetryRequest(run.turn_id, run.job)
+        message = RetryRequest(run.turn_id, job)  # the job awaited: a stale timer is ignored
         ref, sleep = self.actor_ref, self._rt.sleep
 
         def wake() -> None:
@@ -509,9 +594,12 @@ class TurnLoop(Compacting):
 
         threading.Thread(target=wake, name=f"cairn-retry-{run.turn_id}", daemon=True).start()
 
-    def _on_retry(self, message: RetryRequest) -> None:
-        run = self._run
-        if run is None or run.turn_id != message.turn_id or run.job != message.token:
-            return  # the turn ended (or moved on) meanwhile
-        run.job = 0
-        self._next_request()  # L1 runs again: time has passed
+
+class _Judged:
+    """A provider error and the decision on it, for the effects of its verdict."""
+
+    __slots__ = ("decision", "failure")
+
+    def __init__(self, failure: ProviderFailed, decision: FailureDecision) -> None:
+        self.failure = failure
+        self.decision = decision

@@ -1,0 +1,218 @@
+"""The session's state machine (`actors.session.machine`), driven with plain values, move by move.
+
+No actor, no thread, no log: `step(mode, happened)` is a pure function, so
+each test states a mode, an input, and the mode and effects that must come
+out. The actor tests (tests/actors) check that the shell carries them out.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cairn.actors.session.machine import (
+    AwaitingCompaction,
+    AwaitingProvider,
+    AwaitingRetry,
+    AwaitingTools,
+    CompactionAsked,
+    CompactionEnded,
+    EndTurn,
+    ErrorJudged,
+    Happened,
+    HostMessage,
+    Idle,
+    JudgeError,
+    Mode,
+    NextRequest,
+    Preparing,
+    ProviderErred,
+    Queue,
+    RecordError,
+    RecordResponse,
+    RecordTool,
+    RecoverContext,
+    RequestSent,
+    ResponseEnded,
+    Resume,
+    RetryDue,
+    RunTool,
+    Stopped,
+    Streamed,
+    Take,
+    TakeCompaction,
+    TakeItem,
+    ToolEnded,
+    TurnEnded,
+    TurnStarting,
+    WaitThenRetry,
+    step,
+    turn_runs,
+)
+from cairn.actors.session.turn import Fail, FailClosed, Recover, RetryAfter
+from cairn.events.model import ToolCall
+
+READ = ToolCall("c1", "read", '{"path": "a.py"}')
+GREP = ToolCall("c2", "grep", '{"pattern": "TODO"}')
+WAITING: list[Mode] = [
+    Preparing(),
+    AwaitingProvider(7, "r12"),
+    AwaitingTools(7, (READ,), 0),
+    AwaitingRetry(7, 375),
+    AwaitingCompaction(8, "threshold"),
+    AwaitingCompaction(8, "manual"),
+]
+
+
+def run_through(mode: Mode, *inputs: Happened) -> tuple[Mode, list[object]]:
+    """Feed `inputs` one after another; the last mode and every effect, in order."""
+    effects: list[object] = []
+    for happened in inputs:
+        mode, more = step(mode, happened)
+        effects.extend(more)
+    return mode, effects
+
+
+# --- the host's messages ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["send", "compact"])
+def test_an_idle_session_takes_a_host_message_at_once(kind: str) -> None:
+    assert step(Idle(), HostMessage(kind)) == (Idle(), (Take(kind),))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", WAITING, ids=lambda mode: type(mode).__name__)
+def test_C11_a_message_that_arrives_during_any_wait_is_kept_for_later(mode: Mode) -> None:
+    """C11: a user message sent while a turn runs steers it (recorded before its next request);
+    a manual compaction (K4) waits for the turn's end. Neither changes the mode."""
+    assert step(mode, HostMessage("send")) == (mode, (Queue("send"),))
+    assert step(mode, HostMessage("compact")) == (mode, (Queue("compact"),))
+
+
+# --- one request and its answer -----------------------------------------------------------------------
+
+
+def test_a_turn_without_tools_goes_idle_to_request_to_completed() -> None:
+    mode, effects = run_through(
+        Idle(),
+        TurnStarting(),
+        RequestSent(1, "r4"),
+        Streamed(1),
+        Streamed(1),
+        ResponseEnded(1, (), steering_waits=False),
+    )
+    assert mode == Preparing()
+    assert effects == [TakeItem(), TakeItem(), RecordResponse(completes=True), EndTurn("completed")]
+    assert step(mode, TurnEnded()) == (Idle(), (Resume(),))
+
+
+def test_C11_a_response_without_tools_while_a_message_waits_leads_to_the_next_request() -> None:
+    mode, effects = step(AwaitingProvider(3, "r9"), ResponseEnded(3, (), steering_waits=True))
+    assert mode == Preparing()
+    assert effects == (RecordResponse(completes=False), NextRequest())
+
+
+def test_answers_to_an_earlier_request_change_nothing() -> None:
+    awaiting = AwaitingProvider(5, "r20")
+    for stale in (Streamed(4), ResponseEnded(4, (READ,), steering_waits=False), ProviderErred(4)):
+        assert step(awaiting, stale) == (awaiting, ())
+    # and once the turn ended, a late answer of its last request neither
+    assert step(Idle(), ResponseEnded(5, (), steering_waits=False)) == (Idle(), ())
+
+
+# --- tools --------------------------------------------------------------------------------------------
+
+
+def test_tool_calls_run_one_at_a_time_in_their_order_then_the_next_request() -> None:
+    calls = (READ, GREP)
+    mode, effects = step(AwaitingProvider(2, "r7"), ResponseEnded(2, calls, steering_waits=False))
+    assert mode == AwaitingTools(2, calls, 0)
+    assert effects == (RecordResponse(completes=False), RunTool(2, 0, READ))
+
+    mode, effects = step(mode, ToolEnded(2, 0))
+    assert mode == AwaitingTools(2, calls, 1)
+    assert effects == (RecordTool(READ), RunTool(2, 1, GREP))
+
+    mode, effects = step(mode, ToolEnded(2, 1))
+    assert mode == Preparing()
+    assert effects == (RecordTool(GREP), NextRequest())
+
+
+def test_a_tool_result_for_another_call_or_another_response_changes_nothing() -> None:
+    waiting = AwaitingTools(2, (READ, GREP), 1)
+    for stale in (ToolEnded(2, 0), ToolEnded(2, 2), ToolEnded(1, 1)):
+        assert step(waiting, stale) == (waiting, ())
+
+
+def test_waiting_for_tools_is_a_mode_that_ends_like_the_others() -> None:
+    """Stopped mid-tools: idle, nothing run or recorded; the log's open call is closed on the next load."""
+    assert turn_runs(AwaitingTools(2, (READ,), 0))
+    assert step(AwaitingTools(2, (READ,), 0), Stopped()) == (Idle(), ())
+
+
+# --- a provider error: C5, R3, fail -------------------------------------------------------------------
+
+
+def test_a_provider_error_is_judged_before_anything_else() -> None:
+    assert step(AwaitingProvider(6, "r30"), ProviderErred(6)) == (Preparing(), (JudgeError(),))
+
+
+def test_C5_a_transient_error_waits_then_sends_the_request_again() -> None:
+    mode, effects = step(Preparing(), ErrorJudged(6, RetryAfter(750)))
+    assert mode == AwaitingRetry(6, 750)
+    assert effects == (RecordError(), WaitThenRetry(6, 750))
+    assert step(mode, RetryDue(5)) == (mode, ())  # a timer of an earlier wait
+    assert step(mode, RetryDue(6)) == (Preparing(), (NextRequest(),))
+
+
+def test_R3_a_context_limit_error_asks_for_a_reactive_compaction_then_the_request_again() -> None:
+    mode, effects = step(Preparing(), ErrorJudged(6, Recover()))
+    assert (mode, effects) == (Preparing(), (RecordError(), RecoverContext()))
+    mode, effects = step(mode, CompactionAsked(9, "reactive"))
+    assert mode == AwaitingCompaction(9, "reactive")
+    assert step(mode, CompactionEnded(9)) == (Preparing(), (TakeCompaction("reactive"),))
+
+
+@pytest.mark.parametrize("verdict", [Fail(), FailClosed()], ids=["fail", "R2-fail-closed"])
+def test_R2_an_error_not_retried_nor_recovered_ends_the_turn_failed(verdict: Fail | FailClosed) -> None:
+    assert step(Preparing(), ErrorJudged(6, verdict)) == (Preparing(), (RecordError(), EndTurn("failed")))
+
+
+# --- compaction ---------------------------------------------------------------------------------------
+
+
+def test_L1_a_threshold_compaction_is_awaited_within_the_turn() -> None:
+    mode, _ = step(Preparing(), CompactionAsked(4, "threshold"))
+    assert mode == AwaitingCompaction(4, "threshold") and turn_runs(mode)
+    assert step(mode, CompactionEnded(3)) == (mode, ())  # an answer to an abandoned job
+    assert step(mode, CompactionEnded(4)) == (Preparing(), (TakeCompaction("threshold"),))
+
+
+def test_K4_a_manual_compaction_runs_outside_any_turn_and_resumes_what_waited() -> None:
+    mode, _ = step(Idle(), CompactionAsked(4, "manual"))
+    assert mode == AwaitingCompaction(4, "manual") and not turn_runs(mode)
+    assert step(mode, CompactionEnded(4)) == (Idle(), (TakeCompaction("manual"), Resume()))
+
+
+# --- moves the actor never makes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "happened"),
+    [
+        (Idle(), RequestSent(1, "r1")),  # a request outside a turn
+        (AwaitingProvider(1, "r1"), RequestSent(2, "r2")),  # two requests at once
+        (AwaitingProvider(1, "r1"), TurnStarting()),  # a turn inside a turn
+        (Idle(), CompactionAsked(1, "threshold")),  # a turn's compaction outside a turn
+        (Preparing(), CompactionAsked(1, "manual")),  # a manual one inside a turn (K4 waits)
+        (Idle(), ErrorJudged(1, Fail())),
+    ],
+)
+def test_a_move_the_actor_never_makes_is_refused_as_a_bug(mode: Mode, happened: Happened) -> None:
+    with pytest.raises(AssertionError, match="cannot happen while"):
+        step(mode, happened)
+
+
+def test_every_mode_ends_idle_when_the_turn_ends_or_the_actor_stops() -> None:
+    for mode in [Idle(), *WAITING]:
+        assert step(mode, TurnEnded()) == (Idle(), (Resume(),))
+        assert step(mode, Stopped()) == (Idle(), ())
