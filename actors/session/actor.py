@@ -52,6 +52,7 @@ from cairn.actors.session.messages import (
     SessionMessage,
     ToolDone,
 )
+from cairn.actors.session.turn import unique_calls
 from cairn.actors.session.turn_loop import TurnLoop
 
 log = logging.getLogger("cairn.session")
@@ -153,7 +154,8 @@ class SessionActor(TurnLoop):
             case ProviderItem(job=job):
                 self._advance(Streamed(job), message)
             case ProviderDone(job=job):
-                self._advance(ResponseEnded(job, self._calls(), steering_waits=bool(self._sends)), message)
+                calls = unique_calls(self._run.calls) if self._run is not None else ()
+                self._advance(ResponseEnded(job, calls, steering_waits=bool(self._sends)), message)
             case ProviderFailed(job=job):
                 self._advance(ProviderErred(job), message)
             case CompactionDone():

@@ -145,7 +145,7 @@ class Compacting(SessionCore):
         assert run is not None
         if reactive:
             run.attempt += 1  # R3: the same request, replayed on the new context
-        self._send_request(occupancy(self._state, self._view))  # L1 (5) onwards
+        self._prepare("snip")  # L1 (5) onwards
 
     def _recover(self, overflow: ProviderFailed) -> None:
         """R3: strip the hand-off, snip keep 3 minimum 10, compact the result (trigger reactive)."""

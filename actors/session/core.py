@@ -1,12 +1,13 @@
 """The session actor's base: its state, persisting and applying, and how a turn ends.
 
-The session actor is one pykka actor, written in four layers of one class
+The session actor is one pykka actor, written in five layers of one class
 chain, each a module, each layer using only itself and the layers below
-(two hooks, `_resume` and `_send_request`, are the turn loop's, declared
+(three hooks, `_carry_out`, `_resume` and `_prepare`, are the turn loop's, declared
 here):
 
     SessionCore      (core.py)       state, load and replay, persist then apply, ending a turn
     Compacting       (compacting.py) compaction: L1 step 4, reactive (R3), manual (K4)
+    Admitting        (admission.py)  who is let in: the workspace rule, idempotency keys
     TurnLoop         (turn_loop.py)  starting, steering, each request, the provider's answer, tools
     SessionActor     (actor.py)      lifecycle, message dispatch, crash handling
 
@@ -43,10 +44,11 @@ from cairn.actors.session.idempotency import KeyedMessage
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
 from cairn.actors.session.machine import Effect, Happened, Idle, Mode, Stopped, TurnEnded, step
 from cairn.actors.session.messages import ManualCompact, Send
+from cairn.actors.session.preparing import L1Done
 from cairn.actors.session.request import assemble
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.stream import TurnResult, TurnStatus
-from cairn.actors.session.tracker import Occupancy, prepare
+from cairn.actors.session.tracker import prepare
 from cairn.actors.session.turn import failure_events, interrupted_events
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
@@ -114,8 +116,8 @@ class SessionCore(pykka.ThreadingActor):
         """Idle again: start what waited (`TurnLoop._resume`)."""
         raise NotImplementedError
 
-    def _send_request(self, occ: Occupancy) -> None:
-        """Send the turn's next request from L1 step 5 on (`TurnLoop._send_request`)."""
+    def _prepare(self, done: L1Done) -> None:
+        """L1 after the stages `done`, then the turn's next request (`TurnLoop._prepare`)."""
         raise NotImplementedError
 
     # -- loading -------------------------------------------------------------------------------------

@@ -11,8 +11,17 @@ import concurrent.futures
 import threading
 
 from cairn.actors.provider.actor import ProviderFailed
-from cairn.actors.provider.base import UsageReport
+from cairn.actors.provider.base import (
+    Finished,
+    ProviderOutput,
+    ReasoningBlockReady,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+)
 from cairn.actors.session.stream import Turn
+from cairn.actors.session.turn import FailureDecision
 from cairn.events.codec import Record
 from cairn.events.model import Message, ReasoningBlock, ToolCall
 
@@ -46,6 +55,26 @@ class TurnRun:
         self.finish: str | None = None
         self.delivered = False
 
+    def take(self, item: ProviderOutput) -> TextDelta | ReasoningDelta | None:
+        """Gather one item of the response; a delta is returned: the turn's handles see it now."""
+        self.delivered = True  # R2: output crossed the boundary
+        match item:
+            case TextDelta(text):
+                self.text_parts.append(text)
+                return item
+            case ReasoningDelta(text):
+                self.reasoning_parts.append(text)
+                return item
+            case ToolCallReady(call):
+                self.calls.append(call)
+            case ReasoningBlockReady(block):
+                self.reasoning_blocks.append(block)
+            case UsageReport():
+                self.usage = item
+            case Finished(reason):
+                self.finish = reason
+        return None
+
 
 class PendingCompaction:
     """A compaction asked of the compactor actor and not answered yet."""
@@ -60,3 +89,13 @@ class PendingCompaction:
         self.snipped = snipped
         self.reply = reply
         self.overflow = overflow  # R3: the provider error a reactive compaction answers
+
+
+class JudgedFailure:
+    """A provider error and the decision on it, for the effects of its verdict."""
+
+    __slots__ = ("decision", "failure")
+
+    def __init__(self, failure: ProviderFailed, decision: FailureDecision) -> None:
+        self.failure = failure
+        self.decision = decision

@@ -28,6 +28,10 @@ turn (its phase, `turn.py`), and the effects after it are not carried out.
 Tool results come back as inputs like the provider's answers, so a result
 may come from another thread, or later from a client, without the actor
 blocking on it; while it waits, host messages queue (steering, C11).
+
+While `Preparing`, `preparing.before_request` is L1's table: the next
+thing to do before the request (the request limit, micro-slim, snip,
+compaction, the hand-off, the request itself).
 """
 
 from __future__ import annotations

@@ -14,10 +14,14 @@ never by return value, so nobody blocks on a session that may call back
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import threading
 import typing
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
+import pykka
 
 from cairn.actors.compactor.actor import CompactionDone
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
@@ -88,3 +92,20 @@ SessionMessage = (
 
 #: the classes of `SessionMessage`, for a check at the actor's door
 SESSION_MESSAGES: tuple[type, ...] = typing.get_args(SessionMessage)
+
+
+def tell_from_thread(ref: pykka.ActorRef[Any], produce: Callable[[], SessionMessage], *, name: str) -> None:
+    """Run `produce` on a daemon thread of its own and tell the message it makes to `ref`.
+
+    For work a session must not wait for (a tool call, a retry's wait): the
+    actor goes on taking messages. The message names the job it answers, so
+    one that comes after the session moved on is ignored (`machine.step`);
+    one for a session that stopped meanwhile is dropped.
+    """
+
+    def work() -> None:
+        message = produce()
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.tell(message)
+
+    threading.Thread(target=work, name=name, daemon=True).start()

@@ -16,7 +16,7 @@ import pytest
 
 from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.hooks import HookContext, HookVerdict
-from cairn.actors.session import turn_loop as session_actor
+from cairn.actors.session import preparing as session_preparing
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.slimming import apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy
@@ -300,7 +300,7 @@ def test_H6_handoff_committed_before_the_request_that_carries_it(tmp_path: Path)
 def test_H7_failed_handoff_write_is_logged_once_and_the_turn_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = session_actor.decide_handoff
+    real = session_preparing.decide_handoff
 
     def oversized(*args, **kwargs):  # type: ignore[no-untyped-def]
         event = real(*args, **kwargs)
@@ -309,7 +309,7 @@ def test_H7_failed_handoff_write_is_logged_once_and_the_turn_goes_on(
         # the journal refuses a line over its size limit: a write that fails, nothing written
         return msgspec.structs.replace(event, record=msgspec.Raw(b'{"pad":"' + b"x" * (21 << 20) + b'"}'))
 
-    monkeypatch.setattr(session_actor, "decide_handoff", oversized)
+    monkeypatch.setattr(session_preparing, "decide_handoff", oversized)
     provider = scripted()
     host = open_host(tmp_path / "store", provider)
     seed = Seed(host.journal, "s", str(tmp_path))

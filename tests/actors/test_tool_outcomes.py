@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cairn.actors.provider.scripted import Reply
-from cairn.actors.session import turn_loop as session_actor
+from cairn.actors.session import preparing as session_preparing
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.kinds import FileAccess, ToolResult
 from cairn.events.model import BlobPart, ImagePart, Part, TextPart, ToolCall
@@ -134,7 +134,7 @@ def test_a_crashed_session_is_named_by_its_id_in_the_log_line(
     def bug(*args: object, **kwargs: object) -> None:
         raise RuntimeError("an injected bug")
 
-    monkeypatch.setattr(session_actor, "plan_micro", bug)  # a bug in the turn loop itself
+    monkeypatch.setattr(session_preparing, "plan_micro", bug)  # a bug in the turn loop itself
     with (
         caplog.at_level(logging.ERROR, logger="cairn.session"),
         open_host(tmp_path / "store", scripted()) as host,

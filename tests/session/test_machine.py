@@ -1,4 +1,5 @@
-"""The session's state machine (`actors.session.machine`), driven with plain values, move by move.
+"""The session's state machine (`actors.session.machine`), driven with plain values, move by move,
+and L1's order before each request (`before_request`) on sessions built event by event.
 
 No actor, no thread, no log: `step(mode, happened)` is a pure function, so
 each test states a mode, an input, and the mode and effects that must come
@@ -48,8 +49,20 @@ from cairn.actors.session.machine import (
     step,
     turn_runs,
 )
+from cairn.actors.session.preparing import (
+    CompactFirst,
+    L1Done,
+    SendRequest,
+    SlimFirst,
+    TooManyRequests,
+    WriteHandoff,
+    before_request,
+)
+from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.turn import Fail, FailClosed, Recover, RetryAfter
+from cairn.actors.session.view import HistoryView
 from cairn.events.model import ToolCall
+from tests.session.builders import Session, new_view
 
 READ = ToolCall("c1", "read", '{"path": "a.py"}')
 GREP = ToolCall("c2", "grep", '{"pattern": "TODO"}')
@@ -216,3 +229,95 @@ def test_every_mode_ends_idle_when_the_turn_ends_or_the_actor_stops() -> None:
     for mode in [Idle(), *WAITING]:
         assert step(mode, TurnEnded()) == (Idle(), (Resume(),))
         assert step(mode, Stopped()) == (Idle(), ())
+
+
+# --- before each request: L1's order (machine.before_request) ------------------------------------
+
+MAX = 64
+
+
+def _tool_session(turns: int, *, observed: int | None = None) -> tuple[Session, HistoryView]:
+    """A task then `turns` tool turns; with `observed`, the provider's usage for a request after them
+    (window 110,000, cap 10,000: budget 100,000, hand-off at 70,000, compaction at 80,000)."""
+    session = Session(window=110_000 if observed else None, cap=10_000 if observed else None)
+    session.user("clean up the repository")
+    for n in range(turns):
+        session.tool_turn(output=f"output of call {n}", text=f"step {n}")
+    view = new_view()
+    if observed is not None:
+        session.request(view, "r1")
+        session.assistant("Going on.", request_id="r1")
+        session.usage("r1", observed - 100, 100, None)
+    return session, view
+
+
+def _next(session: Session, view: HistoryView, now_ms: int, done: L1Done = "", **kwargs: object) -> object:
+    options: dict[str, object] = {"requests": 1, "max_requests": MAX, "handoff_failed": False, **kwargs}
+    return before_request(session.state, view, now_ms=now_ms, done=done, **options)  # type: ignore[arg-type]
+
+
+def _soon(session: Session) -> int:
+    """A moment 1 s after the last response: S4's 60 s have not passed."""
+    return (session.state.carried.last_response_ts or session.ts) + 1_000
+
+
+def test_L1_with_nothing_to_do_the_request_goes() -> None:
+    session, view = _tool_session(3)
+    move = _next(session, view, _soon(session))
+    assert isinstance(move, SendRequest) and move.occ == occupancy(session.state, view)
+
+
+def test_L1_the_turns_request_limit_is_checked_first() -> None:
+    session, view = _tool_session(3)
+    assert _next(session, view, _soon(session), requests=MAX) == TooManyRequests(MAX)
+    assert isinstance(_next(session, view, _soon(session), requests=MAX - 1), SendRequest)
+
+
+def test_L1_micro_compaction_comes_first_and_the_rest_is_judged_on_its_result() -> None:
+    """(1) S4 after more than 60 s idle, applied at once; then (2)-(3) on what it left."""
+    session, view = _tool_session(20)  # 41 messages, phase unknown: snip would take every candidate
+    idle = (session.state.carried.last_response_ts or 0) + 60_001
+    move = _next(session, view, idle)
+    assert isinstance(move, SlimFirst) and move.stage == "micro"
+    session.add(move.event)
+    assert len(session.state.context) < 30  # S1 needs 30: nothing more to snip
+    assert isinstance(_next(session, view, idle, done="micro"), SendRequest)
+
+
+def test_L1_below_compaction_the_snip_is_applied_and_nothing_compacts() -> None:
+    session, view = _tool_session(20)
+    move = _next(session, view, _soon(session))
+    assert isinstance(move, SlimFirst) and move.stage == "snip"
+    assert move.event.mode == "snip"  # type: ignore[attr-defined]
+    session.add(move.event)
+    assert isinstance(_next(session, view, _soon(session), done="snip"), SendRequest)
+
+
+def test_L1_at_compaction_due_the_unapplied_snip_result_is_compacted() -> None:
+    session, view = _tool_session(20, observed=85_000)
+    assert occupancy(session.state, view).snapshot.phase == "compaction_due"
+    before = session.state
+    move = _next(session, view, _soon(session))
+    assert isinstance(move, CompactFirst) and move.source is not None
+    assert len(move.source) < len(session.state.context)  # the snip result ...
+    assert session.state is before  # ... planned, not recorded (L2: nothing applied yet)
+
+
+def test_L1_after_a_checkpoint_only_the_handoff_and_the_request_remain() -> None:
+    session, view = _tool_session(20, observed=85_000)
+    assert isinstance(_next(session, view, _soon(session), done="snip"), SendRequest)
+
+
+def test_H1_in_the_band_the_handoff_is_written_before_the_request_and_only_once() -> None:
+    session, view = _tool_session(2, observed=75_000)
+    assert occupancy(session.state, view).snapshot.phase == "handoff_band"
+    move = _next(session, view, _soon(session))
+    assert isinstance(move, WriteHandoff)
+    session.add(move.event)
+    assert isinstance(_next(session, view, _soon(session), done="handoff"), SendRequest)
+    assert isinstance(_next(session, view, _soon(session)), SendRequest)  # one per epoch
+
+
+def test_H7_after_a_failed_handoff_the_request_goes_without_one() -> None:
+    session, view = _tool_session(2, observed=75_000)
+    assert isinstance(_next(session, view, _soon(session), handoff_failed=True), SendRequest)
