@@ -1,0 +1,269 @@
+"""The report's HTML pages: the index of sessions, verify's findings, and one page per session."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+
+from cairn import _console
+from cairn._cli_output import iso
+from cairn.audit.report_fold import SessionEntry, SessionFold
+from cairn.store.verify_report import Problem, VerifyReport
+
+#: characters of one error text shown in a table cell
+MAX_TEXT = 600
+
+
+def esc(value: object) -> str:
+    """`value` as HTML text: non-printable characters as escapes, then entities (module doc)."""
+    return html.escape(_console.printable(value), quote=True)
+
+
+def _clip(text: str, width: int = MAX_TEXT) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.bad { color: #b00020; font-weight: bold; }
+.warn { color: #8a5a00; }
+.ok { color: #1b5e20; }
+img.timeline { max-width: 100%; border: 1px solid #ddd; }
+code, .mono { font-family: ui-monospace, monospace; }
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
+    )
+
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], css_class: str) -> str:
+    """A table; `rows` hold cells already as HTML (`<td>...</td>`)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join(f"<tr>{''.join(row)}</tr>\n" for row in rows)
+    return f'<table class="{css_class}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+
+
+def _td(value: object, *, number: bool = False, css: str = "") -> str:
+    classes = " ".join(c for c in ("n" if number else "", css) if c)
+    shown = f"{value:,}" if number and isinstance(value, int) else value
+    return f'<td class="{classes}">{esc(shown)}</td>' if classes else f"<td>{esc(shown)}</td>"
+
+
+def _tokens(value: int, reports: int, responses: int) -> str:
+    """A usage sum: `unknown` when responses came without any report, `≥` when some lacked one."""
+    if reports == 0 and responses > 0:
+        return "unknown"
+    return f"{value:,}" if reports >= responses else f"≥{value:,}"
+
+
+def _when(ms: int) -> str:
+    return iso(ms) if ms else ""
+
+
+def _findings(title: str, problems: Iterable[Problem], css: str) -> str:
+    items = "".join(f'<li class="{css}">{esc(p)}</li>\n' for p in problems)
+    return f"<h3>{esc(title)}</h3>\n<ul>\n{items}</ul>\n" if items else ""
+
+
+SESSION_COLUMNS = (
+    "session",
+    "model",
+    "events",
+    "turns",
+    "prompt tokens",
+    "completion tokens",
+    "checkpoints",
+    "failures",
+    "state",
+    "last activity",
+    "verify",
+)
+
+
+def _session_row(entry: SessionEntry) -> list[str]:
+    link = f'<td><a href="sessions/{entry.key}.html">{esc(entry.sid)}</a></td>'
+    verify = _td(entry.verify_result, css="bad" if entry.problems else "ok")
+    fold = entry.fold
+    if fold is None:
+        return [link, *(["<td></td>"] * 7), _td("corrupt", css="bad"), "<td></td>", verify]
+    return [
+        link,
+        _td(fold.model),
+        _td(fold.events, number=True),
+        _td(fold.turns, number=True),
+        _td(_tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses), number=True),
+        _td(_tokens(fold.completion_tokens, fold.completion_reports, fold.responses), number=True),
+        _td(fold.checkpoint_count, number=True),
+        _td(fold.failure_count, number=True, css="bad" if fold.failure_count else ""),
+        _td(entry.state, css="warn" if fold.open_turn is not None else "ok"),
+        _td(_when(fold.last_ts)),
+        verify,
+    ]
+
+
+def _verify_summary(report: VerifyReport) -> str:
+    state = (
+        '<span class="ok">ok</span>'
+        if report.ok
+        else f'<span class="bad">{len(report.problems)} problems found</span>'
+    )
+    counts = (
+        f"{report.segments:,} segments, {report.lines:,} lines, {report.bytes:,} bytes, "
+        f"{report.sessions:,} sessions, {report.blobs:,} blobs; {len(report.warnings)} warnings, "
+        f"{len(report.info)} notes"
+    )
+    return f'<p>verify: {state} ({esc(counts)}) <a href="verify.html">all findings</a></p>\n'
+
+
+def index_page(root: str, entries: list[SessionEntry], verify: VerifyReport, generated: str) -> str:
+    corrupt = sum(1 for e in entries if e.fold is None)
+    body = (
+        f"<h1>cairn report of {esc(root)}</h1>\n"
+        f"<p>generated {esc(generated)}; {len(entries):,} sessions"
+        + (f', <span class="bad">{corrupt} corrupt</span>' if corrupt else "")
+        + "</p>\n"
+        + _verify_summary(verify)
+        + "<h2>sessions</h2>\n"
+        + _table(SESSION_COLUMNS, (_session_row(e) for e in entries), "sessions")
+        + "<p>tokens: as the provider reported them; ≥: some responses came without usage; "
+        "unknown: none reported.</p>\n"
+    )
+    return _page(f"cairn report of {root}", body)
+
+
+def verify_page(root: str, verify: VerifyReport) -> str:
+    body = (
+        '<p><a href="index.html">all sessions</a></p>\n'
+        f"<h1>cairn verify of {esc(root)}</h1>\n"
+        + _verify_summary(verify).replace(' <a href="verify.html">all findings</a>', "")
+        + _findings("problems", verify.problems, "bad")
+        + _findings("warnings", verify.warnings, "warn")
+        + _findings("information", verify.info, "")
+    )
+    return _page(f"cairn verify of {root}", body)
+
+
+def _more(shown: int, total: int, what: str) -> str:
+    if total <= shown:
+        return ""
+    return f"<p>{total - shown:,} more {esc(what)} not listed: <code>cairn export</code> has them all.</p>\n"
+
+
+def _checkpoints_html(fold: SessionFold) -> str:
+    if not fold.checkpoints:
+        return "<p>none</p>\n"
+    rows = (
+        [
+            _td(c.epoch, number=True),
+            _td(c.seq, number=True),
+            _td(_when(c.ts)),
+            _td(c.trigger),
+            _td(c.strategy),
+            _td(c.before, number=True),
+            _td(c.after, number=True),
+            _td(c.reduction, number=True),
+            _td("" if c.reduction_share is None else f"{c.reduction_share:.1%}", number=True),
+            _td(c.through_seq, number=True),
+        ]
+        for c in fold.checkpoints
+    )
+    headers = (
+        "epoch",
+        "seq",
+        "time",
+        "trigger",
+        "strategy",
+        "tokens before",
+        "tokens after",
+        "reduction",
+        "reduction %",
+        "through seq",
+    )
+    return _table(headers, rows, "checkpoints") + _more(
+        len(fold.checkpoints), fold.checkpoint_count, "checkpoints"
+    )
+
+
+def _failures_html(fold: SessionFold) -> str:
+    if not fold.failures:
+        return "<p>none</p>\n"
+    counts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(fold.failure_counts.items()))
+    rows = (
+        [
+            _td(f.seq, number=True),
+            _td(_when(f.ts)),
+            _td(f.turn_id or ""),
+            _td(f.kind, css="bad"),
+            _td(_clip(f.what)),
+        ]
+        for f in fold.failures
+    )
+    return (
+        f"<p>{esc(counts)}</p>\n"
+        + _table(("seq", "time", "turn", "kind", "what"), rows, "failures")
+        + _more(len(fold.failures), fold.failure_count, "failures")
+    )
+
+
+def session_page(entry: SessionEntry) -> str:
+    head = '<p><a href="../index.html">all sessions</a> · <a href="../verify.html">verify</a></p>\n'
+    title = f"session {entry.sid}"
+    verify = (
+        "<h2>verify</h2>\n"
+        + (f'<p class="ok">{esc(entry.verify_result)}</p>\n' if not entry.problems else "")
+        + _findings("problems", entry.problems, "bad")
+        + _findings("warnings", entry.warnings, "warn")
+    )
+    fold, timeline = entry.fold, entry.timeline
+    if fold is None or timeline is None:
+        body = (
+            head
+            + f"<h1>{esc(title)}</h1>\n"
+            + '<p class="bad">corrupt: this session cannot be read through the checked path, '
+            "so none of its figures are shown.</p>\n"
+            + f'<p class="mono">{esc(entry.error or "")}</p>\n'
+            + verify
+        )
+        return _page(title, body)
+    facts = [
+        ("model", fold.model),
+        ("workspace", fold.workspace),
+        ("context window", "" if fold.context_window is None else f"{fold.context_window:,}"),
+        ("events", f"{fold.events:,} (seq 1..{fold.last_seq:,})"),
+        ("turns", f"{fold.turns:,} started, {fold.turns_completed:,} completed"),
+        ("state", entry.state + (f" ({fold.open_turn})" if fold.open_turn else "")),
+        ("prompt tokens", _tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses)),
+        ("completion tokens", _tokens(fold.completion_tokens, fold.completion_reports, fold.responses)),
+        ("first activity", _when(fold.first_ts)),
+        ("last activity", _when(fold.last_ts)),
+    ]
+    if fold.parent_session is not None:
+        facts.append(("forked from", f"{fold.parent_session} at seq {fold.parent_seq}"))
+    facts_html = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>\n" for k, v in facts)
+    reduced = (
+        f" (reduced to the first, lowest, highest and last point per {timeline.run_width:,} seqs)"
+        if timeline.run_width > 1
+        else ""
+    )
+    body = (
+        head
+        + f"<h1>{esc(title)}</h1>\n"
+        + f'<table class="facts">\n{facts_html}</table>\n'
+        + f"<h2>timeline</h2>\n<p>context tokens per request, thresholds and events{esc(reduced)}</p>\n"
+        + f'<img class="timeline" src="{entry.key}.svg" alt="timeline of {esc(title)}">\n'
+        + f"<h2>checkpoints ({fold.checkpoint_count:,})</h2>\n"
+        + _checkpoints_html(fold)
+        + f"<h2>failures ({fold.failure_count:,})</h2>\n"
+        + _failures_html(fold)
+        + verify
+    )
+    return _page(title, body)
