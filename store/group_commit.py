@@ -37,94 +37,29 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-import msgspec
-
-from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_tail, json_string
+from cairn.events.codec import Record
 from cairn.events.errors import InputError
-from cairn.events.kinds import TAG_JSON, TAG_OF, EventBase
+from cairn.events.kinds import EventBase
 from cairn.store.admission import Admission
+from cairn.store.batch_framing import frame_calls
 from cairn.store.blobs import BlobStore
+from cairn.store.commit_calls import Batch, Pending, acknowledge, drain, own_copy, refuse, resolve, wake_next
 from cairn.store.errors import (
     AppendTimeout,
     BadClock,
-    SeqConflict,
     StorageFailed,
     StoreClosed,
     read_clock,
 )
 from cairn.store.index import Index
-from cairn.store.index_builder import IndexBatch, IndexBuilder
+from cairn.store.index_builder import IndexBuilder
 from cairn.store.index_records import IndexMeta
 from cairn.store.loss import AckMarkWriter
 from cairn.store.recovery import Recovery
 from cairn.store.segments import FsyncFn, SegmentWriter
-from cairn.store.session_reader import broken_session
 
 log = logging.getLogger("cairn.store")
-
-
-class _Pending:
-    """One queued append call; resolved by a writer thread exactly once."""
-
-    __slots__ = (
-        "abandoned",
-        "done",
-        "error",
-        "events",
-        "expected",
-        "future",
-        "lock",
-        "relay",
-        "result",
-        "sid",
-        "tails",
-        "ts",
-    )
-
-    def __init__(
-        self,
-        sid: str,
-        events: list[EventBase],
-        tails: list[bytes],
-        expected: int,
-        ts: int | None,
-        future: concurrent.futures.Future[list[Record]] | None,
-        error: InputError | None,
-    ) -> None:
-        self.sid = sid
-        self.events = events  # checked: as `checked_body` decoded them, what a read gives back
-        self.tails = tails  # each one's line tail (`encode_tail`), encoded by the caller
-        self.expected = expected
-        self.ts = ts
-        self.future = future
-        self.result: list[Record] = []
-        self.error: BaseException | None = error  # set here: the call was refused on the caller's thread
-        self.done = False
-        #: the waiters of its batch still to wake, when it was acknowledged in a relay (`_acknowledge`)
-        self.relay: collections.deque[_Pending] | None = None
-        self.abandoned = False  # its caller stopped waiting (AppendTimeout)
-        if future is None:
-            self.lock: Any = threading.Lock()
-            self.lock.acquire()
-
-
-class _Batch:
-    """A batch the preparer frames (and may extend while the syncer is busy), then the syncer commits."""
-
-    __slots__ = ("chunks", "done", "index", "last", "next_pos", "rejected")
-
-    def __init__(self, first_pos: int, next_pos: int, last: tuple[int, int, int]) -> None:
-        #: the lines, per segment: (the segment's first pos, its lines); the first is the active segment
-        self.chunks: list[tuple[int, list[bytes]]] = [(first_pos, [])]
-        self.done: list[tuple[_Pending, list[Record]]] = []
-        self.rejected: list[tuple[_Pending, BaseException]] = []
-        #: the position after the batch's last line, and that line's place (segment, offset, length)
-        self.next_pos = next_pos
-        self.last = last
-        #: the index entries of `done`, taken when the batch is handed to the syncer
-        self.index: IndexBatch | None = None
 
 
 class GroupCommit:
@@ -160,7 +95,7 @@ class GroupCommit:
         self._blobs = blobs
         self._ack_mark = ack_mark
         self._admission = Admission(root, blobs, blob_threshold, self._put_blob)
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: collections.deque[Pending] = collections.deque()
         self._work = threading.Event()  # the preparer's: a call was queued, or the syncer is free
         self._ready = threading.Event()  # the syncer's: a batch was handed over, or it should stop
         self._free = threading.Event()  # the preparer's, with a batch prepared: the syncer is free
@@ -182,8 +117,8 @@ class GroupCommit:
         self._plan_size = self._segment.size
         self._builder = IndexBuilder(index.summary, meta)
         self._write_mark = ack_mark.write
-        self._open: _Batch | None = None  # the batch being prepared (the preparer's)
-        self._in_flight: _Batch | None = None  # handed to the syncer; None when it is free
+        self._open: Batch | None = None  # the batch being prepared (the preparer's)
+        self._in_flight: Batch | None = None  # handed to the syncer; None when it is free
         #: a batch with nothing queued behind it is synced by the preparer itself (`_hand_over`);
         #: tests of the overlap turn this off to make every batch go through the syncer thread
         self.sync_inline_when_idle = True
@@ -213,17 +148,17 @@ class GroupCommit:
             raise InputError("append from the journal's writer thread would deadlock; use append_async")
         return self.wait(self.submit(sid, events, expected_seq, ts_ms, None), timeout)
 
-    def wait(self, pending: _Pending, timeout: float | None) -> list[Record]:
+    def wait(self, pending: Pending, timeout: float | None) -> list[Record]:
         """Wait for the answer to a call `submit` queued without a future; return its records or raise."""
         if not pending.lock.acquire(timeout=-1 if timeout is None else timeout):
             # no baton will come from us: pass one now if we are in a relay already, else the
             # syncer skips us (it reads `abandoned` after setting `relay`; we, the other way round)
             pending.abandoned = True
             if pending.relay is not None:
-                _wake_next(pending.relay)
+                wake_next(pending.relay)
             raise AppendTimeout(f"session {pending.sid}: no acknowledgement within {timeout} s")
         if pending.relay is not None:
-            _wake_next(pending.relay)  # the baton: wake the next caller of our batch
+            wake_next(pending.relay)  # the baton: wake the next caller of our batch
         if pending.error is not None:
             raise pending.error
         return pending.result
@@ -235,7 +170,7 @@ class GroupCommit:
         expected_seq: int,
         ts_ms: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
-    ) -> _Pending:
+    ) -> Pending:
         """Check, encode and queue a call; the writer resolves `future`, or the call's lock.
 
         Bad arguments raise here (`Admission.check_args`); a bad event is the
@@ -245,7 +180,7 @@ class GroupCommit:
         the store bench measures).
         """
         if self._failed is not None:
-            raise _own_copy(self._failed)
+            raise own_copy(self._failed)
         if self._closing:
             raise StoreClosed(f"the journal of {self.root} is closed")
         admission = self._admission
@@ -255,7 +190,7 @@ class GroupCommit:
             refused = None
         except InputError as exc:
             stored, tails, refused = listed, [], exc
-        pending = _Pending(sid, stored, tails, expected_seq, ts_ms, future, refused)
+        pending = Pending(sid, stored, tails, expected_seq, ts_ms, future, refused)
         queue = self._queue
         queue.append(pending)
         if not self._work.is_set():
@@ -265,7 +200,7 @@ class GroupCommit:
             # take it back ourselves unless someone else resolved it.
             with contextlib.suppress(ValueError):
                 queue.remove(pending)
-                _resolve(pending, None, StoreClosed(f"the journal of {self.root} is closed"))
+                resolve(pending, None, StoreClosed(f"the journal of {self.root} is closed"))
         return pending
 
     def _put_blob(self, data: bytes) -> str:
@@ -296,11 +231,11 @@ class GroupCommit:
             while True:
                 if self._open is not None and self._in_flight is None:
                     if queue:  # what queued while the syncer was busy joins the batch: fewer fsyncs
-                        self._prepare(_drain(queue))
+                        self._prepare(drain(queue))
                     if self._open is not None:
                         self._hand_over(inline=self.sync_inline_when_idle and not queue)
                 elif queue:
-                    self._prepare(_drain(queue))
+                    self._prepare(drain(queue))
                 elif self._open is not None:
                     # prepared while the syncer is busy: wait for it alone, not for each call that
                     # queues meanwhile (those join this batch, in one drain, when the syncer is free)
@@ -319,17 +254,17 @@ class GroupCommit:
             self._ready.set()
             self._syncer.join()
 
-    def _prepare(self, calls: list[_Pending]) -> None:
+    def _prepare(self, calls: list[Pending]) -> None:
         """Frame `calls` into the open batch (opening one); a failed store refuses them instead."""
         failed = self._failed
         if failed is not None:
             for pending in calls:
-                _resolve(pending, None, failed)
+                resolve(pending, None, failed)
             return
         batch = self._open
         if batch is None:
             meta = self._builder.meta
-            batch = self._open = _Batch(
+            batch = self._open = Batch(
                 self._plan_first, self._next_pos, (meta.last_segment, meta.last_offset, meta.last_length)
             )
         try:
@@ -337,9 +272,9 @@ class GroupCommit:
         except BaseException as exc:  # never leave a caller hanging
             failure = self._fail(exc, "framing a batch")
             for pending in calls:
-                _resolve(pending, None, failure)
+                resolve(pending, None, failure)
             self._open = None
-            _refuse(batch, failure)
+            refuse(batch, failure)
 
     def _hand_over(self, inline: bool = False) -> None:
         """Give the open batch, with its index entries, to the (free) syncer; a failed store refuses it.
@@ -356,7 +291,7 @@ class GroupCommit:
         self._open = None
         failed = self._failed
         if failed is not None:  # the batch in flight failed: so does the one prepared behind it
-            _refuse(batch, failed)
+            refuse(batch, failed)
             return
         if batch.done:
             builder = self._builder
@@ -374,115 +309,29 @@ class GroupCommit:
             try:
                 self._sync(batch)
             except BaseException as exc:  # never leave a caller hanging
-                _refuse(batch, self._fail(exc, "acknowledging a batch"))
+                refuse(batch, self._fail(exc, "acknowledging a batch"))
             return
         self._in_flight = batch
         self._ready.set()
 
-    def _frame(self, calls: list[_Pending], batch: _Batch) -> None:
-        """Check each call's seq, give it pos, seq, ts and chain, frame and index its lines (uncommitted).
-
-        One loop, long on purpose: it runs once per appended event under heavy
-        concurrency (the store bench measures it), so it keeps everything in
-        locals, calls positionally and makes no per-event objects beyond the
-        line and the Record; a function per call would cost a call per append.
-        The callers encoded each event's tail (`encode_tail`); what is left
-        here is what depends on the order: the envelope, the CRC and the
-        chain digest (`frame_tail`). A call that fails its checks (its event
-        refused on its thread, `expected_seq`, a broken session, a line too
-        large) is rejected alone, nothing of it framed. Lines go in chunks,
-        one per segment: a call that would take the segment past
-        `segment_bytes` starts the next one.
-        """
-        builder = self._builder
-        head_of = builder.head
-        add = builder.add
-        limit = self.segment_bytes
+    def _frame(self, calls: list[Pending], batch: Batch) -> None:
+        """Frame `calls` into `batch` at the planned end of the log (`store.batch_framing`)."""
         clock_error: BadClock | None = None
         try:
             now = read_clock(self._clock_ms)
         except BadClock as exc:  # the calls it would stamp fail; the writer goes on
             now, clock_error = 0, exc
-        pos = batch.next_pos
-        chunks = batch.chunks
-        seg_first, chunk_lines = chunks[-1]
-        chunk_size = self._plan_size
-        done = batch.done
-        rejected = batch.rejected
-        last = batch.last
-        tag_of = TAG_OF
-        tag_json = TAG_JSON
-        frame = frame_tail
-        version = SCHEMA_VERSION
-
-        for pending in calls:
-            if pending.error is not None:  # its event was refused on the caller's thread
-                rejected.append((pending, pending.error))
-                continue
-            sid = pending.sid
-            head = head_of(sid)
-            if head.broken_seq:
-                rejected.append((pending, broken_session(self._index, sid, head.broken_seq)))
-                continue
-            if pending.expected != head.last_seq:
-                rejected.append((pending, SeqConflict(sid, pending.expected, head.last_seq)))
-                continue
-            if pending.ts is None and clock_error is not None:
-                rejected.append((pending, clock_error))
-                continue
-            ts = pending.ts if pending.ts is not None else now
-            seq = head.last_seq
-            prev = head.head or GENESIS
-            sid_json = json_string(sid)
-            lines: list[bytes] = []
-            digests: list[str] = []
-            records: list[Record] = []
-            call_pos = pos
-            size = 0
-            try:
-                for event, tail in zip(pending.events, pending.tails, strict=True):
-                    seq += 1
-                    kind = type(event)
-                    line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], tail)
-                    lines.append(line)
-                    digests.append(digest)
-                    records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag_of[kind]))  # type: ignore[arg-type]
-                    size += len(line)
-                    prev = digest
-                    call_pos += 1
-            except (InputError, msgspec.EncodeError, TypeError, ValueError, OverflowError, KeyError) as exc:
-                rejected.append((pending, exc))
-                continue
-            if chunk_size and chunk_size + size > limit:
-                seg_first = pos  # roll before this call: calls never straddle segments
-                chunk_lines = []
-                chunks.append((seg_first, chunk_lines))
-                chunk_size = 0
-            for line, digest, record in zip(lines, digests, records, strict=True):
-                length = len(line)
-                add(
-                    head,
-                    record.seq,
-                    record.pos,
-                    ts,
-                    record.prev,
-                    digest,
-                    record.line_kind,
-                    record.event,
-                    seg_first,
-                    chunk_size,
-                    length,
-                )
-                last = (seg_first, chunk_size, length)
-                chunk_size += length
-            chunk_lines += lines
-            pos = call_pos
-            done.append((pending, records))
-        batch.next_pos = pos
-        batch.last = last
-        self._next_pos = pos
-        self._plan_first = seg_first
-        self._plan_size = chunk_size
+        self._plan_first, self._plan_size = frame_calls(
+            calls,
+            batch,
+            builder=self._builder,
+            index=self._index,
+            limit=self.segment_bytes,
+            plan_size=self._plan_size,
+            now=now,
+            clock_error=clock_error,
+        )
+        self._next_pos = batch.next_pos
 
     # -- the syncer thread ---------------------------------------------------------------
 
@@ -500,28 +349,28 @@ class GroupCommit:
             try:
                 self._sync(batch)
             except BaseException as exc:  # never leave a caller hanging
-                _refuse(batch, self._fail(exc, "acknowledging a batch"))
+                refuse(batch, self._fail(exc, "acknowledging a batch"))
             self._in_flight = None
             self._free.set()
             if not work.is_set():
                 work.set()
 
-    def _sync(self, batch: _Batch) -> None:
+    def _sync(self, batch: Batch) -> None:
         """Write, fsync, mark and index a batch, then resolve its callers; a failure fails them all."""
         failed = self._failed
         if failed is not None:
-            _refuse(batch, failed)
+            refuse(batch, failed)
             return
         if batch.done:
             try:
                 self._commit(batch)
             except BaseException as exc:
-                _refuse(batch, self._fail(exc, "writing and syncing the log"))
+                refuse(batch, self._fail(exc, "writing and syncing the log"))
                 return
             self.batches += 1
-        _acknowledge(batch)
+        acknowledge(batch)
 
-    def _commit(self, batch: _Batch) -> None:
+    def _commit(self, batch: Batch) -> None:
         """Write the chunks (rolling segments between them) and fsync, rewrite the mark, commit the index."""
         segment = self._segment
         for number, (first_pos, lines_of_chunk) in enumerate(batch.chunks):
@@ -544,94 +393,7 @@ class GroupCommit:
         self._drained = True
         closed = StoreClosed(f"the journal of {self.root} is closed")
         while self._queue:
-            _resolve(self._queue.popleft(), None, closed)
+            resolve(self._queue.popleft(), None, closed)
         self._segment.close()
         with contextlib.suppress(OSError):  # the log is the truth: a mark left behind only lags
             self._ack_mark.close()
-
-
-def _drain(queue: collections.deque[_Pending]) -> list[_Pending]:
-    """Everything queued, in order (`popleft` is atomic: a call queued meanwhile is taken or left whole)."""
-    calls: list[_Pending] = []
-    take = queue.popleft
-    while queue:
-        calls.append(take())
-    return calls
-
-
-def _acknowledge(batch: _Batch) -> None:
-    """Resolve a batch's calls: those written with their records, those refused with their errors.
-
-    Callers waiting in `append` are woken in a relay: every answer is stored
-    first, then the syncer wakes the first caller, and each caller, once
-    awake, wakes the next (`_wake_next`). Waking them all at once would put
-    every one of them on the GIL at the same moment (each lock release
-    wakes a thread that then sleeps again on the GIL, and preempts this one
-    to do so); one at a time, each finds it free, or soon. A caller that
-    stopped waiting (`AppendTimeout`) passes its turn on instead (see
-    `GroupCommit.append`), so the relay always reaches the last caller.
-    """
-    waiters: collections.deque[_Pending] = collections.deque()
-    for pending, records in batch.done:
-        pending.done = True
-        pending.result = records
-        future = pending.future
-        if future is None:
-            waiters.append(pending)
-        else:
-            future.set_result(records)
-    for pending, error in batch.rejected:
-        _resolve(pending, None, error)
-    if waiters:
-        for pending in waiters:
-            pending.relay = waiters
-        for pending in list(waiters):
-            if pending.abandoned:  # its caller will pass nothing on: wake one more for it
-                _wake_next(waiters)
-        _wake_next(waiters)
-
-
-def _wake_next(relay: collections.deque[_Pending]) -> None:
-    """Wake the next caller of a relay (none when it is done); `popleft` gives each one once."""
-    try:
-        pending = relay.popleft()
-    except IndexError:
-        return
-    pending.lock.release()
-
-
-def _refuse(batch: _Batch, failure: StorageFailed) -> None:
-    """Fail a batch that will not be written: its framed calls with the store's failure, the refused
-    ones with their own errors."""
-    for pending, _ in batch.done:
-        _resolve(pending, None, failure)
-    for pending, error in batch.rejected:
-        _resolve(pending, None, error)
-
-
-def _resolve(pending: _Pending, records: list[Record] | None, error: BaseException | None) -> None:
-    if pending.done:
-        return
-    pending.done = True
-    if isinstance(error, StorageFailed):
-        error = _own_copy(error)
-    if pending.future is None:
-        pending.result = records or []
-        pending.error = error
-        pending.lock.release()
-    elif error is not None:
-        pending.future.set_exception(error)
-    else:
-        pending.future.set_result(records or [])
-
-
-def _own_copy(failure: StorageFailed) -> StorageFailed:
-    """A caller's own instance of the store's one failure, with the same message and cause.
-
-    The same exception object raised in many threads (or from many futures)
-    collects every raise's frames in its traceback, which then grows without
-    bound and interleaves unrelated callers.
-    """
-    copy = StorageFailed(*failure.args)
-    copy.__cause__ = failure.__cause__
-    return copy
