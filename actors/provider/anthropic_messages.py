@@ -60,6 +60,7 @@ from typing import Any, cast
 
 import anthropic
 
+from cairn.actors.provider.anthropic_config import MIN_THINKING_BUDGET, AnthropicConfig
 from cairn.actors.provider.anthropic_errors import to_failure
 from cairn.actors.provider.anthropic_request import ToolSchemaError, to_anthropic_body
 from cairn.actors.provider.anthropic_stream import EventAssembler, MalformedChunk
@@ -73,7 +74,7 @@ from cairn.actors.provider.base import (
     guarded,
 )
 from cairn.actors.provider.chat_errors import scrubber
-from cairn.actors.provider.config import MIN_THINKING_BUDGET, NO_KEY, AnthropicConfig, ProviderConfigError
+from cairn.actors.provider.config import NO_KEY, ProviderConfigError
 from cairn.events.model import Message
 
 #: C5: the summary call's bounds

@@ -25,35 +25,6 @@ setting and the variable, never the key's value. The key is kept out of
 The summary call's own limits (C5: 60 s, 8,000 output tokens) are not
 settings; see `openai_compat`.
 
-The Anthropic adapter's settings (`AnthropicConfig`, see `anthropic_messages`):
-
-| setting         | argument            | environment (first set wins)           | default                   |
-|-----------------|---------------------|----------------------------------------|---------------------------|
-| endpoint        | `base_url`          | `CAIRN_BASE_URL`, `ANTHROPIC_BASE_URL` | Anthropic's API (2)       |
-| API key         | `api_key`           | `CAIRN_API_KEY`, `ANTHROPIC_API_KEY`   | none (required there)     |
-| model           | `model`             | `CAIRN_MODEL`                          | none: required            |
-| context window  | `context_window`    | `CAIRN_CONTEXT_WINDOW`                 | none (the host decides)   |
-| output cap      | `max_output_tokens` | `CAIRN_MAX_OUTPUT_TOKENS`              | none: 8,192 is sent (1)   |
-| thinking        | `thinking`          | `CAIRN_THINKING` (3)                   | by the budget (3)         |
-| thinking budget | `thinking_budget`   | `CAIRN_THINKING_BUDGET`                | none                      |
-| effort          | `effort`            | `CAIRN_EFFORT` (4)                     | none: not sent            |
-| prompt caching  | `prompt_caching`    | `CAIRN_PROMPT_CACHE` (`on` or `off`)   | on                        |
-| turn timeout    | `timeout_s`         | `CAIRN_TIMEOUT_S`                      | 600 s                     |
-| JSON summaries  | `structured_summary`| `CAIRN_STRUCTURED_SUMMARY` (5)         | `auto`                    |
-
-(1) The Messages API requires an output cap on every request.
-(2) `https://api.anthropic.com`.
-(3) Extended thinking: `off`; `enabled`, with the budget (`thinking:
-{"type": "enabled", "budget_tokens": N}`); or `adaptive` (`{"type":
-"adaptive"}`: the model decides when and how much to think; it takes no
-budget). Unset, thinking is `enabled` when a budget is set, else `off`. A
-budget beside `off` or `adaptive`, or `enabled` without one, is refused.
-Adaptive thinking needs an SDK that defines it (2.x).
-(4) `low`, `medium`, `high`, `xhigh` or `max`, sent as `output_config:
-{"effort": ...}` on turns (never on the summary call): how much effort the
-model puts into its answer. Needs an SDK whose `messages.create` takes
-`output_config`.
-
 (5) Beyond C7 (`actors.compactor.structured`): `on` asks for each summary
 as a JSON object with one field per ledger heading (OpenAI-compatible:
 `response_format` with a JSON schema; Anthropic: a forced tool call), and
@@ -61,9 +32,8 @@ the host writes the headings; `off` asks for the headings in free text;
 `auto` (the default) asks for JSON until the endpoint refuses such a request
 (HTTP 400 or 422), then in text for as long as the provider lives.
 
-As for OpenAI, `ANTHROPIC_API_KEY` is only read for Anthropic's own host or
-the one `ANTHROPIC_BASE_URL` names, never sent to another server. A thinking
-budget is at least 1,024 tokens (the API's floor) and below the output cap.
+The Anthropic adapter's settings, and their footnotes (1)-(4), are in
+`anthropic_config`.
 """
 
 from __future__ import annotations
@@ -72,7 +42,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from cairn.actors.provider.base import STRUCTURED_MODES, StructuredMode
@@ -90,25 +60,8 @@ ENV_CONTEXT_WINDOW = ("CAIRN_CONTEXT_WINDOW",)
 ENV_MAX_OUTPUT_TOKENS = ("CAIRN_MAX_OUTPUT_TOKENS",)
 ENV_TIMEOUT_S = ("CAIRN_TIMEOUT_S",)
 ENV_PROVIDER = ("CAIRN_PROVIDER",)
-ENV_ANTHROPIC_BASE_URL = ("ANTHROPIC_BASE_URL",)
-ENV_ANTHROPIC_API_KEY = ("ANTHROPIC_API_KEY",)
-ENV_THINKING_BUDGET = ("CAIRN_THINKING_BUDGET",)
-ENV_PROMPT_CACHE = ("CAIRN_PROMPT_CACHE",)
-ENV_THINKING = ("CAIRN_THINKING",)
-ENV_EFFORT = ("CAIRN_EFFORT",)
 ENV_STRUCTURED_SUMMARY = ("CAIRN_STRUCTURED_SUMMARY",)
 
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-#: the output cap sent when none is set: the Messages API requires one
-ANTHROPIC_DEFAULT_MAX_OUTPUT_TOKENS = 8192
-#: the smallest thinking budget the Messages API accepts
-MIN_THINKING_BUDGET = 1024
-
-#: extended thinking's modes (`CAIRN_THINKING`)
-ThinkingMode = Literal["off", "enabled", "adaptive"]
-THINKING_MODES: tuple[ThinkingMode, ...] = ("off", "enabled", "adaptive")
-#: the effort levels of the Messages API's `output_config` (`CAIRN_EFFORT`), as SDK 2.16 lists them
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 #: the adapters `CAIRN_PROVIDER` can name
 ProviderKind = Literal["openai", "anthropic"]
@@ -132,18 +85,13 @@ class ProviderConfigError(InputError):
 def provider_kind(environ: Mapping[str, str] | None = None) -> ProviderKind:
     """The adapter `CAIRN_PROVIDER` names (`openai` when unset). Raises `ProviderConfigError` otherwise."""
     env = os.environ if environ is None else environ
-    raw = _env(env, ENV_PROVIDER)
+    raw = env_value(env, ENV_PROVIDER)
     if raw is None:
         return "openai"
     for kind in PROVIDER_KINDS:
         if raw.lower() == kind:
             return kind
     raise ProviderConfigError("CAIRN_PROVIDER", f"must be one of {', '.join(PROVIDER_KINDS)}, got {raw!r}")
-
-
-def _is_anthropic_host(base_url: str) -> bool:
-    host = urlsplit(base_url).hostname or ""
-    return host == "api.anthropic.com" or host.endswith(".anthropic.com")
 
 
 def _is_openai_host(base_url: str) -> bool:
@@ -193,8 +141,8 @@ class OpenAIConfig:
             raise ProviderConfigError(
                 "CAIRN_API_KEY", f"no API key is set for {redact_url(self.base_url)}: set CAIRN_API_KEY"
             )
-        _check_positive_int("CAIRN_CONTEXT_WINDOW", self.context_window)
-        _check_positive_int("CAIRN_MAX_OUTPUT_TOKENS", self.max_output_tokens)
+        check_positive_int("CAIRN_CONTEXT_WINDOW", self.context_window)
+        check_positive_int("CAIRN_MAX_OUTPUT_TOKENS", self.max_output_tokens)
         if (
             self.context_window is not None
             and self.max_output_tokens is not None
@@ -214,7 +162,7 @@ class OpenAIConfig:
             raise ProviderConfigError(
                 "CAIRN_TIMEOUT_S", f"must be a positive number of seconds, got {self.timeout_s!r}"
             )
-        _check_structured(self.structured_summary)
+        check_structured(self.structured_summary)
         if self.output_cap_field not in ("max_tokens", "max_completion_tokens"):
             raise ProviderConfigError(
                 "output_cap_field",
@@ -247,16 +195,16 @@ class OpenAIConfig:
     ) -> OpenAIConfig:
         """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
         env = os.environ if environ is None else environ
-        given = _Given(
+        given = Given(
             model, base_url, api_key, context_window, max_output_tokens, timeout_s, structured_summary
         )
-        common = _common_settings(
+        common = common_settings(
             env, given, ENV_OPENAI_BASE_URL, DEFAULT_BASE_URL, ENV_OPENAI_API_KEY, _is_openai_host
         )
         return cls(**common, output_cap_field=output_cap_field)
 
 
-class _Given(NamedTuple):
+class Given(NamedTuple):
     """The settings a `from_env` caller gave (None: read the environment)."""
 
     model: str | None
@@ -268,9 +216,9 @@ class _Given(NamedTuple):
     structured_summary: StructuredMode | None = None
 
 
-def _common_settings(
+def common_settings(
     env: Mapping[str, str],
-    given: _Given,
+    given: Given,
     vendor_url_env: tuple[str, ...],
     vendor_url: str,
     vendor_key_env: tuple[str, ...],
@@ -279,42 +227,42 @@ def _common_settings(
     """The settings every adapter has, from `given` else `env`. The vendor's own key variable
     (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) is read only for the vendor's own host (its default
     URL, its URL variable, or a URL on its domain), so it never goes to another server."""
-    url = given.base_url if given.base_url is not None else _env(env, ENV_BASE_URL)
+    url = given.base_url if given.base_url is not None else env_value(env, ENV_BASE_URL)
     own_url = url is None
     if url is None:
-        url = _env(env, vendor_url_env) or vendor_url
-    key = given.api_key if given.api_key is not None else _env(env, ENV_API_KEY)
+        url = env_value(env, vendor_url_env) or vendor_url
+    key = given.api_key if given.api_key is not None else env_value(env, ENV_API_KEY)
     if key is None and (own_url or is_vendor_host(url)):
-        key = _env(env, vendor_key_env)
+        key = env_value(env, vendor_key_env)
     window, cap, timeout = given.context_window, given.max_output_tokens, given.timeout_s
     return {
-        "model": given.model if given.model is not None else _env(env, ENV_MODEL) or "",
+        "model": given.model if given.model is not None else env_value(env, ENV_MODEL) or "",
         "base_url": url,
         "api_key": key,
-        "context_window": window if window is not None else _env_int(env, ENV_CONTEXT_WINDOW),
-        "max_output_tokens": cap if cap is not None else _env_int(env, ENV_MAX_OUTPUT_TOKENS),
-        "timeout_s": timeout if timeout is not None else _env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S),
+        "context_window": window if window is not None else env_int(env, ENV_CONTEXT_WINDOW),
+        "max_output_tokens": cap if cap is not None else env_int(env, ENV_MAX_OUTPUT_TOKENS),
+        "timeout_s": timeout if timeout is not None else env_float(env, ENV_TIMEOUT_S, DEFAULT_TIMEOUT_S),
         "structured_summary": given.structured_summary
         if given.structured_summary is not None
-        else _env_lower(env, ENV_STRUCTURED_SUMMARY) or "auto",
+        else env_lower(env, ENV_STRUCTURED_SUMMARY) or "auto",
     }
 
 
-def _check_structured(value: object) -> None:
+def check_structured(value: object) -> None:
     if value not in STRUCTURED_MODES:
         raise ProviderConfigError(
             "CAIRN_STRUCTURED_SUMMARY", f"must be one of {', '.join(STRUCTURED_MODES)}, got {value!r}"
         )
 
 
-def _check_positive_int(setting: str, value: object) -> None:
+def check_positive_int(setting: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ProviderConfigError(setting, f"must be a positive whole number of tokens, got {value!r}")
 
 
-def _env(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+def env_value(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     for name in names:
         value = env.get(name, "").strip()
         if value:
@@ -322,8 +270,8 @@ def _env(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _env_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
-    raw = _env(env, names)
+def env_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    raw = env_value(env, names)
     if raw is None:
         return None
     try:
@@ -335,8 +283,8 @@ def _env_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     return value
 
 
-def _env_float(env: Mapping[str, str], names: tuple[str, ...], default: float) -> float:
-    raw = _env(env, names)
+def env_float(env: Mapping[str, str], names: tuple[str, ...], default: float) -> float:
+    raw = env_value(env, names)
     if raw is None:
         return default
     try:
@@ -348,7 +296,7 @@ def _env_float(env: Mapping[str, str], names: tuple[str, ...], default: float) -
     return value
 
 
-def _check_common(
+def check_common(
     *, model: object, base_url: object, api_key: object, context_window: object, max_output_tokens: object
 ) -> None:
     """The checks both adapters' settings share: model, URL, key shape, window and cap."""
@@ -365,8 +313,8 @@ def _check_common(
         not isinstance(api_key, str) or not api_key or any(c.isspace() for c in api_key)
     ):
         raise ProviderConfigError("CAIRN_API_KEY", "must be a non-empty string without whitespace")
-    _check_positive_int("CAIRN_CONTEXT_WINDOW", context_window)
-    _check_positive_int("CAIRN_MAX_OUTPUT_TOKENS", max_output_tokens)
+    check_positive_int("CAIRN_CONTEXT_WINDOW", context_window)
+    check_positive_int("CAIRN_MAX_OUTPUT_TOKENS", max_output_tokens)
     if (
         isinstance(context_window, int)
         and isinstance(max_output_tokens, int)
@@ -378,7 +326,7 @@ def _check_common(
         )
 
 
-def _check_timeout(value: object) -> None:
+def check_timeout(value: object) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -388,156 +336,6 @@ def _check_timeout(value: object) -> None:
         raise ProviderConfigError("CAIRN_TIMEOUT_S", f"must be a positive number of seconds, got {value!r}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class AnthropicConfig:
-    """Validated settings of one Anthropic Messages endpoint. Immutable, safe to share."""
-
-    model: str
-    base_url: str = ANTHROPIC_BASE_URL
-    api_key: str | None = field(default=None, repr=False)
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    #: extended thinking's budget in tokens, for `thinking` enabled
-    thinking_budget: int | None = None
-    #: extended thinking: off, enabled (with `thinking_budget`) or adaptive (the model decides);
-    #: None: enabled when a budget is set, else off (`thinking_mode`)
-    thinking: ThinkingMode | None = None
-    #: `output_config.effort` sent on turns; None: not sent
-    effort: str | None = None
-    #: mark `cache_control` breakpoints (tools, system prompt, the request's `cache_breakpoints`)
-    prompt_caching: bool = True
-    #: summaries as a JSON object (a forced tool call): auto, on or off (see the module doc, (5))
-    structured_summary: StructuredMode = "auto"
-
-    def __post_init__(self) -> None:
-        _check_common(
-            model=self.model,
-            base_url=self.base_url,
-            api_key=self.api_key,
-            context_window=self.context_window,
-            max_output_tokens=self.max_output_tokens,
-        )
-        if self.api_key is None and _is_anthropic_host(self.base_url):
-            raise ProviderConfigError(
-                "CAIRN_API_KEY", f"no API key is set for {redact_url(self.base_url)}: set CAIRN_API_KEY"
-            )
-        _check_timeout(self.timeout_s)
-        _check_structured(self.structured_summary)
-        budget = self.thinking_budget
-        if budget is not None:
-            if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
-                raise ProviderConfigError(
-                    "CAIRN_THINKING_BUDGET",
-                    f"must be a whole number of tokens, at least {MIN_THINKING_BUDGET:,}, got {budget!r}",
-                )
-            if budget >= self.output_cap:
-                raise ProviderConfigError(
-                    "CAIRN_THINKING_BUDGET",
-                    f"the thinking budget ({budget}) must be below the output cap ({self.output_cap}): "
-                    "set CAIRN_MAX_OUTPUT_TOKENS above it",
-                )
-        if not isinstance(self.prompt_caching, bool):
-            raise ProviderConfigError("CAIRN_PROMPT_CACHE", f"must be on or off, got {self.prompt_caching!r}")
-        self._check_thinking_mode()
-        if self.effort is not None and self.effort not in EFFORTS:
-            raise ProviderConfigError(
-                "CAIRN_EFFORT", f"must be one of {', '.join(EFFORTS)}, got {self.effort!r}"
-            )
-
-    def _check_thinking_mode(self) -> None:
-        mode, budget = self.thinking, self.thinking_budget
-        if mode is None:
-            return
-        if mode not in THINKING_MODES:
-            raise ProviderConfigError(
-                "CAIRN_THINKING", f"must be one of {', '.join(THINKING_MODES)}, got {mode!r}"
-            )
-        if mode == "enabled" and budget is None:
-            raise ProviderConfigError(
-                "CAIRN_THINKING_BUDGET",
-                f"thinking is enabled but has no budget: set CAIRN_THINKING_BUDGET (at least "
-                f"{MIN_THINKING_BUDGET:,} tokens), or CAIRN_THINKING=adaptive to let the model decide",
-            )
-        if mode != "enabled" and budget is not None:
-            why = "the model decides how much to think" if mode == "adaptive" else "thinking is off"
-            raise ProviderConfigError(
-                "CAIRN_THINKING",
-                f"{mode} takes no budget ({why}), but CAIRN_THINKING_BUDGET is {budget}: unset it, "
-                "or set CAIRN_THINKING=enabled",
-            )
-
-    @property
-    def thinking_mode(self) -> ThinkingMode:
-        """Extended thinking as sent: `thinking`, else enabled when a budget is set, else off."""
-        if self.thinking is not None:
-            return self.thinking
-        return "enabled" if self.thinking_budget is not None else "off"
-
-    @property
-    def endpoint(self) -> str:
-        """The base URL as it may be shown (no user info, no query)."""
-        return redact_url(self.base_url)
-
-    @property
-    def output_cap(self) -> int:
-        """The cap sent when a request names none: the configured one, else 8,192."""
-        return (
-            self.max_output_tokens
-            if self.max_output_tokens is not None
-            else ANTHROPIC_DEFAULT_MAX_OUTPUT_TOKENS
-        )
-
-    @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        context_window: int | None = None,
-        max_output_tokens: int | None = None,
-        timeout_s: float | None = None,
-        thinking_budget: int | None = None,
-        prompt_caching: bool | None = None,
-        thinking: ThinkingMode | None = None,
-        effort: str | None = None,
-        structured_summary: StructuredMode | None = None,
-    ) -> AnthropicConfig:
-        """Settings from the arguments given, the rest from `environ` (default `os.environ`)."""
-        env = os.environ if environ is None else environ
-        given = _Given(
-            model, base_url, api_key, context_window, max_output_tokens, timeout_s, structured_summary
-        )
-        common = _common_settings(
-            env, given, ENV_ANTHROPIC_BASE_URL, ANTHROPIC_BASE_URL, ENV_ANTHROPIC_API_KEY, _is_anthropic_host
-        )
-        return cls(
-            **common,
-            thinking_budget=(
-                thinking_budget if thinking_budget is not None else _env_int(env, ENV_THINKING_BUDGET)
-            ),
-            prompt_caching=prompt_caching
-            if prompt_caching is not None
-            else _env_switch(env, ENV_PROMPT_CACHE),
-            thinking=thinking if thinking is not None else cast(Any, _env_lower(env, ENV_THINKING)),
-            effort=effort if effort is not None else _env_lower(env, ENV_EFFORT),
-        )
-
-
-def _env_lower(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
-    raw = _env(env, names)
+def env_lower(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    raw = env_value(env, names)
     return None if raw is None else raw.lower()
-
-
-def _env_switch(env: Mapping[str, str], names: tuple[str, ...], default: bool = True) -> bool:
-    raw = _env(env, names)
-    if raw is None:
-        return default
-    lowered = raw.lower()
-    if lowered in ("on", "1", "true", "yes"):
-        return True
-    if lowered in ("off", "0", "false", "no"):
-        return False
-    raise ProviderConfigError(names[0], f"must be on or off, got {raw!r}")

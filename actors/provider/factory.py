@@ -1,9 +1,9 @@
 """The provider adapter `CAIRN_PROVIDER` names, built from the `CAIRN_*` environment.
 
-| `CAIRN_PROVIDER`     | adapter                                   | settings              |
-|----------------------|-------------------------------------------|-----------------------|
-| unset, `openai`      | `openai_compat.OpenAIProvider`            | `config.OpenAIConfig` |
-| `anthropic`          | `anthropic_messages.AnthropicProvider`    | `config.AnthropicConfig` |
+| `CAIRN_PROVIDER`     | adapter                                   | settings                           |
+|----------------------|-------------------------------------------|------------------------------------|
+| unset, `openai`      | `openai_compat.OpenAIProvider`            | `config.OpenAIConfig`              |
+| `anthropic`          | `anthropic_messages.AnthropicProvider`    | `anthropic_config.AnthropicConfig` |
 
 Anything else raises `ProviderConfigError` naming `CAIRN_PROVIDER`, as a
 missing or malformed setting of the adapter does.

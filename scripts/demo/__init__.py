@@ -40,7 +40,7 @@ any OpenAI-compatible server: `CAIRN_CONTEXT_WINDOW=4096
 CAIRN_MAX_OUTPUT_TOKENS=512 cairn demo --provider openai --sessions 2 --turns 8`.
 `--provider anthropic` does the same on Anthropic's Messages API (or a
 server that speaks it), with the same variables (`ANTHROPIC_API_KEY` and
-`ANTHROPIC_BASE_URL` are read too; see `actors.provider.config`).
+`ANTHROPIC_BASE_URL` are read too; see `actors.provider.anthropic_config`).
 
 The report lists every turn of this run that did not complete, with its
 reason (rejected: the session refused the message, e.g. `WorkspaceMismatch`

@@ -26,9 +26,10 @@ from cairn.actors.compactor.structured import (
     ledger_schema,
     render_ledger,
 )
+from cairn.actors.provider.anthropic_config import AnthropicConfig
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
 from cairn.actors.provider.base import ProviderRequest, StructuredOutput
-from cairn.actors.provider.config import AnthropicConfig, OpenAIConfig, ProviderConfigError
+from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.events.kinds import CompactionFailed
 from cairn.events.model import Message

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from cairn import Host, SessionSettings, WorkspaceTools
+from cairn.actors.provider.anthropic_config import AnthropicConfig
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
-from cairn.actors.provider.config import AnthropicConfig
 from cairn.events.kinds import Usage
 from cairn.store import Journal
 from tests.actors.helpers import WAIT, Clock, config_from

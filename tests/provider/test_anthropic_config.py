@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cairn.actors.provider.anthropic_config import AnthropicConfig
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
-from cairn.actors.provider.config import AnthropicConfig, ProviderConfigError, provider_kind
+from cairn.actors.provider.config import ProviderConfigError, provider_kind
 from cairn.actors.provider.factory import provider_from_env
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.redact import adapter_secrets

@@ -16,6 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from cairn.actors.provider.anthropic_config import AnthropicConfig
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
 from cairn.actors.provider.base import (
     Finished,
@@ -29,7 +30,7 @@ from cairn.actors.provider.base import (
     UsageReport,
     complete,
 )
-from cairn.actors.provider.config import AnthropicConfig, ProviderConfigError
+from cairn.actors.provider.config import ProviderConfigError
 from cairn.events.model import ImagePart, Message, MessageMeta, ReasoningBlock, TextPart, ToolCall
 from tests.provider.chat_server import ChatServer, Error, Sse
 from tests.provider.conftest import SECRET_KEY

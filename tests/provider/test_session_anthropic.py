@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from cairn import Host, SessionSettings, WorkspaceTools
+from cairn.actors.provider.anthropic_config import AnthropicConfig
 from cairn.actors.provider.anthropic_messages import AnthropicProvider
 from cairn.actors.provider.base import ReasoningDelta, TextDelta
-from cairn.actors.provider.config import AnthropicConfig
 from cairn.events.kinds import AssistantMessage, CheckpointCommitted, ProviderError, TurnFailed, Usage
 from cairn.events.model import ReasoningBlock
 from tests.actors.helpers import WAIT, Clock, config_from, reopen_and_compare, words
