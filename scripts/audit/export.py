@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from cairn.audit import require
-from cairn.audit.tables import BOOL, INT, SCHEMA_VERSION, STR, TABLES, TS, TurnFold, columns, rows_of
+from cairn.audit.table_rows import TurnFold, rows_of
+from cairn.audit.tables import BOOL, INT, SCHEMA_VERSION, STR, TABLES, TS, columns
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import DecodeError, InputError
 from cairn.store.errors import CorruptionError

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from cairn.audit.tables import TurnFold
+from cairn.audit.table_rows import TurnFold
 from cairn.audit.timeline import Timeline, timeline_data
 from cairn.events.codec import Record
 from cairn.events.errors import DecodeError
