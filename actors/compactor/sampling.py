@@ -1,20 +1,20 @@
 """Summary sampling (C5, C6): at most three model calls, retries with injected sleep, shrink on overflow.
 
-| outcome of a call (`_ask`)              | class         | next                                          |
+| outcome of a call (`summary_call.ask`)  | class         | next                                          |
 |-----------------------------------------|---------------|-----------------------------------------------|
-| a reply with all seven ledger headings  | `_Summary`    | success                                       |
-| an empty reply (blank summary)          | `_Blank`      | retry after the next delay (`_plan_wait`)     |
-| a reply missing a ledger heading (C7)   | `_Malformed`  | fail `malformed` at once                      |
-| retryable error (429 408 409 5xx, net)  | `_Transient`  | retry after the next delay (`_plan_wait`)     |
-| ... with a `Retry-After` over the cap   | `_Transient`  | fail `error` at once, the detail says so      |
-| context-limit error                     | `_Overflow`   | shrink one step (C6, `_shrink`), no wait      |
-| ... on the third call, or none smaller  | `_Overflow`   | fail `overflow` (context-exhausted)           |
-| any other error                         | `_Fatal`      | fail `error` at once                          |
-| the adapter raises something else       | `_Fatal`      | fail `error` at once, its message redacted    |
+| a reply with all seven ledger headings  | `Summary`     | success                                       |
+| an empty reply (blank summary)          | `Blank`       | retry after the next delay (`_plan_wait`)     |
+| a reply missing a ledger heading (C7)   | `Malformed`   | fail `malformed` at once                      |
+| retryable error (429 408 409 5xx, net)  | `Transient`   | retry after the next delay (`_plan_wait`)     |
+| ... with a `Retry-After` over the cap   | `Transient`   | fail `error` at once, the detail says so      |
+| context-limit error                     | `Overflow`    | shrink one step (C6, `_shrink`), no wait      |
+| ... on the third call, or none smaller  | `Overflow`    | fail `overflow` (context-exhausted)           |
+| any other error                         | `Fatal`       | fail `error` at once                          |
+| the adapter raises something else       | `Fatal`       | fail `error` at once, its message redacted    |
 | the third call retryable or blank       |               | fail with its reason (`error`, `empty`)       |
-| JSON asked, the reply not a ledger (1)  | `_Malformed`  | fail `malformed` at once, the precise reason  |
-| JSON asked under `auto`, HTTP 400/422   | `_Fatal`      | the endpoint refuses it: ask in text at once  |
-| a `length` finish under the cap (2)     | `_Overflow`   | shrink one step (C6), no wait                 |
+| JSON asked, the reply not a ledger (1)  | `Malformed`   | fail `malformed` at once, the precise reason  |
+| JSON asked under `auto`, HTTP 400/422   | `Fatal`       | the endpoint refuses it: ask in text at once  |
+| a `length` finish under the cap (2)     | `Overflow`    | shrink one step (C6), no wait                 |
 
 Before the first call (beyond C6, `_fit`): where the window is known, the
 call asks for at most `summary_output_room` tokens (C5's 8,000, the
@@ -66,7 +66,6 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from cairn.actors.compactor.ledger import missing_headings, summary_body
 from cairn.actors.compactor.prompt import (
     COMPACT_PROMPT_WINDOW,
     PromptFile,
@@ -77,30 +76,29 @@ from cairn.actors.compactor.prompt import (
 )
 from cairn.actors.compactor.structured import (
     LEDGER_NAME,
-    LedgerJsonError,
     bounds_for,
-    render_ledger,
     schema_json,
 )
-from cairn.actors.errors import describe_exception
+from cairn.actors.compactor.summary_call import (
+    Blank,
+    Fatal,
+    Malformed,
+    Overflow,
+    Summary,
+    Transient,
+    ask,
+)
 from cairn.actors.provider.base import (
     Provider,
-    ProviderFailure,
     ProviderRequest,
     StructuredCapable,
     StructuredOutput,
-    UsageReport,
-    complete,
-    is_context_limit,
-    is_retryable_status,
     structured_mode,
 )
-from cairn.actors.provider.redact import adapter_secrets, clean_message
 from cairn.actors.provider.retry import RETRY_DELAYS_MS, RetryDecision, RetryPolicy, decide_retry
 from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import FailureReason
 from cairn.events.model import Message
-from cairn.events.protocol import HEADINGS
 
 MAX_CALLS = 3
 SUMMARY_MAX_OUTPUT_TOKENS = 8000
@@ -151,47 +149,6 @@ class _Prompt(msgspec.Struct, frozen=True):
     room: int
     #: whether it carries the compact instructions of a small window
     compact: bool = False
-
-
-class _Summary(msgspec.Struct, frozen=True):
-    """A reply with all seven ledger headings: success."""
-
-    text: str
-
-
-class _Blank(msgspec.Struct, frozen=True):
-    """A reply with no summary in it: retried after the next delay."""
-
-
-class _Malformed(msgspec.Struct, frozen=True):
-    """A reply missing a ledger heading (C7): fails at once."""
-
-    detail: str
-
-
-class _Overflow(msgspec.Struct, frozen=True):
-    """A context-limit error: shrink one step (C6) and send again at once."""
-
-    detail: str
-
-
-class _Transient(msgspec.Struct, frozen=True):
-    """A retryable error (C5): send again after the planned wait."""
-
-    detail: str
-    status: int | None
-    hint_ms: int | None
-
-
-class _Fatal(msgspec.Struct, frozen=True):
-    """Any other error, or the adapter raising something else: fails at once."""
-
-    detail: str
-    status: int | None = None
-
-
-#: what one summary call came to (the rows of the module table)
-_Answer = _Summary | _Blank | _Malformed | _Overflow | _Transient | _Fatal
 
 
 @dataclass
@@ -254,6 +211,7 @@ def sample_summary(
     output_cap: int | None = None,
     counter: TokenCounter | None = None,
 ) -> Sampled:
+    # long: the match is the module's table, one arm per outcome of a call
     """C5/C6: ask the model for the summary of `source`; never more than three calls (the table above).
 
     `retry` is the wait policy (default: C5's schedule, a 60 s cap); `draw`
@@ -276,12 +234,12 @@ def sample_summary(
         tally.calls += 1
         tally.sizes.append(prompt.chars)
         call_id = f"{request_id}:{tally.calls}" if request_id else ""
-        match _ask(provider, _request(model, prompt, timeout_s, call_id), tally):
-            case _Summary(text=text):
+        match ask(provider, _request(model, prompt, timeout_s, call_id), tally.usage):
+            case Summary(text=text):
                 return tally.result(text, None, "", prompt)
-            case _Malformed(detail=detail):
+            case Malformed(detail=detail):
                 return tally.result(None, "malformed", detail, prompt)
-            case _Fatal(detail=detail, status=status) if (
+            case Fatal(detail=detail, status=status) if (
                 prompt.structured and mode == "auto" and status in (400, 422)
             ):
                 tally.refused = detail
@@ -291,20 +249,20 @@ def sample_summary(
                 prompt = _prompt(
                     source, files, prompt.shape, structured=False, room=room, compact=prompt.compact
                 )
-            case _Fatal(detail=detail):
+            case Fatal(detail=detail):
                 return tally.result(None, "error", detail, prompt)
-            case _Blank():
+            case Blank():
                 tally.last = ("empty", "the reply had no summary")
                 decision = _plan_wait(tally, None, None, draw, policy)
                 wait_ms = decision.wait_ms if decision.retry else None
-            case _Overflow(detail=detail):
+            case Overflow(detail=detail):
                 tally.last = ("overflow", detail)
                 shrunk = _shrink(source, files, prompt, tally.calls)
                 if isinstance(shrunk, str):
                     return tally.result(None, "overflow", f"context-exhausted: {shrunk}", prompt)
                 prompt, step = shrunk
                 tally.reductions.append(step)
-            case _Transient(detail=detail, status=status, hint_ms=hint_ms):
+            case Transient(detail=detail, status=status, hint_ms=hint_ms):
                 tally.last = ("error", detail)
                 decision = _plan_wait(tally, status, hint_ms, draw, policy)
                 if decision.note:
@@ -378,60 +336,6 @@ def _request(model: str, prompt: _Prompt, timeout_s: float | None, request_id: s
     )
 
 
-def _ask(provider: Provider, request: ProviderRequest, tally: _Tally) -> _Answer:
-    """One call and its classification; a reply's usage is added to `tally`. A JSON ledger is
-    the reply's text, or the arguments of its call of the ledger tool (a forced tool call)."""
-    try:
-        completion = complete(provider, request)
-    except ProviderFailure as error:
-        return _failed(error)
-    except BaseException as error:  # a host adapter's bug: this call failed, and only this call
-        detail = f"the provider adapter raised {describe_exception(error)}"
-        return _Fatal(clean_message(detail, adapter_secrets(provider)))
-    for index, value in enumerate(_usage_total(completion.usage)):
-        tally.usage[index] += value
-    cut = _cut_by_window(completion.finish_reason, completion.usage, request.max_output_tokens)
-    if cut is not None:
-        return _Overflow(cut)
-    if request.structured is not None:
-        call = next((c for c in completion.tool_calls if c.name == request.structured.name), None)
-        raw = call.arguments if call is not None else completion.text
-        if not raw.strip():
-            return _Blank()
-        try:
-            render_ledger(raw, finish_reason=completion.finish_reason)
-        except LedgerJsonError as error:
-            return _Malformed(str(error))
-        return _Summary(raw)
-    body = summary_body(completion.text)
-    if not body:
-        return _Blank()
-    missing = missing_headings(body)
-    if missing:
-        return _Malformed(_malformed_detail(missing, len(completion.text)))
-    return _Summary(completion.text)
-
-
-def _cut_by_window(finish: str | None, usage: UsageReport | None, asked: int | None) -> str | None:
-    """Why a reply was cut by the context window (a `length` finish under the cap asked), or None."""
-    made = usage.completion_tokens if usage is not None else None
-    if finish != "length" or not isinstance(made, int) or asked is None or made >= asked:
-        return None
-    return f"the reply stopped at {made} output tokens ({asked:,} asked): the context window is full"
-
-
-def _failed(error: ProviderFailure) -> _Overflow | _Transient | _Fatal:
-    """A provider's failure as a row of the table: context limit, retryable, or neither."""
-    detail: str = error.error_class
-    if error.status_code:
-        detail = f"{detail}: status {error.status_code}"
-    if _is_overflow(error):
-        return _Overflow(detail)
-    if _is_retryable(error):
-        return _Transient(detail, error.status_code, error.retry_after_ms)
-    return _Fatal(detail, error.status_code)
-
-
 def _plan_wait(
     tally: _Tally, status: int | None, hint_ms: int | None, draw: Draw | None, policy: RetryPolicy
 ) -> RetryDecision:
@@ -467,31 +371,3 @@ def _shrink(
     if smaller.chars >= prompt.chars:
         return f"{name} did not shrink the prompt"
     return smaller, name
-
-
-def _usage_total(usage: UsageReport | None) -> tuple[int, int, int]:
-    if usage is None:
-        return 0, 0, 0
-    prompt = usage.prompt_tokens if isinstance(usage.prompt_tokens, int) and usage.prompt_tokens >= 0 else 0
-    completion = (
-        usage.completion_tokens
-        if isinstance(usage.completion_tokens, int) and usage.completion_tokens >= 0
-        else 0
-    )
-    total = usage.total_tokens if isinstance(usage.total_tokens, int) and usage.total_tokens >= 0 else 0
-    return prompt, completion, max(total, prompt + completion)
-
-
-def _is_overflow(failure: ProviderFailure) -> bool:
-    return failure.error_class == "context-limit" or is_context_limit(failure.status_code, failure.detail)
-
-
-def _is_retryable(failure: ProviderFailure) -> bool:
-    return failure.retryable or is_retryable_status(failure.status_code)
-
-
-def _malformed_detail(missing: Sequence[str], chars: int) -> str:
-    if len(missing) == len(HEADINGS):
-        return f"the reply ({chars} chars) has none of the seven ledger headings (C7)"
-    named = ", ".join(repr(h) for h in missing)
-    return f"the reply ({chars} chars) lacks {len(missing)} of the seven ledger headings (C7): {named}"
