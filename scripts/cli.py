@@ -3,8 +3,8 @@
 Exit codes: 0 ok, 1 problems found, 2 usage or environment error.
 
 The parser, `main` and the exit codes of errors are here; the commands are
-in `_cli_read` (sessions, log, checkpoints, replay, context), `_cli_interrupted`
-(interrupted) and
+in `_cli_read` (log, checkpoints, replay, context), `_cli_sessions`
+(sessions), `_cli_interrupted` (interrupted) and
 `_cli_maintain` (verify, reindex, repair), `_cli_serve` (serve: a host of
 a cluster), with what they share in
 `_cli_base` (the usage error, the store of `--store`) and `_cli_output`.
@@ -23,8 +23,9 @@ from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_interrupted import cmd_interrupted
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
-from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_sessions
+from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay
 from cairn._cli_serve import add_serve
+from cairn._cli_sessions import cmd_sessions
 from cairn.events.errors import CairnError, DecodeError, InputError
 
 
