@@ -81,8 +81,9 @@ from cairn.actors.tools import ToolExecutor
 from cairn.events.errors import CairnError
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.layout import SETTLE_DEADLINE_S
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S, Vacant
-from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseBucket, LeaseHeld
+from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseHeld
 from cairn.store.jetstream.loop import LoopThread
 
 log = logging.getLogger("cairn.cluster")

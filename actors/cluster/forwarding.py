@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from cairn.actors.cluster.frames import Forwarded, TurnRequest, decode_answer, encode
 from cairn.actors.cluster.names import ClusterNames
 from cairn.actors.cluster.routing import AwaitRelease, Forward, ForwardOutcome, released
-from cairn.store.jetstream.leases import LeaseBucket
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.loop import LoopThread
 
 #: how long a forwarded message waits for the holder's answer

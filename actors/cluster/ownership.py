@@ -40,9 +40,9 @@ from cairn.actors.cluster.gate import LeasedJournal
 from cairn.events.kinds import OwnerChanged
 from cairn.store.backend import JournalBackend
 from cairn.store.errors import SeqConflict
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_keeper import LeaseKeeper, LeaseLostNotice
 from cairn.store.jetstream.lease_policy import LeaseTiming, lost_at
-from cairn.store.jetstream.leases import LeaseBucket
 
 log = logging.getLogger("cairn.cluster")
 

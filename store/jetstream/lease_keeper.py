@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_policy import (
     Confirmed,
     Kept,
@@ -51,7 +52,7 @@ from cairn.store.jetstream.lease_policy import (
     lost_at,
     next_step,
 )
-from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseBucket, LeaseLost, LeaseUnavailable
+from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseLost, LeaseUnavailable
 
 
 @dataclass(frozen=True, slots=True)

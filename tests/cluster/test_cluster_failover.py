@@ -23,8 +23,8 @@ from cairn.actors.cluster.names import ClusterNames
 from cairn.actors.provider.base import TextDelta
 from cairn.events.kinds import OwnerChanged, TurnFailed, TurnStarted, UserMessage
 from cairn.store.jetstream.journal import JetStreamJournal
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_policy import Vacated
-from cairn.store.jetstream.leases import LeaseBucket
 from cairn.store.jetstream.local_cluster import LocalCluster, Node
 from tests.cluster.serve_helpers import Child, fresh_names, settled, wait_for
 

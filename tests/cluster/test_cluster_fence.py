@@ -21,8 +21,8 @@ from cairn.actors.provider.base import TextDelta
 from cairn.events.kinds import OwnerChanged, TurnFailed, TurnStarted
 from cairn.events.state import user_text_message
 from cairn.store.errors import SeqConflict
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_policy import Held, Vacant, Vacated
-from cairn.store.jetstream.leases import LeaseBucket
 from cairn.store.jetstream.local_cluster import LocalCluster
 from tests.cluster.serve_helpers import Holding, fresh_names, settled, wait_for
 

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.layout import ClusterError, Layout, settled
-from cairn.store.jetstream.leases import LeaseBucket
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.local_cluster import LocalCluster
 
 #: fresh clusters the start-together test makes: before the fix one host failed in 4 of 15 of them

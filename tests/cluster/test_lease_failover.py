@@ -6,9 +6,10 @@ import threading
 import time
 from pathlib import Path
 
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_keeper import LeaseKeeper, LeaseLostNotice
 from cairn.store.jetstream.lease_policy import Lease, LeaseTiming
-from cairn.store.jetstream.leases import LeaseBucket, LeaseHeld, LeaseUnavailable
+from cairn.store.jetstream.leases import LeaseHeld, LeaseUnavailable
 from cairn.store.jetstream.local_cluster import LocalCluster
 
 

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 import pytest
 
 from cairn.events.errors import InputError, InvalidSessionId
+from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_keeper import LeaseKeeper, LeaseLostNotice
 from cairn.store.jetstream.lease_policy import InvalidLeaseTiming, Lease, Vacant, Vacated
-from cairn.store.jetstream.leases import LeaseBucket, LeaseHeld, LeaseLost, Owner
+from cairn.store.jetstream.leases import LeaseHeld, LeaseLost, Owner
 from cairn.store.jetstream.local_cluster import LocalCluster
 
 
