@@ -70,6 +70,7 @@ from cairn.events.kinds import (
     UserMessage,
 )
 from cairn.events.model import Message, MessageMeta, TextPart, text_of
+from cairn.events.tool_turns import kept_indexes
 
 #: How many distinct recent file accesses the state keeps (W1 filters, then takes 5).
 RECENT_FILES_KEPT = 64
@@ -327,7 +328,7 @@ class _Fold:
         pass
 
     def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
-        keep, first_removed = _kept_indexes(self.context, event.removed_call_ids)
+        keep, first_removed = kept_indexes(self.context, event.removed_call_ids)
         context, counts = self.context, self.counts
         kept = [context[index] for index in keep]
         kept_counts = [counts[index] for index in keep]
@@ -363,40 +364,6 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     OwnerChanged: _Fold._owner_changed,
 }
 assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
-
-
-def remove_tool_turns(
-    context: Iterable[Message], call_ids: Iterable[str]
-) -> tuple[list[Message], int | None]:
-    """The context without the tool turns of `call_ids` (S1, S5), and where the first one was.
-
-    An assistant message goes when all its calls are named (its text goes
-    with it, S3); a tool result goes when its call is named. This is the one
-    definition of what a `context-slimmed` event removes, shared by the fold
-    and by checkpoint audits.
-    """
-    messages = list(context)
-    keep, first_removed = _kept_indexes(messages, call_ids)
-    return [messages[index] for index in keep], first_removed
-
-
-def _kept_indexes(context: list[Message], call_ids: Iterable[str]) -> tuple[list[int], int | None]:
-    """`remove_tool_turns` by index: the indexes kept, and where the first removed one was among them."""
-    removed = set(call_ids)
-    keep: list[int] = []
-    first_removed: int | None = None
-    for index, message in enumerate(context):
-        drop = (
-            message.role == "assistant"
-            and bool(message.tool_calls)
-            and all(call.id in removed for call in message.tool_calls)
-        ) or (message.role == "tool" and message.tool_call_id in removed)
-        if drop:
-            if first_removed is None:
-                first_removed = len(keep)
-            continue
-        keep.append(index)
-    return keep, first_removed
 
 
 def _remember_files(recent: tuple[FileAccess, ...], event: ToolResult, ts: int) -> tuple[FileAccess, ...]:

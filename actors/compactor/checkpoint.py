@@ -48,7 +48,7 @@ from cairn.actors.tokens import TokenCounter
 from cairn.events.kinds import CheckpointCommitted
 from cairn.events.model import Message
 from cairn.events.protocol import marker_text
-from cairn.events.state import remove_tool_turns
+from cairn.events.tool_turns import remove_tool_turns
 
 HANDOFF_ORIGIN = "handoff"
 _encoder = msgspec.json.Encoder()
