@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-import struct
 from collections.abc import Callable, Sequence
 
 import crc32c
 import msgspec
 
 from cairn.events.body_check import checked_body
+from cairn.events.crc_fields import CRC_HEX, CRC_SUFFIX_HEAD, CRC_SUFFIX_LEN
+from cairn.events.crc_fields import CRC_SUFFIX_FORMAT as CRC_SUFFIX_FORMAT
+from cairn.events.crc_fields import crc_fields_match as crc_fields_match
+from cairn.events.crc_fields import frames_sound as frames_sound
 from cairn.events.errors import (
     ChecksumMismatch,
     CorruptLine,
@@ -61,18 +64,13 @@ def ts_in_range(ts: int) -> bool:
     return 0 <= ts <= MAX_TS_MS
 
 
-_CRC_SUFFIX_LEN = len(b',"crc":"00000000"}')  # 18
 #: a line's bytes up to its crc field are `_HEAD_FORMAT` + `_TAIL_FORMAT`: the content without its
 #: closing brace (sid, prev and kind come as JSON strings, quotes included: see `frame_line`).
 #: The head depends on the line's place in the log (envelope up to `prev`), the tail does not.
 _HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
 _TAIL_FORMAT = b',"kind":%s,"event":%s'
-#: a line's last 19 bytes, given the crc of what comes before them
-_CRC_SUFFIX_FORMAT = b',"crc":"%08x"}\n'
-_CRC_HEX = re.compile(rb"[0-9a-f]{8}")
 _crc32c = crc32c.crc32c
 _sha256 = hashlib.sha256
-_CRC_SUFFIX_HEAD = b',"crc":"'
 #: used with fullmatch: with `^...$` and `match`, `$` also matches before a final newline
 _SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")
 
@@ -189,7 +187,7 @@ def frame_tail(
     """
     # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
     prefix = _HEAD_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev)) + tail
-    size = len(prefix) + _CRC_SUFFIX_LEN + 1
+    size = len(prefix) + CRC_SUFFIX_LEN + 1
     if size > MAX_LINE_BYTES:
         raise LineTooLarge(
             f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "
@@ -198,8 +196,8 @@ def frame_tail(
     if size <= _HASH_PIECE:
         digest = _sha256(prefix)
         digest.update(b"}")
-        return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
-    return prefix + _CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
+        return prefix + CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
+    return prefix + CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
 
 
 def chain_digest_of_content(content: bytes) -> str:
@@ -225,16 +223,16 @@ def _checked_prefix(line: bytes, where: str) -> bytes:
     end = len(line) - 1 if line.endswith(b"\n") else len(line)
     if end > MAX_LINE_BYTES:
         raise CorruptLine(f"line of {end} bytes is over the limit", where=where)
-    cut = end - _CRC_SUFFIX_LEN
+    cut = end - CRC_SUFFIX_LEN
     if (
         cut < 2
         or line[0] != 0x7B  # "{"
-        or line[cut : cut + len(_CRC_SUFFIX_HEAD)] != _CRC_SUFFIX_HEAD
+        or line[cut : cut + len(CRC_SUFFIX_HEAD)] != CRC_SUFFIX_HEAD
         or line[end - 2 : end] != b'"}'
     ):
         raise CorruptLine("not a framed log line (no trailing crc field)", where=where)
     field = line[end - 10 : end - 2]
-    if not _CRC_HEX.fullmatch(field):
+    if not CRC_HEX.fullmatch(field):
         raise CorruptLine(f"crc field {field!r} is not 8 lowercase hex digits", where=where)
     stated = int(field, 16)
     prefix = line[:cut]
@@ -249,7 +247,7 @@ def _checked_prefix(line: bytes, where: str) -> bytes:
 def _verify_frame(line: bytes, where: str) -> None:
     """The hot path of decode_line: the common case in few operations, else the precise error."""
     cut = len(line) - 19
-    if cut > 0 and line.startswith(_CRC_SUFFIX_FORMAT % _crc32c(line[:cut]), cut):
+    if cut > 0 and line.startswith(CRC_SUFFIX_FORMAT % _crc32c(line[:cut]), cut):
         return
     _checked_prefix(line, where)
 
@@ -367,68 +365,6 @@ def decode_session_run(
     return records
 
 
-#: a line's last 19 bytes with its crc's 8 hex digits left out, and where those digits go
-_SUFFIX_FRAME = _CRC_SUFFIX_HEAD + b'"}\n'
-_HEX_AT = len(_CRC_SUFFIX_HEAD)
-_SUFFIX_WIDTH = _CRC_SUFFIX_LEN + 1
-
-
-def frames_sound(
-    run: bytes,
-    lengths: Sequence[int],
-    *,
-    _crc: Callable[[bytes], int] = crc32c.crc32c,
-) -> bool:
-    """Whether `run` is exactly lines of these lengths, each ending in the crc field its bytes give.
-
-    Each line must be longer than its crc field and end in `,"crc":"`, the
-    8 lowercase hex digits of the CRC-32C of every byte before that, `"}`
-    and a newline. One pass takes each line's CRC and last 19 bytes; those
-    are then compared, all lines at once, column by column with what they
-    must hold (no formatting of a crc field per line).
-    """
-    if len(run) != sum(lengths):
-        return False
-    crcs: list[int] = []
-    tails: list[bytes] = []
-    add_crc = crcs.append
-    add_tail = tails.append
-    end = 0
-    for length in lengths:
-        start = end
-        end += length
-        cut = end - _SUFFIX_WIDTH
-        if cut <= start:
-            return False
-        add_crc(_crc(run[start:cut]))
-        add_tail(run[cut:end])
-    return crc_fields_match(crcs, tails)
-
-
-def crc_fields_match(
-    crcs: Sequence[int], tails: Sequence[bytes], *, _pack: Callable[..., bytes] = struct.pack
-) -> bool:
-    """Whether each of `tails` (a line's last 19 bytes) is the crc field of its line's CRC in `crcs`
-    (`,"crc":"`, the CRC's 8 lowercase hex digits, `"}`, a newline): all lines compared at once,
-    column by column, instead of formatting one crc field per line."""
-    count = len(crcs)
-    if len(tails) != count:
-        return False
-    digits = _pack(f">{count}I", *crcs).hex().encode()
-    joined = b"".join(tails)
-    if len(joined) != count * _SUFFIX_WIDTH:
-        return False
-    for column in range(_SUFFIX_WIDTH):
-        if _HEX_AT <= column < _HEX_AT + 8:
-            wanted = digits[column - _HEX_AT :: 8]
-        else:
-            at = column if column < _HEX_AT else column - 8
-            wanted = _SUFFIX_FRAME[at : at + 1] * count
-        if joined[column::_SUFFIX_WIDTH] != wanted:
-            return False
-    return True
-
-
 def _decode_slowly(line: bytes, where: str) -> Record:
     """The checks of `decode_lines` one at a time, raising the precise error for a bad line."""
     _checked_prefix(line, where)
@@ -461,6 +397,6 @@ def _explain(line: bytes, exc: Exception, where: str) -> Exception:
     return CorruptLine(f"not JSON: {text}", where=where)
 
 
-#: for readers that check lines in bulk (`store.reader`): the record decoder and a line's crc field
+#: for readers that check lines in bulk (`store.reader`): the record decoder (their crc fields:
+#: `CRC_SUFFIX_FORMAT`, `crc_fields_match`, re-exported from `events.crc_fields`)
 record_decoder = _record_decoder
-CRC_SUFFIX_FORMAT: bytes = _CRC_SUFFIX_FORMAT
