@@ -22,7 +22,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-#: each public name and the module that defines it
+#: the public surface, written once: each public name and the module that defines it.
+#: `__all__` is derived from it; the `TYPE_CHECKING` imports at the end say the same for type
+#: checkers, which cannot follow a lazy import (`tests/scripts/test_package.py` holds them equal).
 _WHERE: dict[str, str] = {
     # the host and its settings
     "Host": "cairn.actors.host",
@@ -111,7 +113,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re-exported)
+if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re-exported)
     from cairn.actors.cluster.client import ClusterClient as ClusterClient
     from cairn.actors.cluster.client import RemoteTurn as RemoteTurn
     from cairn.actors.cluster.cluster_host import ClusterHost as ClusterHost
@@ -123,28 +125,14 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.cluster.names import ClusterNames as ClusterNames
     from cairn.actors.compactor.errors import CompactionBlocked as CompactionBlocked
     from cairn.actors.compactor.service import CompactionConfig as CompactionConfig
-    from cairn.actors.errors import (
-        HostBusy as HostBusy,
-    )
-    from cairn.actors.errors import (
-        HostClosed as HostClosed,
-    )
-    from cairn.actors.errors import (
-        HostError as HostError,
-    )
+    from cairn.actors.errors import HostBusy as HostBusy
+    from cairn.actors.errors import HostClosed as HostClosed
+    from cairn.actors.errors import HostError as HostError
     from cairn.actors.errors import NoInputBudget as NoInputBudget
-    from cairn.actors.errors import (
-        SessionExists as SessionExists,
-    )
-    from cairn.actors.errors import (
-        TurnTimeout as TurnTimeout,
-    )
-    from cairn.actors.errors import (
-        UnknownSession as UnknownSession,
-    )
-    from cairn.actors.errors import (
-        WorkspaceMismatch as WorkspaceMismatch,
-    )
+    from cairn.actors.errors import SessionExists as SessionExists
+    from cairn.actors.errors import TurnTimeout as TurnTimeout
+    from cairn.actors.errors import UnknownSession as UnknownSession
+    from cairn.actors.errors import WorkspaceMismatch as WorkspaceMismatch
     from cairn.actors.host import AsyncHost as AsyncHost
     from cairn.actors.host import AsyncTurn as AsyncTurn
     from cairn.actors.host import CompactResult as CompactResult
@@ -153,92 +141,38 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors (`X as X`: re
     from cairn.actors.host import HostStats as HostStats
     from cairn.actors.host import InterruptedTurn as InterruptedTurn
     from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
-    from cairn.actors.provider.base import (
-        Finished as Finished,
-    )
-    from cairn.actors.provider.base import (
-        Provider as Provider,
-    )
-    from cairn.actors.provider.base import (
-        ProviderFailure as ProviderFailure,
-    )
-    from cairn.actors.provider.base import (
-        ProviderOutput as ProviderOutput,
-    )
-    from cairn.actors.provider.base import (
-        ProviderRequest as ProviderRequest,
-    )
-    from cairn.actors.provider.base import (
-        ReasoningDelta as ReasoningDelta,
-    )
-    from cairn.actors.provider.base import (
-        TextDelta as TextDelta,
-    )
-    from cairn.actors.provider.base import (
-        ToolCallReady as ToolCallReady,
-    )
-    from cairn.actors.provider.base import (
-        UsageReport as UsageReport,
-    )
+    from cairn.actors.provider.base import Finished as Finished
+    from cairn.actors.provider.base import Provider as Provider
+    from cairn.actors.provider.base import ProviderFailure as ProviderFailure
+    from cairn.actors.provider.base import ProviderOutput as ProviderOutput
+    from cairn.actors.provider.base import ProviderRequest as ProviderRequest
+    from cairn.actors.provider.base import ReasoningDelta as ReasoningDelta
+    from cairn.actors.provider.base import TextDelta as TextDelta
+    from cairn.actors.provider.base import ToolCallReady as ToolCallReady
+    from cairn.actors.provider.base import UsageReport as UsageReport
     from cairn.actors.provider.openai_compat import OpenAIProvider as OpenAIProvider
     from cairn.actors.provider.retry import RetryPolicy as RetryPolicy
     from cairn.actors.provider.scripted import ScriptedProvider as ScriptedProvider
     from cairn.actors.session.settings import SessionSettings as SessionSettings
     from cairn.actors.session.stream import Turn as Turn
     from cairn.actors.session.stream import TurnResult as TurnResult
-    from cairn.actors.tools import (
-        ToolError as ToolError,
-    )
-    from cairn.actors.tools import (
-        ToolExecutor as ToolExecutor,
-    )
-    from cairn.actors.tools import (
-        ToolInvocation as ToolInvocation,
-    )
-    from cairn.actors.tools import (
-        ToolOutcome as ToolOutcome,
-    )
-    from cairn.actors.tools import (
-        WorkspaceTools as WorkspaceTools,
-    )
+    from cairn.actors.tools import ToolError as ToolError
+    from cairn.actors.tools import ToolExecutor as ToolExecutor
+    from cairn.actors.tools import ToolInvocation as ToolInvocation
+    from cairn.actors.tools import ToolOutcome as ToolOutcome
+    from cairn.actors.tools import WorkspaceTools as WorkspaceTools
     from cairn.events.codec import Record as Record
-    from cairn.events.errors import (
-        CairnError as CairnError,
-    )
-    from cairn.events.errors import (
-        InputError as InputError,
-    )
-    from cairn.events.errors import (
-        InvalidEvent as InvalidEvent,
-    )
-    from cairn.events.errors import (
-        InvalidSessionId as InvalidSessionId,
-    )
+    from cairn.events.errors import CairnError as CairnError
+    from cairn.events.errors import InputError as InputError
+    from cairn.events.errors import InvalidEvent as InvalidEvent
+    from cairn.events.errors import InvalidSessionId as InvalidSessionId
     from cairn.events.kinds import Event as Event
-    from cairn.events.model import (
-        ImagePart as ImagePart,
-    )
-    from cairn.events.model import (
-        Message as Message,
-    )
-    from cairn.events.model import (
-        TextPart as TextPart,
-    )
-    from cairn.events.model import (
-        ToolCall as ToolCall,
-    )
-    from cairn.store.errors import (
-        AcknowledgedDataMissing as AcknowledgedDataMissing,
-    )
-    from cairn.store.errors import (
-        CorruptionError as CorruptionError,
-    )
-    from cairn.store.errors import (
-        StorageError as StorageError,
-    )
-    from cairn.store.errors import (
-        StorageFailed as StorageFailed,
-    )
-    from cairn.store.errors import (
-        StoreLocked as StoreLocked,
-    )
+    from cairn.events.model import ImagePart as ImagePart
+    from cairn.events.model import Message as Message
+    from cairn.events.model import TextPart as TextPart
+    from cairn.events.model import ToolCall as ToolCall
+    from cairn.store.errors import AcknowledgedDataMissing as AcknowledgedDataMissing
+    from cairn.store.errors import CorruptionError as CorruptionError
+    from cairn.store.errors import StorageError as StorageError
+    from cairn.store.errors import StorageFailed as StorageFailed
+    from cairn.store.errors import StoreLocked as StoreLocked

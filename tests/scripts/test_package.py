@@ -43,13 +43,23 @@ def test_a_hosts_own_store_folder_does_not_shadow_cairn(tmp_path: Path) -> None:
 
 
 def test_every_public_name_resolves_and_is_declared_for_type_checkers() -> None:
+    """`_WHERE` is the one list; the `TYPE_CHECKING` imports must name the same modules and names."""
+    assert cairn.__all__ == sorted(cairn._WHERE)
     for name in cairn.__all__:
         assert getattr(cairn, name) is not None, name
     tree = ast.parse(Path(cairn.__file__).read_text())
-    typed: set[str] = set()
+    typed: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
             for statement in node.body:
-                assert isinstance(statement, ast.ImportFrom)
-                typed |= {alias.name for alias in statement.names}
-    assert typed == set(cairn.__all__)
+                assert isinstance(statement, ast.ImportFrom) and statement.module is not None
+                for alias in statement.names:
+                    assert alias.asname == alias.name, f"{alias.name}: import it `as` itself (a re-export)"
+                    typed[alias.name] = statement.module
+    missing = sorted(set(cairn._WHERE) - set(typed))
+    extra = sorted(set(typed) - set(cairn._WHERE))
+    moved = sorted(name for name in set(typed) & set(cairn._WHERE) if typed[name] != cairn._WHERE[name])
+    assert not (missing or extra or moved), (
+        f"TYPE_CHECKING imports and _WHERE differ: missing {missing}, not public {extra}, "
+        f"another module {moved}"
+    )
