@@ -3,7 +3,8 @@
 `host` is the API (open, send, compact, fork, close); `async_host` the same
 for asyncio code (`AsyncHost`); `interrupted` the turns a crash interrupted; `config` its tunables
 (`HostConfig`); `registry` the live session actors and their passivation;
-`inputs` the checks of what `send` is given; `fork` the copy of a history;
+`inputs` the checks of what `send` is given; `opening` the parts `Host.open`
+builds from its arguments; `fork` the copy of a history;
 `exit_hook` the closing of forgotten hosts at interpreter exit.
 """
 

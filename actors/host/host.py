@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,31 +61,25 @@ from cairn.actors.host.inputs import (
     user_content,
 )
 from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
+from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.provider.base import Provider
-from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.messages import ManualCompact, Query, Send
-from cairn.actors.session.profile import profile_of
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
-from cairn.actors.tokens import Encoding, TokenCounter, load_encoding
-from cairn.actors.tool_runner import ToolRunner
+from cairn.actors.tokens import load_encoding
 from cairn.actors.tools import ToolExecutor
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import InputError
 from cairn.events.model import Part
-from cairn.events.state import SessionInfo, SessionState
+from cairn.events.state import SessionState
 from cairn.store.backend import JournalBackend
 from cairn.store.errors import StorageFailed
 from cairn.store.journal import Journal
 from cairn.store.segments import FsyncFn
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Host:
@@ -129,6 +122,7 @@ class Host:
         fsync: FsyncFn = os.fsync,
         retry_draw: Callable[[], float] | None = None,
     ) -> Host:
+        # long: the signature and docstring give each of its twelve arguments; the body is short
         """Open (or create) the store at `root` and return a host on it.
 
         `config` is how the host runs (`HostConfig`: limits, timeouts,
@@ -152,31 +146,24 @@ class Host:
           [0, 1), injectable for tests.
         """
         config = config if config is not None else HostConfig()
-        clock = clock_ms if clock_ms is not None else _wall_ms
-        adapter_for = _adapter_for(provider, provider_factory)
-        base = _with_tools(settings if settings is not None else SessionSettings(), tools)
+        clock = clock_ms if clock_ms is not None else wall_ms
+        adapters = adapter_for(provider, provider_factory)
+        base = with_tools(settings if settings is not None else SessionSettings(), tools)
         encoding = load_encoding()  # once per process, before the first turn waits for it
         check_budget(base, fixed_tokens(base, encoding))  # before anything is opened or written
         owns = journal is None
         if journal is None:
             journal = Journal.open(root, fsync=fsync, clock_ms=clock)
-        runtime = Runtime(
-            journal=journal,
+        runtime = runtime_for(
+            journal,
+            config,
             encoding=encoding,
-            adapter_for=adapter_for,
+            adapter_for=adapters,
             tools=tools,
-            clock_ms=clock,
+            clock=clock,
             sleep=sleep,
             hook=hook,
-            compaction=config.compaction,
-            request_timeout_s=config.request_timeout_s,
-            max_requests_per_turn=config.max_requests_per_turn,
-            turn_retries=max(0, config.turn_retries),
-            retry=config.retry,
-            retry_draw=retry_draw if retry_draw is not None else random.random,
-            tool_runner=ToolRunner(config.tool_threads, config.tool_timeout_s),
-            append_timeout_s=config.append_timeout_s,
-            max_tool_output_chars=config.max_tool_output_chars,
+            retry_draw=retry_draw,
         )
         try:
             return cls(journal, runtime, settings=base, config=config, owns_journal=owns)
@@ -425,43 +412,3 @@ class Host:
             raise HostTimeout(f"session {sid} did not answer within {self._ask_timeout} s") from None
         finally:
             self._registry.release(entry)
-
-
-def _adapter_for(
-    provider: Provider | None, provider_factory: Callable[[str], Provider] | None
-) -> Callable[[str], Provider]:
-    """Each session's adapter: the factory's, else one shared (default: the offline scripted one)."""
-    if provider is not None and provider_factory is not None:
-        raise InputError("pass provider or provider_factory, not both")
-    if provider_factory is not None:
-        return provider_factory
-    shared: Provider = provider if provider is not None else ScriptedProvider()
-
-    def factory(sid: str) -> Provider:
-        return shared
-
-    return factory
-
-
-def _with_tools(base: SessionSettings, tools: ToolExecutor | None) -> SessionSettings:
-    """`base`, its empty tool schemas and read-only names filled in from the executor's."""
-    if tools is None:
-        return base
-    schemas = tuple(getattr(tools, "schemas", ()) or ())
-    read_only = getattr(tools, "read_only", None)
-    if not base.tool_schemas and schemas:
-        base = msgspec.structs.replace(base, tool_schemas=schemas)
-    if base.read_only_tools is None and read_only is not None:
-        base = msgspec.structs.replace(base, read_only_tools=tuple(read_only))
-    return base
-
-
-def fixed_tokens(settings: SessionSettings, encoding: Encoding | None) -> int:
-    """P2: the tokens the system prompt and tool schemas of `settings` add to every request."""
-    info = SessionInfo(
-        workspace="",
-        model=settings.model,
-        system_prompt=settings.system_prompt,
-        tool_schemas=settings.tool_schemas,
-    )
-    return profile_of(info, TokenCounter(encoding)).fixed_tokens
