@@ -48,8 +48,8 @@ from cairn.events.errors import DecodeError
 from cairn.events.kinds import EventBase, SessionStarted, UserMessage
 from cairn.events.model import TextPart
 from cairn.store import Journal, verify_store
+from cairn.store.ack_mark import ACK_MARK
 from cairn.store.errors import AcknowledgedDataMissing
-from cairn.store.loss import ACK_MARK
 from cairn.store.segments import iter_lines, list_segments, segment_name
 
 SEGMENT_BYTES = 256 * 1024

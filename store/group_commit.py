@@ -41,6 +41,7 @@ from pathlib import Path
 from cairn.events.codec import Record
 from cairn.events.errors import InputError
 from cairn.events.kinds import EventBase
+from cairn.store.ack_mark import AckMarkWriter
 from cairn.store.admission import Admission
 from cairn.store.batch_framing import frame_calls
 from cairn.store.blobs import BlobStore
@@ -55,7 +56,6 @@ from cairn.store.errors import (
 from cairn.store.index import Index
 from cairn.store.index_builder import IndexBuilder
 from cairn.store.index_records import IndexMeta
-from cairn.store.loss import AckMarkWriter
 from cairn.store.recovery import Recovery
 from cairn.store.segments import FsyncFn, SegmentWriter
 

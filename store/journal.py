@@ -50,6 +50,7 @@ from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError
 from cairn.events.kinds import EventBase
 from cairn.events.state import SessionState
+from cairn.store.ack_mark import ACK_MARK, AckMark, AckMarkWriter
 from cairn.store.blobs import BLOB_THRESHOLD, BlobStore
 from cairn.store.errors import IndexUnusable, ReadOnlyStore, StorageError, StorageFailed
 from cairn.store.files import DIR_MODE, check_dir, check_file, private_dir
@@ -57,7 +58,7 @@ from cairn.store.group_commit import GroupCommit
 from cairn.store.index import DEFAULT_MAP_SIZE, Index
 from cairn.store.index_records import CheckpointRef, SessionSummary
 from cairn.store.lock import take_lock
-from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, AckMark, AckMarkWriter
+from cairn.store.loss import OPERATOR_LOG, QUARANTINE
 from cairn.store.reader import Progress
 from cairn.store.readonly import open_for_reading
 from cairn.store.recovery import Recovery, recover

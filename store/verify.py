@@ -44,11 +44,12 @@ from pathlib import Path
 import msgspec
 
 from cairn.events.codec import GENESIS, Envelope, ts_in_range
+from cairn.store.ack_mark import ACK_MARK
 from cairn.store.blobs import BlobStore, blob_refs
 from cairn.store.errors import IndexUnusable, UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
 from cairn.store.index import Index
-from cairn.store.loss import ACK_MARK, OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
+from cairn.store.loss import OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.segments import read_log_dir, segment_name
 from cairn.store.verify_index import IndexLag, Rebuild, check_index, index_owners, snapshot_index

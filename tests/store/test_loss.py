@@ -161,7 +161,7 @@ def test_missing_acknowledged_lines_refuse_a_writer_and_fail_verify(tmp_path: Pa
 def test_an_accepted_loss_is_recorded_and_appends_continue_past_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from cairn.store.loss import read_ack_mark
+    from cairn.store.ack_mark import read_ack_mark
     from cairn.store.repair import accept_loss
 
     root = _store(tmp_path / "store")
@@ -325,7 +325,7 @@ def test_what_a_crash_leaves_past_the_acknowledged_bytes_is_cut(tmp_path: Path, 
 def test_the_acknowledgement_mark_follows_each_group_commit_without_an_fsync_of_its_own(
     tmp_path: Path,
 ) -> None:
-    from cairn.store.loss import read_ack_mark
+    from cairn.store.ack_mark import read_ack_mark
 
     root = tmp_path / "store"
     fsyncs: list[int] = []
@@ -351,7 +351,7 @@ def test_the_acknowledgement_mark_follows_each_group_commit_without_an_fsync_of_
 
 
 def test_a_damaged_mark_is_no_evidence_and_is_said(tmp_path: Path) -> None:
-    from cairn.store.loss import read_ack_mark
+    from cairn.store.ack_mark import read_ack_mark
 
     root = _store(tmp_path / "store")
     (root / ACK_MARK).write_bytes(b"cairn-acked-1 garbage\n")
