@@ -3,10 +3,10 @@
     with ClusterHost.open("nats://a:4222,nats://b:4222", provider=my_adapter, tools=WorkspaceTools()) as ch:
         ch.wait_closed()    # `cairn serve` runs this until SIGTERM: `ch.close(grace_s=10)`
 
-One `ClusterHost` opens a `JetStreamJournal` (the cluster's log), a
-connection of its own for serving and leases (`LoopThread`), the lease
-bucket and a keeper (`ownership`), and runs an unchanged `Host` over the
-`LeasedJournal` gate. It subscribes:
+One `ClusterHost` opens (`opening`) a `JetStreamJournal` (the cluster's
+log), a connection of its own for serving and leases (`LoopThread`), the
+lease bucket and a keeper (`ownership`), and runs an unchanged `Host` over
+the `LeasedJournal` gate. It subscribes:
 
 - `<prefix>.turn.*` in the queue group `<prefix>-hosts`: clients' messages,
   each to one host of the group (NATS picks);
@@ -35,7 +35,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,8 +42,6 @@ from types import TracebackType
 from typing import Any
 
 import msgspec
-import nats
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -60,6 +57,7 @@ from cairn.actors.cluster.frames import (
 )
 from cairn.actors.cluster.idle import SessionUse, release_idle
 from cairn.actors.cluster.names import ClusterNames, checked_host_id, default_host_id
+from cairn.actors.cluster.opening import open_parts
 from cairn.actors.cluster.outbox import BEAT_S, Outbox
 from cairn.actors.cluster.ownership import Ownership
 from cairn.actors.cluster.routing import (
@@ -80,10 +78,9 @@ from cairn.actors.session.stream import Turn
 from cairn.actors.tools import ToolExecutor
 from cairn.events.errors import CairnError
 from cairn.store.jetstream.journal import JetStreamJournal
-from cairn.store.jetstream.layout import SETTLE_DEADLINE_S
 from cairn.store.jetstream.lease_bucket import LeaseBucket
 from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S, Vacant
-from cairn.store.jetstream.leases import AsyncLeaseBucket, LeaseHeld
+from cairn.store.jetstream.leases import LeaseHeld
 from cairn.store.jetstream.loop import LoopThread
 
 log = logging.getLogger("cairn.cluster")
@@ -180,41 +177,24 @@ class ClusterHost:
         chosen = names if names is not None else ClusterNames()
         me = checked_host_id(host_id) if host_id is not None else default_host_id()
         servers = [u for u in url.split(",") if u] if isinstance(url, str) else list(url)
-        journal = JetStreamJournal.open(servers, layout=chosen.layout)
-        loop = LoopThread(name=f"cairn-cluster-{me}")
-        opened: list[Callable[[], object]] = [journal.close, loop.close]
-        try:
-            nc = loop.call(_connect(servers, me), 30.0)
-            opened.insert(1, lambda: loop.call(nc.close(), 10.0))
-            core = loop.call(
-                AsyncLeaseBucket.open(nc, chosen.lease_bucket, replicas=chosen.layout.replicas),
-                SETTLE_DEADLINE_S + 5,
-            )
-            ownership = Ownership(me, ttl_s, journal, LeaseBucket(loop, core))
-            host = Host.open(
-                os.devnull,  # unused: the host writes through `journal=`, nothing local
-                journal=ownership.gate,
-                config=config,
-                settings=settings,
-                provider=provider,
-                provider_factory=provider_factory,
-                tools=tools,
-            )
-            ownership.bind(host.stop_session)
-        except BaseException:
-            for undo in opened:
-                try:
-                    undo()
-                except Exception as exc:
-                    log.warning("cairn: closing after a failed open: %s", exc)
-            raise
+        parts = open_parts(
+            servers,
+            me,
+            chosen,
+            ttl_s,
+            config=config,
+            settings=settings,
+            provider=provider,
+            provider_factory=provider_factory,
+            tools=tools,
+        )
         made = cls(
-            host=host,
-            ownership=ownership,
-            journal=journal,
-            loop=loop,
-            nc=nc,
-            bucket=LeaseBucket(loop, core),
+            host=parts.host,
+            ownership=parts.ownership,
+            journal=parts.journal,
+            loop=parts.loop,
+            nc=parts.nc,
+            bucket=LeaseBucket(parts.loop, parts.core),
             names=chosen,
             workers=workers,
             beat_s=beat_s,
@@ -438,20 +418,3 @@ async def _unsubscribe(nc: Client, sub: Subscription) -> None:
     """Unsubscribe and wait until the server has it: no message is routed to this host after that."""
     await sub.unsubscribe()
     await nc.flush()
-
-
-async def _connect(servers: list[str], host_id: str) -> Client:
-    return await nats.connect(
-        servers=servers,
-        name=f"cairn-host-{host_id}",
-        connect_timeout=10,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        allow_reconnect=True,
-        error_cb=_connection_trouble,
-    )
-
-
-async def _connection_trouble(error: Exception) -> None:
-    """nats-py's report of a connection error: a node went away, the client reconnects to another."""
-    log.info("cairn: NATS connection of a cluster host: %s: %s", type(error).__name__, error)
