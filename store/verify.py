@@ -28,14 +28,14 @@ log, so that lines a writer appends meanwhile are only ever past them.
 The checks, in order: the layout of cairn's own entries; the index, read
 in one transaction (`store.verify_index`); the evidence and the segments;
 one pass over the log (`_LogCheck`: frames, checksums, bodies, positions,
-seqs, chains, blobs); the torn tail; the losses and the gaps they explain;
+seqs, chains, blobs); the torn tail; the losses and the gaps they explain
+(`store.verify_losses`);
 the index against the lines it covers; the modes of the store's files.
 `reindex` (the index rebuilt from the log) is in `store.reindex`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import stat
 from collections.abc import Iterable
@@ -46,16 +46,15 @@ import msgspec
 from cairn.events.codec import GENESIS, Envelope, ts_in_range
 from cairn.store.ack_mark import ACK_MARK
 from cairn.store.blobs import BlobStore, blob_refs
-from cairn.store.errors import IndexUnusable, UnexpectedEntry
+from cairn.store.errors import UnexpectedEntry
 from cairn.store.files import check_dir, loose_modes
-from cairn.store.index import Index
-from cairn.store.loss import OPERATOR_LOG, QUARANTINE, Evidence, Loss, find_losses, gather_evidence
+from cairn.store.loss import OPERATOR_LOG, QUARANTINE, gather_evidence
 from cairn.store.reader import LogLine, Progress, guess_owner, scan_log, split_tail
 from cairn.store.segments import read_log_dir, segment_name
 from cairn.store.verify_index import IndexLag, Rebuild, check_index, index_owners, snapshot_index
+from cairn.store.verify_losses import report_losses
 from cairn.store.verify_report import Problem, VerifyReport
 
-_SHOWN_SESSIONS = 20
 _OWN_DIRS = ("log", "index", "blobs", QUARANTINE)
 _OWN_FILES = ("LOCK", ACK_MARK, OPERATOR_LOG)
 
@@ -83,7 +82,7 @@ def verify_store(root: str | os.PathLike[str], progress: Progress | None = None)
         scan = _LogCheck(path, report, point).run(segments, progress, rebuild)
         tail_in_acked = evidence.reaches(scan.tail_at)
         _report_torn_tail(scan, tail_in_acked, report)
-        _report_losses(path, segments, tail_in_acked, evidence, report, scan)
+        report_losses(path, segments, tail_in_acked, evidence, report, scan)
         check_index(path, segments, snapshot, scan.lag, report, rebuild)
     finally:
         if rebuild is not None:
@@ -341,91 +340,6 @@ def _report_torn_tail(scan: LogScan, tail_in_acked: bool, report: VerifyReport) 
                 f"at the next open, or one in progress): {bad.error}",
             )
         )
-
-
-def _report_losses(
-    root: Path,
-    segments: list[int],
-    tail_in_acked: bool,
-    evidence: Evidence,
-    report: VerifyReport,
-    scan: LogScan,
-) -> None:
-    """Acknowledged positions the log does not hold (problems), those accepted (warnings), and the gaps
-    they explain."""
-    log_next = max(scan.next_pos, segments[-1] if segments else 0)
-    names: Index | None = None
-    try:
-        names = Index(root / "index", readonly=True)
-    except (IndexUnusable, UnexpectedEntry):
-        names = None
-    try:
-        losses = find_losses(root / "log", segments, log_next, evidence, names, tail_in_acked=tail_in_acked)
-    finally:
-        if names is not None:
-            names.close()
-    report.losses = losses
-    for loss in losses:
-        if loss.accepted:
-            report.warnings.append(
-                Problem(code="accepted-loss", message=f"{loss.describe()}; {_who(loss, evidence)}")
-            )
-            continue
-        report.problems.append(
-            Problem(
-                code="acknowledged-missing",
-                message=(
-                    f"{loss.describe()}. Acknowledged lines are gone: a writer will not open the store "
-                    "until an operator accepts the loss (cairn repair --accept-loss)"
-                ),
-            )
-        )
-        for session in loss.sessions[:_SHOWN_SESSIONS]:
-            report.problems.append(
-                Problem(
-                    code="acknowledged-missing",
-                    sid=session.sid,
-                    seq=session.first_seq,
-                    message=f"{session} (within positions {loss.first_pos}-{loss.last_pos}) "
-                    "acknowledged, not in the log",
-                )
-            )
-    spans = [(loss.first_pos, loss.last_pos) for loss in losses]
-    for gap, first, last in scan.pos_gaps:
-        if not any(low <= first and last <= high for low, high in _merged(spans)):
-            report.problems.append(gap)
-    accepted = [(loss.first_pos, loss.last_pos) for loss in losses if loss.accepted]
-    for gap, before, after in scan.seq_gaps:
-        if any(low < after and high > before for low, high in accepted):  # lines between were lost
-            report.warnings.append(
-                msgspec.structs.replace(
-                    gap,
-                    message=gap.message + " (the seqs between were lost in a loss an operator accepted; "
-                    "the session stays unreadable past the gap)",
-                )
-            )
-        else:
-            report.problems.append(gap)
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for low, high in sorted(spans):
-        if merged and low <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-        else:
-            merged.append((low, high))
-    return merged
-
-
-def _who(loss: Loss, evidence: Evidence) -> str:
-    """Who accepted `loss`, when and why, from the operator log."""
-    for record in evidence.accepted:
-        if any(span.first_pos <= loss.last_pos and loss.first_pos <= span.last_pos for span in record.ranges):
-            when = dt.datetime.fromtimestamp(record.ts / 1000, tz=dt.UTC).isoformat(timespec="seconds")
-            why = f" ({record.reason})" if record.reason else ""
-            return f"accepted by {record.user or 'an operator'} at {when}{why}"
-    return "accepted"
 
 
 def _check_modes(root: Path, segments: list[int], report: VerifyReport) -> None:
