@@ -77,6 +77,7 @@ class IndexPass:
         )
 
     def feed(self, lines: Iterable[LogLine], current: int) -> None:
+        # long: one loop over every line of a rebuild, its state in locals; the branches are its line kinds
         """Index `lines`, pieces of the log in order, the first of them in segment `current`."""
         builder, pending = self.builder, self.pending
         # how many entries may come before `builder.pending` is looked at again: a sound line adds

@@ -225,6 +225,7 @@ def _chunk_lines(
     _tags: dict[type[EventBase], str] = TAG_OF,
     _head: bytes = _LINE_HEAD,
 ) -> list[LogLine] | None:
+    # long: the bulk read's hot path, one pass over a chunk in locals (a call per line would cost)
     """The sound lines of a chunk of whole lines at `base`, as `classify` gives them; None at any doubt.
 
     Each line must start with `{"v":1,` and end in the crc field its bytes

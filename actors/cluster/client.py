@@ -276,6 +276,20 @@ class ClusterClient:
         """
         if self._closed:
             raise HostClosed("the cluster client is closed")
+        key, data = self._encode(session, text, workspace, settings, idempotency_key)
+        wait = self._accept_timeout_s if accept_timeout_s is None else accept_timeout_s
+        return self._until_accepted(session, key, data, wait)
+
+    def _encode(
+        self,
+        session: str,
+        text: str | Sequence[Part],
+        workspace: str | os.PathLike[str] | None,
+        settings: SessionSettings | None,
+        idempotency_key: str | None,
+    ) -> tuple[str, bytes]:
+        """The message's key and the message as one NATS payload, every part checked here (too large for
+        the cluster: refused)."""
         validate_session_id(session)
         content = user_content(text)
         key = checked_key(idempotency_key) if idempotency_key is not None else uuid.uuid4().hex
@@ -292,7 +306,10 @@ class ClusterClient:
                 f"the message encodes to {len(data)} bytes, "
                 f"over the cluster's {self._nc.max_payload}-byte message limit"
             )
-        wait = self._accept_timeout_s if accept_timeout_s is None else accept_timeout_s
+        return key, data
+
+    def _until_accepted(self, session: str, key: str, data: bytes, wait: float) -> RemoteTurn:
+        """Ask, and ask again under the same key, until a host accepts within `wait` s (`send`)."""
         deadline = time.monotonic() + wait
         asking: list[_Reception] = []
         asks = 0

@@ -101,23 +101,7 @@ def instructions(*, structured: bool = False) -> str:
     asks are unmeasured (the scripted provider ignores the prompt); run the
     bench with `--provider openai` to score them on a real model.
     """
-    if structured:
-        fields = "\n".join(f"- {name}: {heading}" for name, heading in zip(FIELDS, HEADINGS, strict=True))
-        form = (
-            "Answer with one JSON object and nothing else. It has exactly these seven fields, "
-            "each a list of short lines (strings), one fact per line:\n"
-            f"{fields}\n"
-            "A field with nothing to report is an empty list.\n\n"
-        )
-    else:
-        headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
-        form = (
-            "First think it through privately inside <analysis>...</analysis>. Then write the "
-            "result inside <summary>...</summary>.\n\n"
-            "Inside <summary>, use exactly these seven headings, in this order, each once, each "
-            "on its own line starting with '## ':\n"
-            f"{headings}\n\n"
-        )
+    form = _answer_form(structured)
     return (
         "You are condensing the working history of a coding agent so that it can carry on "
         "after its earlier messages are removed. Only your summary will remain.\n\n"
@@ -156,6 +140,28 @@ def instructions(*, structured: bool = False) -> str:
         "- Under Exact next action: the pending command with all its arguments, copied "
         "character for character, only if it has not been run yet."
     )
+
+
+def _answer_form(structured: bool) -> str:
+    """How the answer is laid out: a JSON object of the seven fields, or the seven headings in text."""
+    if structured:
+        fields = "\n".join(f"- {name}: {heading}" for name, heading in zip(FIELDS, HEADINGS, strict=True))
+        form = (
+            "Answer with one JSON object and nothing else. It has exactly these seven fields, "
+            "each a list of short lines (strings), one fact per line:\n"
+            f"{fields}\n"
+            "A field with nothing to report is an empty list.\n\n"
+        )
+    else:
+        headings = "\n".join(f"{n}. {h}" for n, h in enumerate(HEADINGS, start=1))
+        form = (
+            "First think it through privately inside <analysis>...</analysis>. Then write the "
+            "result inside <summary>...</summary>.\n\n"
+            "Inside <summary>, use exactly these seven headings, in this order, each once, each "
+            "on its own line starting with '## ':\n"
+            f"{headings}\n\n"
+        )
+    return form
 
 
 def render_message(index: int, message: Message, char_cap: int) -> str:

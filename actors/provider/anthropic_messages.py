@@ -170,18 +170,7 @@ class AnthropicProvider(ConfiguredLimits):
             )
         except ToolSchemaError as error:
             raise ProviderFailure("bad-request", str(error)) from None
-        mode = config.thinking_mode if not summary else "off"
-        if mode != "off" and _continues_an_unsigned_tool_turn(request.messages):
-            mode = "off"  # the API wants such a turn to start with signed thinking it never had
-        budget = config.thinking_budget
-        if summary:
-            given = [c for c in (request.max_output_tokens, config.max_output_tokens) if c is not None]
-            cap = min([*given, SUMMARY_MAX_OUTPUT_TOKENS])
-        else:
-            cap = request.max_output_tokens if request.max_output_tokens is not None else config.output_cap
-            if mode == "enabled" and budget is not None and budget >= cap:  # it must stay below the cap
-                budget = cap - 1
-                mode = "enabled" if budget >= MIN_THINKING_BUDGET else "off"
+        cap, mode, budget = self._cap_and_thinking(request, summary)
         arguments: dict[str, Any] = {
             "model": request.model or config.model,
             "messages": body.messages,
@@ -216,6 +205,23 @@ class AnthropicProvider(ConfiguredLimits):
         else:
             timeout = SUMMARY_TIMEOUT_S if summary else config.timeout_s
         return arguments, timeout
+
+    def _cap_and_thinking(self, request: ProviderRequest, summary: bool) -> tuple[int, str, int | None]:
+        """The output cap of `request`, and its thinking mode and budget (kept below the cap)."""
+        config = self._config
+        mode: str = config.thinking_mode if not summary else "off"
+        if mode != "off" and _continues_an_unsigned_tool_turn(request.messages):
+            mode = "off"  # the API wants such a turn to start with signed thinking it never had
+        budget = config.thinking_budget
+        if summary:
+            given = [c for c in (request.max_output_tokens, config.max_output_tokens) if c is not None]
+            cap = min([*given, SUMMARY_MAX_OUTPUT_TOKENS])
+        else:
+            cap = request.max_output_tokens if request.max_output_tokens is not None else config.output_cap
+            if mode == "enabled" and budget is not None and budget >= cap:  # it must stay below the cap
+                budget = cap - 1
+                mode = "enabled" if budget >= MIN_THINKING_BUDGET else "off"
+        return cap, mode, budget
 
     def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
         arguments, timeout = self.arguments(request)
