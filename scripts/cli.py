@@ -110,7 +110,7 @@ def cmd_report_lazy(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The `cairn` parser: one subcommand each, with `--store` and `--json` on all.
 
-    Long on purpose: one declaration per command, read top to bottom as the CLI's surface.
+    The `_add_*` steps declare them group by group, in the order `cairn --help` lists them.
     """
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -132,6 +132,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _add_demo(sub, common)
+    _add_readers(sub, reads)
+    _add_exports(sub, reads)
+    p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("repair", parents=[common], help="accept (and log) the loss of acknowledged lines")
+    p.add_argument("--accept-loss", action="store_true", help="record that the missing lines are lost")
+    p.add_argument("--reason", default="", help="why, for the operator log")
+    p.set_defaults(func=cmd_repair)
+
+    _add_bench(sub, common)
+    _add_local_model(sub)
+    add_serve(sub, common)
+    return parser
+
+
+def _add_demo(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """`cairn demo`: the main job."""
     p = sub.add_parser("demo", parents=[common], help="the main job: concurrent sessions, end to end")
     p.add_argument(
         "--sessions", type=int, default=None, metavar="N", help="concurrent sessions (8; 12 --cluster)"
@@ -156,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
 
+
+def _add_readers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], reads: list[argparse.ArgumentParser]
+) -> None:
+    """The commands that read a store's sessions and log, and `verify`."""
     p = sub.add_parser("sessions", parents=reads, help="list sessions")
     p.set_defaults(func=cmd_sessions)
 
@@ -187,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", parents=reads, help="check checksums, seqs, chains, blobs, index")
     p.set_defaults(func=cmd_verify)
 
+
+def _add_exports(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], reads: list[argparse.ArgumentParser]
+) -> None:
+    """The audit outputs: `export`, `timeline` and `report`."""
     p = sub.add_parser(
         "export",
         parents=reads,
@@ -244,14 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory, or a report's")
     p.set_defaults(func=cmd_report_lazy)
 
-    p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
-    p.set_defaults(func=cmd_reindex)
 
-    p = sub.add_parser("repair", parents=[common], help="accept (and log) the loss of acknowledged lines")
-    p.add_argument("--accept-loss", action="store_true", help="record that the missing lines are lost")
-    p.add_argument("--reason", default="", help="why, for the operator log")
-    p.set_defaults(func=cmd_repair)
-
+def _add_bench(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """`cairn bench`: the benchmarks."""
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
     p.add_argument("--quick", action="store_true")
     p.add_argument(
@@ -268,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_bench)
 
+
+def _add_local_model(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`cairn local-model`: llama.cpp's server with a packaged model (the llm extra)."""
     from cairn.local_model import (
         DEFAULT_CONTEXT_WINDOW,
         DEFAULT_MODEL,
@@ -296,9 +327,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads (default: every core)")
     p.set_defaults(func=cmd_local_model)
-
-    add_serve(sub, common)
-    return parser
 
 
 def merge_store(args: argparse.Namespace) -> None:

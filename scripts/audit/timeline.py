@@ -140,6 +140,7 @@ class _Series:
 def timeline_data(
     sid: str, records: Iterable[Record], *, buckets: int | None = None, span: int | None = None
 ) -> Timeline:
+    # long: one match arm per event kind (assert_never keeps it total), beside the helpers they share
     """What `render` draws for one session (see the module doc); `records` in seq order.
 
     With `buckets` and `span` (the session's last seq, known beforehand), the
@@ -227,6 +228,27 @@ def render(data: Timeline) -> Any:
 
     figure = Figure(figsize=(12, 6), layout="constrained")
     ax = figure.add_subplot()
+    _draw_limits(ax, data)
+    if data.projected:
+        xs, ys = zip(*data.projected, strict=True)
+        ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
+    if data.provider:
+        xs, ys = zip(*data.provider, strict=True)
+        ax.plot(xs, ys, linestyle="none", marker=".", color="tab:red", label="context tokens, provider")
+    _draw_markers(ax, data)
+    ax.set_xlabel("event seq in the session")
+    ax.set_ylabel("tokens")
+    # the title quotes the log (the model): control characters shown as escapes, `$` never mathtext
+    ax.set_title(printable(data.title), parse_math=False)
+    ax.set_xlim(0, max(data.last_seq, 1) + 1)
+    ax.set_ylim(bottom=0)
+    if ax.get_legend_handles_labels()[0]:  # a session of no request and no window draws none
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return figure
+
+
+def _draw_limits(ax: Any, data: Timeline) -> None:
+    """The window, the output reserve, the two thresholds and the turn starts, as lines across."""
     if data.window is not None:
         ax.axhline(data.window, color="black", linewidth=1.2, label=f"context window ({data.window})")
     if data.window is not None and data.input_budget is not None:
@@ -262,12 +284,10 @@ def render(data: Timeline) -> Any:
             alpha=0.6,
             label="turn start",
         )
-    if data.projected:
-        xs, ys = zip(*data.projected, strict=True)
-        ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
-    if data.provider:
-        xs, ys = zip(*data.provider, strict=True)
-        ax.plot(xs, ys, linestyle="none", marker=".", color="tab:red", label="context tokens, provider")
+
+
+def _draw_markers(ax: Any, data: Timeline) -> None:
+    """One marker series per kind, counted in the legend; a checkpoint with its arrow and label."""
     for kind, (symbol, colour, label) in MARKER_STYLES.items():
         chosen = [m for m in data.markers if m.kind == kind]
         if not chosen:
@@ -299,15 +319,6 @@ def render(data: Timeline) -> Any:
                     fontsize="x-small",
                     color=colour,
                 )
-    ax.set_xlabel("event seq in the session")
-    ax.set_ylabel("tokens")
-    # the title quotes the log (the model): control characters shown as escapes, `$` never mathtext
-    ax.set_title(printable(data.title), parse_math=False)
-    ax.set_xlim(0, max(data.last_seq, 1) + 1)
-    ax.set_ylim(bottom=0)
-    if ax.get_legend_handles_labels()[0]:  # a session of no request and no window draws none
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    return figure
 
 
 def save(data: Timeline, out: Path) -> None:
