@@ -142,8 +142,8 @@ def _local_server(sessions: int) -> LocalModelServer:
     return server.start()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
+def _parser() -> argparse.ArgumentParser:
+    """The options of `cairn demo` run as its own program (`python -m cairn.demo`)."""
     parser = argparse.ArgumentParser(prog="cairn demo", description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--store",
@@ -176,17 +176,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="on a 3-node NATS cluster with 3 host processes, through a host SIGKILL and a node stop "
         "(scripted provider; see cairn.demo.cluster)",
     )
+    return parser
+
+
+def _main_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`cairn demo --cluster`: the scripted provider only (`cairn.demo.cluster_cli`)."""
+    if args.local_model:
+        parser.error("--cluster runs the scripted provider only, not --local-model")
+    if args.provider != "scripted":
+        parser.error("--cluster runs the scripted provider only")
+    if (args.sessions is not None and args.sessions < 1) or (args.turns is not None and args.turns < 1):
+        parser.error("--sessions and --turns must be at least 1")
+    from cairn.demo.cluster_cli import main_cluster
+
+    return main_cluster(args.store, args.sessions, args.turns, as_json=args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.cluster:
-        if args.local_model:
-            parser.error("--cluster runs the scripted provider only, not --local-model")
-        if args.provider != "scripted":
-            parser.error("--cluster runs the scripted provider only")
-        if (args.sessions is not None and args.sessions < 1) or (args.turns is not None and args.turns < 1):
-            parser.error("--sessions and --turns must be at least 1")
-        from cairn.demo.cluster_cli import main_cluster
-
-        return main_cluster(args.store, args.sessions, args.turns, as_json=args.json)
+        return _main_cluster(parser, args)
     if args.local_model and args.provider not in ("scripted", "openai"):
         parser.error("--local-model runs the openai provider on its own server")
     sessions, turns = (

@@ -125,12 +125,11 @@ def _clean(store: Path) -> tuple[Path, Path, Path]:
 def run_cluster(
     store: Path, sessions: int, turns: int, *, progress: Any, setup: Setup | None = None
 ) -> dict[str, Any]:
+    # long: every step runs inside the one `try` whose `finally` ends the hosts and the nodes
     """Run the cluster demo (see the module doc); the report. `progress(line)` tells what happens.
 
     Raises `DemoSetupError` when it cannot run (the store, a host that does
     not start) and `ClusterStartFailed` (no nats-server binary, no leader).
-    Long for a reason: every step runs inside the one `try` whose `finally`
-    ends the hosts and the nodes, whatever happens.
     """
     setup = setup if setup is not None else scripted_setup()
     started = time.perf_counter()
@@ -205,10 +204,8 @@ def _drive(
     turns: int,
     progress: Any,
 ) -> tuple[list[SessionRun], Faults, list[str]]:
-    """The sessions' client threads, the host kill after the first third, the node stop after the second.
-
-    Long for a reason: it is the run's script, read top to bottom.
-    """
+    # long: it is the run's script, read top to bottom
+    """The sessions' client threads, the host kill after the first third, the node stop after the second."""
     faults = Faults()
     stream = Layout().stream
     planned = stream_leader(cluster, stream) or cluster.nodes[0].name

@@ -69,6 +69,7 @@ def cluster_report(
     problems: list[str],
     seconds: float,
 ) -> dict[str, Any]:
+    # long: one dict literal, the report's JSON as `--json` prints it, key by key
     """The whole report (see the module doc); `ok` when `problems` is empty."""
     from cairn.demo.cluster import FAILOVER_TARGET_S, LEASE_TTL_S
 
