@@ -105,6 +105,19 @@ class TurnFailed(EventBase, frozen=True, tag="turn-failed"):
     error: str = ""
 
 
+class TurnCancelled(EventBase, frozen=True, tag="turn-cancelled"):
+    """The host cancelled the turn (`Turn.cancel`, or a message sent with `mid_turn="interrupt"`).
+
+    It ended on purpose: not a failure, and not a turn a crash interrupted.
+    Calls of the turn left unanswered are closed with error results first.
+    Added later: older logs have none.
+    """
+
+    turn_id: str
+    #: why, as the host said it (may be empty)
+    reason: str = ""
+
+
 class Request(EventBase, frozen=True, tag="request"):
     request_id: str
     turn_id: str
@@ -337,6 +350,7 @@ Event = (
     | TurnStarted
     | TurnCompleted
     | TurnFailed
+    | TurnCancelled
     | Request
     | AssistantMessage
     | Usage
@@ -355,6 +369,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     TurnStarted,
     TurnCompleted,
     TurnFailed,
+    TurnCancelled,
     Request,
     AssistantMessage,
     Usage,

@@ -63,6 +63,7 @@ from cairn.events.kinds import (
     ShownCount,
     TokenCount,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -278,7 +279,7 @@ class _Fold:
                 break
         self.open_turn = OpenTurn(event.turn_id, record.seq, task)
 
-    def _turn_ended(self, event: TurnCompleted | TurnFailed, record: Record) -> None:
+    def _turn_ended(self, event: TurnCompleted | TurnFailed | TurnCancelled, record: Record) -> None:
         if self.open_turn is not None and self.open_turn.turn_id == event.turn_id:
             self.open_turn = None
 
@@ -352,6 +353,7 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     TurnStarted: _Fold._turn_started,
     TurnCompleted: _Fold._turn_ended,
     TurnFailed: _Fold._turn_ended,
+    TurnCancelled: _Fold._turn_ended,
     Request: _Fold._request,
     AssistantMessage: _Fold._assistant_message,
     Usage: _Fold._usage,

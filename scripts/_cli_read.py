@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import msgspec
 from msgspec import UNSET
@@ -23,13 +23,14 @@ from cairn.events.kinds import (
     CheckpointCommitted,
     CompactionFailed,
     ContextSlimmed,
-    EventBase,
+    Event,
     Handoff,
     OwnerChanged,
     ProviderError,
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 Emit = Callable[[int, int, str, str, dict[str, Any]], None]
 
 
-def describe(event: EventBase) -> str:
+def describe(event: Event) -> str:
     """One short line about an event, for listings."""
     match event:
         case SessionStarted():
@@ -58,6 +59,8 @@ def describe(event: EventBase) -> str:
             return f"turn={event.turn_id}"
         case TurnFailed():
             return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
+        case TurnCancelled():
+            return f"turn={event.turn_id} " + clip(event.reason, 60)
         case Request():
             return (
                 f"{event.request_id} attempt={event.attempt} phase={event.phase} "
@@ -92,7 +95,7 @@ def describe(event: EventBase) -> str:
             before = f" (was {event.previous_host})" if event.previous_host else ""
             return f"host={event.host_id} lease={event.lease_revision}{before}"
         case _:
-            return ""
+            assert_never(event)  # a new kind must be described here: mypy says so
 
 
 def record_json(record: Record) -> dict[str, Any]:

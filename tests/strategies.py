@@ -39,6 +39,7 @@ from cairn.events.kinds import (
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -176,6 +177,7 @@ def kind_strategies(
             error_class=st.just("") | ids,
             error=text,
         ),
+        "turn-cancelled": build(TurnCancelled, turn_id=ids, reason=text),
         "request": build(
             Request,
             request_id=ids,

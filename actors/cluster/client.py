@@ -108,6 +108,12 @@ class RemoteTurn(Turn):
         self.host_id = ""
         self.idempotency_key = idempotency_key
 
+    def cancel(self, reason: str = "") -> None:
+        """Not through a cluster yet: raises `NotImplementedError` rather than doing nothing."""
+        raise NotImplementedError(
+            f"session {self.session}: cancelling a turn through ClusterClient is not supported yet"
+        )
+
 
 class _Reception:
     """One turn's inbox: frames in (on the loop), the handle fed in order (see the module doc)."""

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 from cairn.actors.errors import HostClosed, HostTimeout, TurnTimeout
 from cairn.actors.host.host import Host
 from cairn.actors.host.interrupted import InterruptedTurn
+from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.settings import SessionSettings
@@ -232,6 +233,14 @@ class AsyncTurn:
         """Whether the turn's end has reached the loop."""
         return self._ended is not None
 
+    def cancel(self, reason: str = "") -> None:
+        """`Turn.cancel`: stop the turn (it ends `cancelled`); returns at once, never blocks the loop.
+
+        Not asyncio's cancellation: cancelling a task that awaits `result()`
+        leaves the turn running; this ends it.
+        """
+        self.handle.cancel(reason)
+
     def __repr__(self) -> str:
         return f"<AsyncTurn of {self.session}: {'done' if self.done() else 'running'}>"
 
@@ -272,8 +281,10 @@ class AsyncHost:
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
         idempotency_key: str | None = None,
+        mid_turn: MidTurn = "steer",
     ) -> AsyncTurn:
-        """`Host.send`: the handle of the turn the message starts (or steers); `idempotency_key` as there.
+        """`Host.send`: the handle of the turn the message starts (or steers); `idempotency_key` and
+        `mid_turn` as there.
 
         If the awaiting task is cancelled after the message left, the turn
         still runs: `last_turn(session)` gives its handle.
@@ -286,7 +297,12 @@ class AsyncHost:
 
         def send() -> AsyncTurn:
             handle = self.host.send(
-                session, text, workspace=workspace, settings=settings, idempotency_key=idempotency_key
+                session,
+                text,
+                workspace=workspace,
+                settings=settings,
+                idempotency_key=idempotency_key,
+                mid_turn=mid_turn,
             )
             return AsyncTurn(handle, inbox, functools.partial(self._latest.__setitem__, session))
 

@@ -38,9 +38,11 @@ Thread-safety: every method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -64,8 +66,9 @@ from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
 from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.provider.base import Provider
+from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
-from cairn.actors.session.messages import ManualCompact, Query, Send
+from cairn.actors.session.messages import CancelRequest, ManualCompact, Query, Send
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
@@ -184,6 +187,7 @@ class Host:
         workspace: str | os.PathLike[str] | None = None,
         settings: SessionSettings | None = None,
         idempotency_key: str | None = None,
+        mid_turn: MidTurn = "steer",
     ) -> Turn:
         """Send a user message; returns the handle of the turn it starts (or steers, mid-turn).
 
@@ -206,8 +210,19 @@ class Host:
         handle is answered from the log: the turn's records and its result
         (`provider_seconds` 0). The same key with other content is
         `rejected`, error class `IdempotencyKeyReused`. Keys are per session.
+
+        `mid_turn` says what the message does when it arrives while a turn of
+        the session runs: `steer` (the default) joins that turn, recorded
+        before its next request; `queue` waits for its end and starts the
+        next turn; `reject` is refused (`rejected`, error class
+        `TurnRunning`), nothing recorded; `interrupt` cancels the running
+        turn (`turn.cancel()`) and starts the next. `turn.cancel()` stops the
+        turn the handle follows, or withdraws the message while it waits.
         """
+        # long: its docstring documents every argument; the body is short
         validate_session_id(session)
+        if mid_turn not in MID_TURN:
+            raise InputError(f"mid_turn must be one of {', '.join(MID_TURN)}, got {mid_turn!r}")
         content = user_content(text)
         key = checked_key(idempotency_key) if idempotency_key is not None else None
         where = checked_workspace(workspace) if workspace is not None else None
@@ -218,12 +233,13 @@ class Host:
         self._check_store()
         for _ in range(3):
             entry = self._registry.acquire(session)
-            turn = Turn(session, on_done=self._done_callback(entry))
+            turn = Turn(session, on_done=self._done_callback(entry), on_cancel=_canceller(entry))
             with self._lock:
                 self._outstanding.add(turn)
             try:
                 assert entry.ref is not None
-                entry.ref.tell(Send(content, turn, workspace=where, settings=chosen, key=key))
+                send = Send(content, turn, workspace=where, settings=chosen, key=key, mid_turn=mid_turn)
+                entry.ref.tell(send)
             except pykka.ActorDeadError:
                 with self._lock:
                     self._outstanding.discard(turn)
@@ -412,3 +428,19 @@ class Host:
             raise HostTimeout(f"session {sid} did not answer within {self._ask_timeout} s") from None
         finally:
             self._registry.release(entry)
+
+
+#: the values of `Host.send`'s `mid_turn`
+MID_TURN: tuple[MidTurn, ...] = typing.get_args(MidTurn)
+
+
+def _canceller(entry: Entry) -> Callable[[Turn, str], None]:
+    """What `Turn.cancel` does: tell the session (a session stopped meanwhile has ended the turn)."""
+
+    def cancel(turn: Turn, reason: str) -> None:
+        ref = entry.ref
+        if ref is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(CancelRequest(turn, reason))
+
+    return cancel

@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 
 from cairn.events.codec import Record
-from cairn.events.kinds import TurnCompleted, TurnFailed, TurnStarted, UserMessage
+from cairn.events.kinds import TurnCancelled, TurnCompleted, TurnFailed, TurnStarted, UserMessage
 from cairn.events.model import ImagePart, Part, TextPart
 
 
@@ -82,7 +82,9 @@ def interrupted_turn(session: str, records: Iterable[Record]) -> InterruptedTurn
                 )
                 waiting.clear()
                 steering = []
-            case TurnCompleted() if current is not None and event.turn_id == current.turn_id:
+            case TurnCompleted() | TurnCancelled() if (
+                current is not None and event.turn_id == current.turn_id
+            ):
                 current = None
             case TurnFailed() if current is not None and event.turn_id == current.turn_id:
                 if event.phase != "interrupted":

@@ -34,6 +34,7 @@ from cairn.actors.errors import SessionCrashed, describe_exception
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
 from cairn.actors.session.core import reply_error
 from cairn.actors.session.machine import (
+    CancelAsked,
     CompactionEnded,
     HostMessage,
     ProviderErred,
@@ -44,6 +45,7 @@ from cairn.actors.session.machine import (
 )
 from cairn.actors.session.messages import (
     SESSION_MESSAGES,
+    CancelRequest,
     Load,
     ManualCompact,
     Query,
@@ -155,13 +157,17 @@ class SessionActor(TurnLoop):
                 self._advance(Streamed(job), message)
             case ProviderDone(job=job):
                 calls = unique_calls(self._run.calls) if self._run is not None else ()
-                self._advance(ResponseEnded(job, calls, steering_waits=bool(self._sends)), message)
+                steering = any(send.mid_turn == "steer" for send in self._sends)
+                self._advance(ResponseEnded(job, calls, steering_waits=steering), message)
             case ProviderFailed(job=job):
                 self._advance(ProviderErred(job), message)
             case CompactionDone():
                 self._advance(CompactionEnded(message.job), message)
-            case Send():
-                self._advance(HostMessage("send"), message)
+            case Send(mid_turn=mid_turn):
+                self._advance(HostMessage("send", mid_turn), message)
+            case CancelRequest(handle=handle):
+                if not self._withdraw(handle) and self._run is not None and handle in self._run.handles:
+                    self._advance(CancelAsked(), message)
             case ManualCompact():
                 self._advance(HostMessage("compact"), message)
             case RetryRequest(token=job):

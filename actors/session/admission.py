@@ -101,3 +101,12 @@ class Admitting(Compacting):
         for send in sends:
             if send.key is not None:
                 self._keys.setdefault(send.key, KeyedMessage(turn_id, parts_of(send.text)))
+
+    def _withdraw(self, handle: Turn) -> bool:
+        """Take a message that waits behind the running turn out of the queue; whether it was there."""
+        for send in self._sends:
+            if send.handle is handle:
+                self._sends.remove(send)
+                handle._finish(self._result("cancelled", "", error="withdrawn before it was recorded"))
+                return True
+        return False

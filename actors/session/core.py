@@ -49,7 +49,7 @@ from cairn.actors.session.request import assemble
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.stream import TurnResult, TurnStatus
 from cairn.actors.session.tracker import prepare
-from cairn.actors.session.turn import failure_events, interrupted_events
+from cairn.actors.session.turn import cancel_events, failure_events, interrupted_events
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
@@ -257,6 +257,28 @@ class SessionCore(pykka.ThreadingActor):
             for handle in run.handles:
                 handle._finish(result)
         self._advance(TurnEnded())
+
+    def _cancel(self, reason: str) -> bool:
+        """End the running turn as the host asked: its open calls closed, `turn-cancelled`, `cancelled`.
+
+        What it waited for is abandoned: the provider stops streaming (the
+        turn's cancel event), and a compaction's, a tool's or a timer's answer
+        is stale when it comes (`machine.step`). Returns False: the turn ended.
+        """
+        run = self._run
+        assert run is not None
+        self._compaction = None
+        try:
+            self._persist(cancel_events(self._state, run.turn_id, reason))
+        except CairnError as exc:
+            log.warning(
+                "cairn: session %r: the cancelled turn could not be recorded (%s); it is marked "
+                "interrupted when the session is next loaded",
+                self._sid,
+                describe_exception(exc),
+            )
+        self._finish("cancelled", error=reason)
+        return False
 
     def _abandon(self, reason: str, *, persist: bool, error_class: str = "interrupted") -> None:
         """Resolve everything in flight (stop or crash): no handle or reply is left hanging."""

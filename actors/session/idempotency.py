@@ -25,6 +25,7 @@ from cairn.events.kinds import (
     AssistantMessage,
     Request,
     SessionStarted,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -97,7 +98,7 @@ def turn_outcome(records: Sequence[Record], session: str, turn_id: str) -> tuple
     requests = 0
     text = ""
     last_seq = 0
-    end: TurnCompleted | TurnFailed | None = None
+    end: TurnCompleted | TurnFailed | TurnCancelled | None = None
     for record in records:
         event = record.event
         if not inside:
@@ -118,7 +119,7 @@ def turn_outcome(records: Sequence[Record], session: str, turn_id: str) -> tuple
             requests += 1
         elif isinstance(event, AssistantMessage) and event.text:
             text = event.text
-        elif isinstance(event, TurnCompleted | TurnFailed) and event.turn_id == turn_id:
+        elif isinstance(event, TurnCompleted | TurnFailed | TurnCancelled) and event.turn_id == turn_id:
             end = event
             break
     ran = TurnResult(
@@ -126,6 +127,8 @@ def turn_outcome(records: Sequence[Record], session: str, turn_id: str) -> tuple
     )
     if isinstance(end, TurnCompleted):
         result = msgspec.structs.replace(ran, status="completed", requests=end.requests or requests)
+    elif isinstance(end, TurnCancelled):
+        result = msgspec.structs.replace(ran, status="cancelled", error=end.reason)
     elif isinstance(end, TurnFailed):
         result = msgspec.structs.replace(ran, phase=end.phase, error_class=end.error_class, error=end.error)
     else:

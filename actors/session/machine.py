@@ -101,10 +101,26 @@ def turn_runs(mode: Mode) -> bool:
 # --- inputs: what happened --------------------------------------------------------------------------
 
 
+MidTurn = Literal["steer", "queue", "reject", "interrupt"]
+"""What a user message sent while a turn runs does (`Host.send(..., mid_turn=)`):
+
+- `steer`: it joins the running turn, recorded before its next request (C11);
+- `queue`: it waits for the turn's end and starts the next turn;
+- `reject`: it is refused (`rejected`, error class `TurnRunning`), nothing recorded;
+- `interrupt`: the running turn is cancelled (`turn-cancelled`), then it starts the next.
+"""
+
+
 class HostMessage(msgspec.Struct, frozen=True):
-    """The host sent a user message (`send`) or asked for a manual compaction (`compact`)."""
+    """The host sent a user message (`send`, with its `mid_turn` policy) or asked for a manual
+    compaction (`compact`)."""
 
     kind: Literal["send", "compact"]
+    mid_turn: MidTurn = "steer"
+
+
+class CancelAsked(msgspec.Struct, frozen=True):
+    """The host cancelled the running turn (`Turn.cancel` on one of its handles)."""
 
 
 class TurnStarting(msgspec.Struct, frozen=True):
@@ -181,6 +197,7 @@ class Stopped(msgspec.Struct, frozen=True):
 
 Happened = (
     HostMessage
+    | CancelAsked
     | TurnStarting
     | RequestSent
     | Streamed
@@ -209,6 +226,14 @@ class Queue(msgspec.Struct, frozen=True):
     """Keep the host's message for later: steering before the next request, or after the wait."""
 
     kind: Literal["send", "compact"]
+
+
+class Refuse(msgspec.Struct, frozen=True):
+    """Refuse the user message: a turn runs and it was sent with `mid_turn="reject"`."""
+
+
+class CancelTurn(msgspec.Struct, frozen=True):
+    """End the running turn as cancelled: close its open calls, record `turn-cancelled`."""
 
 
 class TakeItem(msgspec.Struct, frozen=True):
@@ -277,6 +302,8 @@ class Resume(msgspec.Struct, frozen=True):
 Effect = (
     Take
     | Queue
+    | Refuse
+    | CancelTurn
     | TakeItem
     | RecordResponse
     | RunTool
@@ -296,12 +323,19 @@ Step = tuple[Mode, tuple[Effect, ...]]
 
 def step(mode: Mode, happened: Happened) -> Step:
     """The mode after `happened`, and the effects to carry out, in order (the module doc)."""
+    # long: the table of moves: one match arm per input in each mode
     match happened, mode:
         # the host's messages: taken when idle, else kept for later
         case HostMessage(kind), Idle():
             return mode, (Take(kind),)
+        case HostMessage("send", mid_turn), _ if turn_runs(mode):
+            return _mid_turn(mode, mid_turn)
         case HostMessage(kind), _:
             return mode, (Queue(kind),)
+        case CancelAsked(), _ if turn_runs(mode):
+            return Preparing(), (CancelTurn(),)
+        case CancelAsked(), _:
+            return mode, ()  # no turn runs: nothing to cancel
         # the actor's own moves
         case TurnStarting(), Idle():
             return Preparing(), ()
@@ -349,6 +383,22 @@ def step(mode: Mode, happened: Happened) -> Step:
         case _:
             # a bug in the actor, never something a host can cause
             raise AssertionError(f"{type(happened).__name__} cannot happen while {type(mode).__name__}")
+
+
+def _mid_turn(mode: Mode, policy: MidTurn) -> Step:
+    """A user message while a turn runs, as its `mid_turn` policy says (the table at `MidTurn`).
+
+    A queued message that is not steering waits in the same queue and starts
+    the next turn; for `interrupt` it is queued first, so the turn's end
+    (`Resume`) finds it.
+    """
+    match policy:
+        case "steer" | "queue":
+            return mode, (Queue("send"),)
+        case "reject":
+            return mode, (Refuse(),)
+        case "interrupt":
+            return Preparing(), (Queue("send"), CancelTurn())
 
 
 def _after_response(job: int, calls: tuple[ToolCall, ...], *, steering_waits: bool) -> Step:

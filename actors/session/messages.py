@@ -25,6 +25,7 @@ import pykka
 
 from cairn.actors.compactor.actor import CompactionDone
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
+from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn
@@ -52,6 +53,15 @@ class Send(msgspec.Struct, frozen=True):
     settings: SessionSettings
     #: the host's idempotency key for this message (`actors.session.idempotency`), if any
     key: str | None = None
+    #: what it does when it arrives while a turn runs (`machine.MidTurn`)
+    mid_turn: MidTurn = "steer"
+
+
+class CancelRequest(msgspec.Struct, frozen=True):
+    """Tell (from `Turn.cancel`): cancel the turn of `handle`, or withdraw its message if still queued."""
+
+    handle: Turn
+    reason: str = ""
 
 
 class ManualCompact(msgspec.Struct, frozen=True):
@@ -80,6 +90,7 @@ SessionMessage = (
     Load
     | Query
     | Send
+    | CancelRequest
     | ManualCompact
     | RetryRequest
     | ToolDone

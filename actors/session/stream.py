@@ -36,7 +36,7 @@ from cairn.events.kinds import FailedPhase
 WAIT_S = 3_600.0
 
 StreamItem = Record | TextDelta | ReasoningDelta
-TurnStatus = Literal["completed", "failed", "rejected"]
+TurnStatus = Literal["completed", "failed", "rejected", "cancelled"]
 
 
 class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +46,9 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
     `phase` (provider, compaction, checkpoint, tool, interrupted), recorded
     as `turn-failed` when the store allowed it. `rejected`: the message was
     never recorded (bad workspace, store failure), so no turn began.
+    `cancelled`: the host cancelled it (`Turn.cancel`), recorded as
+    `turn-cancelled` (with `error` the reason given), or withdrawn before it
+    was recorded. Not a failure: nothing went wrong.
     `provider_seconds` is the time spent inside the provider adapter.
     """
 
@@ -72,8 +75,15 @@ Watcher = Callable[[StreamItem | TurnResult], None]
 class Turn:
     """A handle on one sent message's turn: `events()` live, then `result()`."""
 
-    def __init__(self, session: str, *, on_done: Callable[[Turn], None] | None = None) -> None:
+    def __init__(
+        self,
+        session: str,
+        *,
+        on_done: Callable[[Turn], None] | None = None,
+        on_cancel: Callable[[Turn, str], None] | None = None,
+    ) -> None:
         self.session = session
+        self._on_cancel = on_cancel
         self._cond = threading.Condition()
         self._items: list[StreamItem] = []
         self._result: TurnResult | None = None
@@ -120,6 +130,22 @@ class Turn:
     def done(self) -> bool:
         with self._cond:
             return self._result is not None
+
+    def cancel(self, reason: str = "") -> None:
+        """Stop this turn: it ends `cancelled`, recorded as `turn-cancelled` with `reason`.
+
+        Returns at once; `result()` then says how it ended (a turn that ended
+        first keeps its own result). A message not recorded yet (queued
+        behind a running turn) is withdrawn instead, and nothing of it is
+        written. The session goes on: the next message starts a new turn,
+        with no replay. A running request is abandoned (the provider stops
+        streaming), a compaction's answer and a running tool's outcome are
+        dropped when they come (Python cannot stop a tool's thread: what the
+        tool does meanwhile still happens; the model is told its outcome is
+        unknown). Cancelling one handle of a turn cancels the turn for all.
+        """
+        if self._on_cancel is not None and not self.done():
+            self._on_cancel(self, reason)
 
     def watch(self, watcher: Watcher) -> tuple[list[StreamItem], TurnResult | None]:
         """The items so far and the result if any; later items, then the result, go to `watcher`.

@@ -19,6 +19,7 @@ How a turn ends (`turn-failed` phase, or `turn-completed`):
 | reactive recovery found nothing smaller (R3): the original error | `provider`       |
 | a tool result could not be recorded                           | `tool`           |
 | the host stopped, or the process died, mid-turn               | `interrupted`    |
+| the host cancelled it (`Turn.cancel`, `mid_turn="interrupt"`) | `turn-cancelled` |
 
 A provider error (`provider_verdict`): one verdict from the error, the
 turn's retries and the state, the first matching row. Output: some of the
@@ -70,6 +71,7 @@ from cairn.events.kinds import (
     FailedPhase,
     ProviderError,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -81,6 +83,10 @@ from cairn.events.state import SessionState
 
 #: what the model is shown for a tool call whose outcome was lost with the process
 INTERRUPTED_RESULT = "[the tool call was interrupted before its result was recorded; its outcome is unknown]"
+#: what the model is shown for a tool call whose turn the host cancelled while it ran or waited
+CANCELLED_RESULT = (
+    "[the turn was cancelled before this tool call's result was recorded; its outcome is unknown]"
+)
 MAX_ERROR_CHARS = 2_000
 
 Verdict = Literal["recover", "fail", "fail-closed", "fail-guard"]
@@ -258,16 +264,17 @@ def unanswered_calls(context: Sequence[Message]) -> tuple[ToolCall, ...]:
     return ()
 
 
-def closing_results(state: SessionState) -> list[EventBase]:
-    """Error results for calls left unanswered, so the history stays a valid conversation (M2)."""
+def closing_results(state: SessionState, text: str = INTERRUPTED_RESULT) -> list[EventBase]:
+    """Error results (saying `text`) for calls left unanswered, so the history stays a valid
+    conversation (M2)."""
     return [
         ToolResult(
             call_id=call.id,
             tool_name=call.name,
             status="error",
             effect="read",
-            content=_text(INTERRUPTED_RESULT),
-            original_chars=len(INTERRUPTED_RESULT),
+            content=_text(text),
+            original_chars=len(text),
         )
         for call in unanswered_calls(state.context)
     ]
@@ -280,6 +287,14 @@ def failure_events(
     return [
         *closing_results(state),
         TurnFailed(turn_id=turn_id, phase=phase, error_class=error_class, error=error[:MAX_ERROR_CHARS]),
+    ]
+
+
+def cancel_events(state: SessionState, turn_id: str, reason: str) -> list[EventBase]:
+    """End a turn the host cancelled: results for its unanswered calls, then `turn-cancelled`."""
+    return [
+        *closing_results(state, CANCELLED_RESULT),
+        TurnCancelled(turn_id=turn_id, reason=reason[:MAX_ERROR_CHARS]),
     ]
 
 

@@ -32,43 +32,18 @@ from cairn.actors.provider.base import (
     ProviderOutput,
     ProviderRequest,
 )
+from cairn.actors.session import machine, preparing
 from cairn.actors.session.admission import Admitting
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import JudgedFailure, TurnRun
-from cairn.actors.session.machine import (
-    Effect,
-    EndTurn,
-    ErrorJudged,
-    Idle,
-    JudgeError,
-    NextRequest,
-    Queue,
-    RecordError,
-    RecordResponse,
-    RecordTool,
-    RecoverContext,
-    RequestSent,
-    Resume,
-    RunTool,
-    Take,
-    TakeCompaction,
-    TakeItem,
-    TurnEnded,
-    TurnStarting,
-    WaitThenRetry,
-)
-from cairn.actors.session.messages import ManualCompact, RetryRequest, Send, ToolDone, tell_from_thread
-from cairn.actors.session.preparing import (
-    CompactFirst,
-    HandoffRefused,
-    L1Done,
-    SendRequest,
-    SlimFirst,
-    TooManyRequests,
-    WriteHandoff,
-    before_request,
-    first_request,
+from cairn.actors.session.messages import (
+    CancelRequest,
+    ManualCompact,
+    RetryRequest,
+    Send,
+    ToolDone,
+    tell_from_thread,
 )
 from cairn.actors.session.request import (
     AssembledRequest,
@@ -96,6 +71,9 @@ from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, Malforme
 from cairn.events.model import ToolCall
 
 log = logging.getLogger("cairn.session")
+
+#: the reason recorded for a turn a message sent with `mid_turn="interrupt"` cancelled
+INTERRUPTING = "a new message was sent with mid_turn='interrupt'"
 
 
 class TurnLoop(Admitting):
@@ -127,9 +105,9 @@ class TurnLoop(Admitting):
                 keys=[send.key for send in accepted],
             )
             self._run = TurnRun(turn_id, [send.handle for send in accepted] + joining)
-            self._advance(TurnStarting())
+            self._advance(machine.TurnStarting())
             if not self._sends:  # C11: a waiting message is recorded before the first request
-                request = first_request(
+                request = preparing.first_request(
                     self._sid,
                     self._state,
                     self._view,
@@ -146,7 +124,7 @@ class TurnLoop(Admitting):
                 send.handle._finish(result)
             for handle in joining:
                 handle._finish(result)
-            return self._advance(TurnEnded())
+            return self._advance(machine.TurnEnded())
         self._remember(accepted, turn_id)
         if request is None:
             return self._next_request()
@@ -156,8 +134,9 @@ class TurnLoop(Admitting):
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
         run = self._run
         assert run is not None
-        sends, joining = self._accept(self._sends)
-        self._sends = []
+        steering = [send for send in self._sends if send.mid_turn == "steer"]
+        self._sends = [send for send in self._sends if send.mid_turn != "steer"]  # after the turn
+        sends, joining = self._accept(steering)
         if not sends:
             return True
         run.handles.extend(send.handle for send in sends)
@@ -170,7 +149,7 @@ class TurnLoop(Admitting):
 
     def _resume(self) -> None:
         """Idle again: run a waiting manual compaction, else start a turn with the waiting messages."""
-        if not isinstance(self._mode, Idle):
+        if not isinstance(self._mode, machine.Idle):
             return
         if self._manual:
             return self._manual_start(self._manual.pop(0))
@@ -185,12 +164,12 @@ class TurnLoop(Admitting):
         if self._steer():
             self._prepare("")
 
-    def _prepare(self, done: L1Done) -> None:
-        """L1 and H1 before the turn's next request, one stage at a time (`machine.before_request`)."""
+    def _prepare(self, done: preparing.L1Done) -> None:
+        """L1 and H1 before the turn's next request, one stage at a time (`preparing.before_request`)."""
         run = self._run
         assert run is not None
         while True:
-            move = before_request(
+            move = preparing.before_request(
                 self._state,
                 self._view,
                 now_ms=self._rt.clock_ms(),
@@ -200,25 +179,25 @@ class TurnLoop(Admitting):
                 handoff_failed=run.handoff_failed,
             )
             match move:
-                case TooManyRequests(requests):
+                case preparing.TooManyRequests(requests):
                     why = f"the turn made {requests} requests without the model finishing"
                     return self._fail("provider", "too-many-requests", why)
-                case SlimFirst(event, stage):
+                case preparing.SlimFirst(event, stage):
                     if not self._try_persist([event], "compaction"):
                         return
                     done = stage
-                case CompactFirst(source):
+                case preparing.CompactFirst(source):
                     return self._compact("threshold", source=source)
-                case WriteHandoff(event):
+                case preparing.WriteHandoff(event):
                     try:
                         self._persist([event])
                     except CairnError as exc:
                         self._handoff_failed(exc)
                     done = "handoff"
-                case HandoffRefused(error):
+                case preparing.HandoffRefused(error):
                     self._handoff_failed(error)
                     done = "handoff"
-                case SendRequest(occ):
+                case preparing.SendRequest(occ):
                     return self._send_request(occ)
                 case _:
                     assert_never(move)
@@ -241,7 +220,7 @@ class TurnLoop(Admitting):
         run.requests += 1
         run.begin(request_id)
         job = next(self._jobs)
-        self._advance(RequestSent(job, request_id))
+        self._advance(machine.RequestSent(job, request_id))
         info = self._state.info
         request = ProviderRequest(
             model=assembled.model,
@@ -269,54 +248,64 @@ class TurnLoop(Admitting):
 
     # -- the machine's effects ---------------------------------------------------------------------
 
-    def _carry_out(self, effect: Effect, cause: object) -> bool:
+    def _carry_out(self, effect: machine.Effect, cause: object) -> bool:
         """One effect of `machine.step`, with the message that caused it; False when the turn ended."""
+        # long: one match arm per effect of the machine
         match effect:
-            case Take(kind) | Queue(kind) if kind == "compact":
+            case machine.Take(kind) | machine.Queue(kind) if kind == "compact":
                 assert isinstance(cause, ManualCompact)
-                if isinstance(effect, Take):
+                if isinstance(effect, machine.Take):
                     self._manual_start(cause)
                 else:
                     self._manual.append(cause)  # after the turn
-            case Take():
+            case machine.Take():
                 assert isinstance(cause, Send)
                 self._start([cause])
-            case Queue():
+            case machine.Queue():
                 assert isinstance(cause, Send)
                 self._queue_send(cause)
-            case TakeItem():
+            case machine.Refuse():
+                assert isinstance(cause, Send)
+                why = (
+                    f"session {self._sid} is running a turn, and the message was sent with mid_turn='reject'"
+                )
+                cause.handle._finish(self._result("rejected", "", error_class="TurnRunning", error=why))
+            case machine.CancelTurn():
+                reason = cause.reason if isinstance(cause, CancelRequest) else INTERRUPTING
+                return self._cancel(reason)
+            case machine.TakeItem():
                 assert isinstance(cause, ProviderItem)
                 self._take_item(cause.item)
-            case RecordResponse(completes):
+            case machine.RecordResponse(completes):
                 assert isinstance(cause, ProviderDone)
                 return self._record_response(cause, completes=completes)
-            case RunTool(job, index, call):
+            case machine.RunTool(job, index, call):
                 self._run_tool(job, index, call)
-            case RecordTool(call):
+            case machine.RecordTool(call):
                 assert isinstance(cause, ToolDone)
                 return self._record_tool(call, cause.outcome)
-            case NextRequest():
+            case machine.NextRequest():
                 self._next_request()
-            case JudgeError():
+            case machine.JudgeError():
                 assert isinstance(cause, ProviderFailed)
                 self._judge(cause)
-            case RecordError():
+            case machine.RecordError():
                 assert isinstance(cause, JudgedFailure)
                 return self._record_error(cause.decision)
-            case WaitThenRetry(job, wait_ms):
+            case machine.WaitThenRetry(job, wait_ms):
                 self._retry_later(job, wait_ms)
-            case RecoverContext():
+            case machine.RecoverContext():
                 assert isinstance(cause, JudgedFailure)
                 self._recover(cause.failure)
-            case EndTurn("completed"):
+            case machine.EndTurn("completed"):
                 self._finish("completed")
-            case EndTurn(_):
+            case machine.EndTurn(_):
                 assert isinstance(cause, JudgedFailure)
                 self._finish("failed", "provider", cause.failure.error_class, cause.decision.detail)
-            case TakeCompaction(trigger):
+            case machine.TakeCompaction(trigger):
                 assert isinstance(cause, CompactionDone)
                 return self._take_compaction(cause, trigger)
-            case Resume():
+            case machine.Resume():
                 self._resume()
             case _:
                 assert_never(effect)
@@ -422,7 +411,7 @@ class TurnLoop(Admitting):
             draw=self._rt.retry_draw(),
             policy=self._rt.retry,
         )
-        self._advance(ErrorJudged(failure.job, decision.verdict), JudgedFailure(failure, decision))
+        self._advance(machine.ErrorJudged(failure.job, decision.verdict), JudgedFailure(failure, decision))
 
     def _record_error(self, decision: FailureDecision) -> bool:
         """The `provider-error` first; a failure's closing events are best effort (the turn ends anyway)."""

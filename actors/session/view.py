@@ -143,6 +143,7 @@ class HistoryView:
         self, context: tuple[Message, ...], counts: tuple[TokenCount | ShownCount | None, ...], start: int
     ) -> None:
         """Walk `context[start:]` into the memo (one loop, locals only: a rebuild walks every message)."""
+        # long: the respawn walks every message of the session here; a call per step costs
         counter = self.counter
         scheme = counter.scheme
         count = counter.message

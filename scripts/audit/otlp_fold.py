@@ -19,6 +19,7 @@ from cairn.events.kinds import (
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -112,7 +113,7 @@ class TraceFold:
                     turn.children.append(span)
                 elif record.pos >= self.since:
                     return [span]
-            case TurnCompleted() | TurnFailed():
+            case TurnCompleted() | TurnFailed() | TurnCancelled():
                 if turn is None or event.turn_id != turn.turn_id:
                     self.unplaced += 1
                     return []

@@ -22,6 +22,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
 )
@@ -290,7 +291,7 @@ class SpanMaker:
         )
 
     def turn_spans(
-        self, turn: OpenTurn, record: Record, event: TurnCompleted | TurnFailed
+        self, turn: OpenTurn, record: Record, event: TurnCompleted | TurnFailed | TurnCancelled
     ) -> list[PlannedSpan]:
         """The spans of a closed turn: its root, one per request, then the others in line order."""
         attributes = self._common(turn.turn_id)
@@ -309,6 +310,10 @@ class SpanMaker:
         error = None
         if isinstance(event, TurnCompleted):
             attributes["cairn.turn.outcome"] = "completed"
+        elif isinstance(event, TurnCancelled):  # on purpose: not an error
+            attributes["cairn.turn.outcome"] = "cancelled"
+            if event.reason:
+                attributes["cairn.turn.cancel_reason"] = clean(event.reason)
         else:
             attributes["cairn.turn.outcome"] = "failed"
             attributes["cairn.turn.failed_phase"] = event.phase

@@ -22,6 +22,7 @@ from cairn.events.kinds import (
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -86,6 +87,7 @@ class SessionFold:
     last_seq: int = 0
     turns: int = 0
     turns_completed: int = 0
+    turns_cancelled: int = 0
     open_turn: str | None = None
     responses: int = 0
     prompt_tokens: int = 0
@@ -103,6 +105,7 @@ class SessionFold:
         return sum(self.failure_counts.values())
 
     def add(self, record: Record) -> None:
+        # long: one match arm per event kind
         event = record.event
         turn = self._turns.turn_of(event)
         self.events += 1
@@ -120,6 +123,9 @@ class SessionFold:
                 self.open_turn = event.turn_id
             case TurnCompleted():
                 self.turns_completed += 1
+                self.open_turn = None
+            case TurnCancelled():
+                self.turns_cancelled += 1
                 self.open_turn = None
             case AssistantMessage():
                 self.responses += 1

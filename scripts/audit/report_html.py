@@ -239,7 +239,7 @@ def session_page(entry: SessionEntry) -> str:
         ("workspace", fold.workspace),
         ("context window", "" if fold.context_window is None else f"{fold.context_window:,}"),
         ("events", f"{fold.events:,} (seq 1..{fold.last_seq:,})"),
-        ("turns", f"{fold.turns:,} started, {fold.turns_completed:,} completed"),
+        ("turns", f"{fold.turns:,} started, {fold.turns_completed:,} completed{_cancelled(fold)}"),
         ("state", entry.state + (f" ({fold.open_turn})" if fold.open_turn else "")),
         ("prompt tokens", _tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses)),
         ("completion tokens", _tokens(fold.completion_tokens, fold.completion_reports, fold.responses)),
@@ -267,3 +267,8 @@ def session_page(entry: SessionEntry) -> str:
         + verify
     )
     return _page(title, body)
+
+
+def _cancelled(fold: SessionFold) -> str:
+    """`, 2 cancelled` when the host cancelled turns of the session, else nothing."""
+    return f", {fold.turns_cancelled:,} cancelled" if fold.turns_cancelled else ""

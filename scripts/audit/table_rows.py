@@ -24,6 +24,7 @@ from cairn.events.kinds import (
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -52,7 +53,7 @@ class TurnFold:
             self.open_turn = event.turn_id
             self.request_turns.clear()
             return event.turn_id
-        if isinstance(event, TurnCompleted | TurnFailed):
+        if isinstance(event, TurnCompleted | TurnFailed | TurnCancelled):
             self.open_turn = None
             return event.turn_id
         if isinstance(event, Request):
@@ -157,6 +158,8 @@ def body_row(event: Event) -> dict[str, Any]:
             return {"requests": event.requests}
         case TurnFailed():
             return {"phase": event.phase, "error_class": event.error_class, "error": event.error}
+        case TurnCancelled():
+            return {"reason": event.reason}
         case Request():
             fields = msgspec.structs.asdict(event)
             del fields["turn_id"]

@@ -35,6 +35,7 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
     turn_started          message_id
     turn_completed        requests int64
     turn_failed           phase, error_class, error
+    turn_cancelled        reason
     request               request_id, attempt int64, fingerprint, history_revision int64,
                           projected_tokens int64, phase, message_count int64, history_length int64,
                           model, fixed_tokens int64, projection_source, handoff_included bool
@@ -111,6 +112,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "turn_started": (("message_id", STR),),
     "turn_completed": (("requests", INT),),
     "turn_failed": (("phase", STR), ("error_class", STR), ("error", STR)),
+    "turn_cancelled": (("reason", STR),),
     "request": (
         ("request_id", STR),
         ("attempt", INT),

@@ -47,6 +47,7 @@ from cairn.events.kinds import (
     Request,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -63,6 +64,7 @@ MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "provider-error": ("x", "tab:red", "provider error"),
     "turn-failed": ("P", "tab:red", "failed turn"),
     "interrupted": ("P", "tab:gray", "interrupted turn"),
+    "cancelled": ("P", "tab:blue", "cancelled turn"),
 }
 
 
@@ -213,6 +215,8 @@ def timeline_data(
             case TurnFailed():
                 kind = "interrupted" if event.phase == "interrupted" else "turn-failed"
                 mark(kind, seq, f"turn failed ({event.phase})")
+            case TurnCancelled():
+                mark("cancelled", seq, "turn cancelled" + (f": {event.reason}" if event.reason else ""))
             case UserMessage() | TurnCompleted() | AssistantMessage() | ToolResult() | OwnerChanged():
                 pass  # no series or marker of the timeline
             case _:

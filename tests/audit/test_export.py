@@ -154,7 +154,8 @@ def test_tokens_per_session_and_per_turn_equal_the_log(pristine: Path, exported:
     outside = sql(
         f"""with bounds as (
               select sid, turn_id, min(seq) as first, max(seq) as last from {t(exported, "events")}
-              where kind in ('turn-started', 'turn-completed', 'turn-failed') group by all)
+              where kind in ('turn-started', 'turn-completed', 'turn-failed', 'turn-cancelled')
+              group by all)
             select count(*) from {t(exported, "usage")} u join bounds b using (sid, turn_id)
             where u.seq < b.first or u.seq > b.last"""
     )

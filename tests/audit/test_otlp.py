@@ -43,6 +43,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
@@ -201,7 +202,7 @@ def from_log(store: Path) -> FromLog:
                 e = r.event
                 if isinstance(e, TurnStarted):
                     open_turn = (e.turn_id, r.ts)
-                elif isinstance(e, TurnCompleted | TurnFailed):
+                elif isinstance(e, TurnCompleted | TurnFailed | TurnCancelled):
                     assert open_turn is not None and open_turn[0] == e.turn_id
                     log.turns[(sid, e.turn_id)] = (open_turn[1], r.ts, isinstance(e, TurnFailed))
                     open_turn = None

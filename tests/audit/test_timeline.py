@@ -32,6 +32,7 @@ MARKER_OF = {
     "compaction-failed": "compaction-failed",
     "provider-error": "provider-error",
     "turn-failed": "turn-failed",
+    "turn-cancelled": "cancelled",
 }
 
 

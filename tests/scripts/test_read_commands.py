@@ -1,8 +1,8 @@
 """Every read command of `cairn`, table and --json, over a store that holds every event kind.
 
 The store is what the demo leaves (hand-offs, slimming, LLM and fallback
-checkpoints, a reactive recovery), plus what the demo never does: a fork, a
-tool result kept as a blob, a failed turn. Every command must exit 0 with
+checkpoints, a reactive recovery), plus what the demo never does (`tests.every_kind`): a
+fork, a tool result kept as a blob, a failed turn, a cancelled one. Every command must exit 0 with
 no traceback on every session, and its --json must parse (JSON Lines for
 `log`). A new event kind the store does not hold fails the first test, so
 the matrix keeps covering every kind.
@@ -22,27 +22,12 @@ from typing import Any
 
 import pytest
 
-from cairn import Host, HostConfig, cli, demo
+from cairn import cli, demo
 from cairn._cli_read import describe
-from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
-from cairn.actors.tools import ToolInvocation, ToolOutcome
-from cairn.events.kinds import EVENT_TYPES, OwnerChanged
-from cairn.events.model import ToolCall
 from cairn.store import Journal
+from tests.every_kind import EVERY_KIND, add_the_rest
 
 CAIRN = Path(sys.executable).parent / "cairn"  # the installed console script
-BIG = 300_000  # chars of a tool result: over the 256 KiB blob threshold
-EVERY_KIND = {str(cls.__struct_config__.tag) for cls in EVENT_TYPES}
-
-
-class BigTool:
-    """`big` returns 300,000 chars; the journal keeps them in blobs/."""
-
-    schemas = ('{"name":"big","parameters":{"type":"object"}}',)
-    read_only = ("big",)
-
-    def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
-        return ToolOutcome(content="x" * (BIG - 20) + " end of big output\n")
 
 
 @pytest.fixture(scope="module")
@@ -56,24 +41,7 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def store(demo_report: dict[str, Any]) -> Path:
     root = Path(demo_report["store"])
-    provider = ScriptedProvider(
-        turns=(
-            Reply(text="Running the big tool.", tool_calls=(ToolCall("big-1", "big", "{}"),)),
-            Reply(text="It printed a lot."),
-            http_error(400, "this request is malformed"),  # not retryable: provider-error, turn-failed
-        )
-    )
-    with Host.open(
-        root, provider=provider, tools=BigTool(), settings=demo.SETTINGS, config=HostConfig(sweep=False)
-    ) as host:
-        assert host.send("extra", "run the big tool", workspace=root).result(60).ok
-        failed = host.send("extra", "and again").result(60)
-        assert failed.status == "failed" and failed.phase == "provider"
-        host.fork("demo-1", "demo-1-fork")
-        host.fork("extra", "extra-fork")
-    with Journal.open(root) as journal:  # what a cluster host writes when it takes a session
-        taken = OwnerChanged(host_id="host-b", lease_revision=7, previous_host="host-a")
-        journal.append("extra", [taken], expected_seq=journal.last_seq("extra"))
+    add_the_rest(root)
     return root
 
 

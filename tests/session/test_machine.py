@@ -15,6 +15,8 @@ from cairn.actors.session.machine import (
     AwaitingProvider,
     AwaitingRetry,
     AwaitingTools,
+    CancelAsked,
+    CancelTurn,
     CompactionAsked,
     CompactionEnded,
     EndTurn,
@@ -32,6 +34,7 @@ from cairn.actors.session.machine import (
     RecordResponse,
     RecordTool,
     RecoverContext,
+    Refuse,
     RequestSent,
     ResponseEnded,
     Resume,
@@ -99,6 +102,37 @@ def test_C11_a_message_that_arrives_during_any_wait_is_kept_for_later(mode: Mode
     a manual compaction (K4) waits for the turn's end. Neither changes the mode."""
     assert step(mode, HostMessage("send")) == (mode, (Queue("send"),))
     assert step(mode, HostMessage("compact")) == (mode, (Queue("compact"),))
+
+
+@pytest.mark.parametrize("mode", [m for m in WAITING if turn_runs(m)], ids=lambda mode: type(mode).__name__)
+def test_a_message_sent_mid_turn_does_what_its_policy_says(mode: Mode) -> None:
+    assert step(mode, HostMessage("send", "steer")) == (mode, (Queue("send"),))
+    assert step(mode, HostMessage("send", "queue")) == (mode, (Queue("send"),))  # `_steer` leaves it
+    assert step(mode, HostMessage("send", "reject")) == (mode, (Refuse(),))
+    # queued first, so the turn's end finds it and starts the next turn with it
+    assert step(mode, HostMessage("send", "interrupt")) == (Preparing(), (Queue("send"), CancelTurn()))
+
+
+def test_without_a_running_turn_the_policy_does_not_matter() -> None:
+    for policy in ("steer", "queue", "reject", "interrupt"):
+        assert step(Idle(), HostMessage("send", policy)) == (Idle(), (Take("send"),))  # type: ignore[arg-type]
+        manual = AwaitingCompaction(3, "manual")
+        assert step(manual, HostMessage("send", policy)) == (manual, (Queue("send"),))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", [m for m in WAITING if turn_runs(m)], ids=lambda mode: type(mode).__name__)
+def test_a_cancel_ends_the_running_turn_in_any_mode(mode: Mode) -> None:
+    assert step(mode, CancelAsked()) == (Preparing(), (CancelTurn(),))
+    # whatever it waited for is stale afterwards: the turn's end leaves the session idle
+    idle, _ = step(Preparing(), TurnEnded())
+    assert step(idle, ResponseEnded(7, (), steering_waits=False)) == (idle, ())
+    assert step(idle, ToolEnded(7, 0)) == (idle, ())
+    assert step(idle, CompactionEnded(8)) == (idle, ())
+
+
+def test_a_cancel_without_a_running_turn_changes_nothing() -> None:
+    for mode in (Idle(), AwaitingCompaction(3, "manual")):
+        assert step(mode, CancelAsked()) == (mode, ())
 
 
 # --- one request and its answer -----------------------------------------------------------------------
