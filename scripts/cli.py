@@ -45,7 +45,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """`cairn bench`: `cairn.bench.main` with these arguments."""
     from cairn import bench
 
-    argv = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else [])]
+    flags = {"--quick": args.quick, "--json": args.json, "--explore": args.explore, "--long": args.long}
+    argv = [flag for flag, given in flags.items() if given]
     if args.only:
         argv += ["--only", args.only]
     if args.provider:
@@ -281,12 +282,18 @@ def _add_bench(
 ) -> None:
     """`cairn bench`: the benchmarks."""
     p = sub.add_parser("bench", parents=[common], help="benchmarks (ratios measured in one run)")
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a small run (under 2 minutes by default)")
+    p.add_argument("--explore", action="store_true", help="also show the figures judged against nothing")
+    p.add_argument(
+        "--long",
+        action="store_true",
+        help="also the long suites (hosts, audit, cluster, model) and the full quality corpus",
+    )
     p.add_argument(
         "--only",
         default=None,
-        help="comma-separated suites (default: all of store, context, respawn, compaction, quality, "
-        "turns, cluster, hosts, placement, audit, asyncloop, model)",
+        help="comma-separated suites (default: store, context, respawn, compaction, quality, turns, "
+        "asyncloop) (long, only when named or with --long: hosts, audit, cluster, model)",
     )
     p.add_argument(
         "--provider",

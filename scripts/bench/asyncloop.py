@@ -71,12 +71,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from cairn import AsyncHost, Host, HostConfig, SessionSettings, TextDelta
 from cairn.actors.provider.base import ProviderRequest
 from cairn.actors.provider.scripted import Outcome, Reply, ScriptedProvider
 from cairn.actors.tools import ToolInvocation, ToolOutcome
-from cairn.bench import Figure, figure
-from cairn.bench._measure import LoadMeter, Pairs, interleave
+from cairn.bench._figure import Comparison, Figure
+from cairn.bench._measure import LoadMeter, interleave
 from cairn.events.model import ToolCall
 
 SETTINGS = SessionSettings(
@@ -325,92 +327,77 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
     work = f"{sessions} sessions x {turns} turns on one loop (one tool call and a streamed reply each)"
     idle_own = _series(s["idle"], "own")
     pairs_said = ", ".join(f"{b:.2f}->{a:.2f}" for b, a in zip(idle_own, own, strict=True))
-    versus_figure, versus = _vs_threaded(s, work, load)
+    versus = _vs_threaded(s, work, load)
     figures = [
-        _with_runs(
-            figure(
-                "asyncloop.own_stall_ms",
-                round(own_median, 2),
-                "ms",
-                target=f"<= {OWN_STALL_TARGET_MS:g} ms (median of the runs), or own_stall_vs_threaded >= "
-                f"{VS_THREADED_TARGET:g}",
-                met=own_stall_met(own_median, versus.ratio),
-                detail=f"the loop's own worst stall per async run (worst {max(own):.2f}), {work}; against "
-                f"an idle loop in {len(own)} pairs (idle->async ms): {pairs_said}; the same work on plain "
-                f"threads beside an idle loop: {_listed(_series(s['threaded'], 'own'))} ms",
-                load=load,
-            ),
-            runs,
-            "own",
+        Figure.measured(
+            "asyncloop.own_stall_ms",
+            round(own_median, 2),
+            "ms",
+            f"the loop's own worst stall per async run (worst {max(own):.2f}), {work}; against an idle loop "
+            f"in {len(own)} pairs (idle->async ms): {pairs_said}; the same work on plain threads beside an "
+            f"idle loop: {_listed(_series(s['threaded'], 'own'))} ms",
+            load,
+            target=f"<= {OWN_STALL_TARGET_MS:g} ms (median of the runs), or own_stall_vs_threaded >= "
+            f"{VS_THREADED_TARGET:g}",
+            met=own_stall_met(own_median, float(versus.value or 0)),
         ),
-        versus_figure,
-        _with_runs(
-            figure(
-                "asyncloop.loop_busy_ms",
-                round(statistics.median(_series(s["async"], "busy")), 2),
-                "ms",
-                detail="the most CPU time the loop thread spent between two of the monitor's wake-ups "
-                f"(its own work, not waiting), per async run: {_listed(_series(s['async'], 'busy'))} ms; "
-                f"an idle loop: {_listed(_series(s['idle'], 'busy'))} ms",
-            ),
-            runs,
-            "busy",
+        versus,
+        Figure(
+            "asyncloop.loop_busy_ms",
+            round(statistics.median(_series(s["async"], "busy")), 2),
+            "ms",
+            detail="the most CPU time the loop thread spent between two of the monitor's wake-ups "
+            f"(its own work, not waiting), per async run: {_listed(_series(s['async'], 'busy'))} ms; "
+            f"an idle loop: {_listed(_series(s['idle'], 'busy'))} ms",
+            explore=True,
         ),
     ]
+    figures[0] = msgspec.structs.replace(figures[0], runs=_runs_of(runs, "own"))
+    figures[2] = msgspec.structs.replace(figures[2], runs=_runs_of(runs, "busy"))
     for key, said in (("p50", "median"), ("p99", "99th percentile"), ("max", "worst")):
-        pairs = Pairs(_floored(s["idle"], key), _floored(s["async"], key), higher_is_better=False)
-        figures.append(
-            figure(
-                f"asyncloop.late_{key}_ms",
-                round(pairs.subject, 2),
-                "ms",
-                detail=f"{said} lateness of a 1 ms sleep on the loop, all causes, {work}; an idle loop "
-                f"{pairs.baseline:.2f} ms (the ratio: idle over async), the same work on plain threads "
-                f"{_listed(_series(s['threaded'], key))} ms; idle->async ms",
-                pairs=pairs,
-                load=load,
-                fmt=".2f",
-            )
+        late = Comparison(
+            f"asyncloop.late_{key}_ms",
+            "idle",
+            "async",
+            f"an idle loop's {said} lateness of a 1 ms sleep over the loop's running the work (all causes), "
+            f"{work}; the same work on plain threads {_listed(_series(s['threaded'], key))} ms",
+            better="lower",
+            fmt=".2f",
         )
+        figures.append(late.judge({n: _floored(s[n], key) for n in ("idle", "async")}, load))
     batches = [run.get("batch", 0.0) for run in s["async"]]
+    ticks = _series(s["async"], "ticks")
     figures.append(
-        figure(
+        Figure(
             "asyncloop.items_per_wakeup",
             round(statistics.median(batches), 1),
             "items",
             detail="the turns' items and ends handed to the loop per wake-up of it (AsyncHost's inbox "
-            f"batches what piled up while the loop was busy), per async run: {_listed(batches, '.1f')}",
-        )
-    )
-    ticks = _series(s["async"], "ticks")
-    figures.append(
-        figure(
-            "asyncloop.ticks",
-            round(statistics.median(ticks)),
-            "wake-ups",
-            detail=f"the monitor's wake-ups per async run ({_listed(ticks, '.0f')})",
+            f"batches what piled up while the loop was busy), per async run: {_listed(batches, '.1f')}; "
+            f"the monitor's wake-ups per async run: {_listed(ticks, '.0f')}",
+            explore=True,
         )
     )
     return figures
 
 
-def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMeter) -> tuple[Figure, Pairs]:
-    """The async run's own worst stall against the threaded run's idle loop, round by round: the
-    figure (reported; the judged `own_stall_ms` uses its ratio) and its pairs."""
-    pairs = Pairs(_floored(s["threaded"], "own"), _floored(s["async"], "own"), higher_is_better=False)
-    out = figure(
-        "asyncloop.own_stall_vs_threaded",
-        round(pairs.ratio, 2),
-        "x",
-        detail=f"the own worst stall of an idle loop beside the same work on plain threads over that of "
-        f"the loop running it, {work}: what AsyncHost adds to what the threads' GIL already costs a "
-        f"loop (part of own_stall_ms's target: at least {VS_THREADED_TARGET:g} where the loop's own "
-        f"stall is over {OWN_STALL_TARGET_MS:g} ms); threaded->async ms",
-        pairs=pairs,
-        load=load,
-        fmt=".2f",
-    )
-    return out, pairs
+#: the async run's own worst stall against the threaded run's idle loop, round by round: what
+#: AsyncHost adds to what the threads' GIL already costs a loop (part of own_stall_ms's target)
+VS_THREADED = Comparison(
+    "asyncloop.own_stall_vs_threaded",
+    "threaded",
+    "async",
+    "the own worst stall of an idle loop beside the same work on plain threads over that of the loop "
+    f"running it (part of own_stall_ms's target: at least {VS_THREADED_TARGET:g} where the loop's own "
+    f"stall is over {OWN_STALL_TARGET_MS:g} ms)",
+    better="lower",
+    fmt=".2f",
+)
+
+
+def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMeter) -> Figure:
+    values = {name: _floored(s[name], "own") for name in ("threaded", "async")}
+    return VS_THREADED.judge(values, load, work)
 
 
 def _floored(summaries: list[dict[str, float]], key: str) -> list[float]:
@@ -422,10 +409,9 @@ def _listed(values: list[float], fmt: str = ".2f") -> str:
     return ", ".join(f"{v:{fmt}}" for v in values)
 
 
-def _with_runs(out: Figure, runs: Runs, key: str) -> Figure:
-    """The figure with every run's value for `--json`: idle, async and threaded, in round order."""
-    out["runs"] = {name: _series(values, key) for name, values in runs.summaries.items()}
-    return out
+def _runs_of(runs: Runs, key: str) -> dict[str, list[float]]:
+    """Every run's value for `--json`: idle, async and threaded, in round order."""
+    return {name: _series(values, key) for name, values in runs.summaries.items()}
 
 
 def run(quick: bool) -> list[Figure]:

@@ -33,6 +33,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cairn.bench import Figure, figure, guarded
-from cairn.bench._measure import LoadMeter, Pairs, alternate
+from cairn.bench import guarded
+from cairn.bench._figure import Comparison, Figure, compare
 from cairn.bench._workload import payload
 from cairn.events.kinds import (
     AssistantMessage,
@@ -262,7 +263,7 @@ def measure(task: str, store: Path, workdir: Path) -> dict[str, Any]:
 
 
 def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) -> list[Figure]:
-    """`task` on the small and the large store in alternating pairs: time, peaks, and the growth."""
+    """`task` on the small and the large store in alternating pairs: the growth of its peak memory."""
     (small, small_store), (large, large_store) = sorted(stores.items())
     runs: dict[int, list[dict[str, Any]]] = {small: [], large: []}
 
@@ -271,54 +272,31 @@ def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) ->
         runs[size].append(result)
         return float(result["anon_kib"])
 
-    with LoadMeter() as meter:
-        anon = alternate(lambda: run(small, small_store), lambda: run(large, large_store), pairs)
-    hwm = Pairs([r["hwm_kib"] for r in runs[small]], [r["hwm_kib"] for r in runs[large]])
-    seconds = Pairs([r["seconds"] for r in runs[small]], [r["seconds"] for r in runs[large]])
     what = f"`cairn {'export --format parquet' if task == 'export' else task}`"
-    sizes = f"{small:,} vs {large:,} events in {SESSIONS} sessions"
-    mib = [f"{r['anon_kib'] / 1024:.0f}" for r in runs[large]]
+    growth = Comparison(
+        f"{task}.memory_growth",
+        "small",
+        "large",
+        f"peak anonymous RSS of {what} in a fresh process, small store over large "
+        f"({small:,} vs {large:,} events in {SESSIONS} sessions; KiB)",
+        target=1 / MEMORY_TARGET,
+        says=f"large within {MEMORY_TARGET}x small (>= {1 / MEMORY_TARGET:.2f}x)",
+        better="lower",
+    )
+    done = compare(
+        [("small", lambda: run(small, small_store)), ("large", lambda: run(large, large_store))],
+        [growth],
+        pairs,
+    )
+    seconds = statistics.median(r["seconds"] for r in runs[large])
+    hwm = statistics.median(r["hwm_kib"] for r in runs[large])
+    took = (
+        f"{large / seconds:,.0f} events/s at {large:,} events; peak RSS (VmHWM, file pages of the mmapped "
+        f"log and index included) {hwm / 1024:,.0f} MiB"
+    )
     return [
-        figure(
-            f"{task}.seconds_1m" if large == FULL[1] else f"{task}.seconds",
-            round(seconds.subject, 1),
-            "s",
-            detail=f"{what} of {large:,} events ({large / seconds.subject:,.0f} events/s), "
-            f"in a fresh process; {small:,} events took {seconds.baseline:.1f} s",
-            load=meter,
-        ),
-        figure(
-            f"{task}.peak_rss_mib",
-            round(hwm.subject / 1024, 1),
-            "MiB",
-            detail=f"VmHWM of the child at {large:,} events (file pages of the mmapped log and index "
-            f"included); {hwm.describe(',.0f')} KiB",
-        ),
-        figure(
-            f"{task}.peak_anon_mib",
-            round(anon.subject / 1024, 1),
-            "MiB",
-            detail=f"peak RssAnon of the child at {large:,} events (sampled every 10 ms): "
-            f"{', '.join(mib)} MiB",
-        ),
-        figure(
-            f"{task}.memory_growth",
-            round(anon.ratio, 3),
-            "x",
-            f"<= {MEMORY_TARGET}x",
-            anon.ratio <= MEMORY_TARGET,
-            f"peak anonymous RSS, large store over small ({sizes}; KiB)",
-            pairs=anon,
-            load=meter,
-            fmt=",.0f",
-        ),
-        figure(
-            f"{task}.rss_growth",
-            round(hwm.ratio, 3),
-            "x",
-            detail=f"peak RSS (VmHWM, file pages included), large over small ({sizes}): "
-            f"{hwm.describe(',.0f')}",
-        ),
+        *done.figures,
+        Figure.measured(f"{task}.seconds", round(seconds, 1), "s", took, done.load, explore=True),
     ]
 
 
@@ -328,22 +306,10 @@ def run(quick: bool) -> list[Figure]:
     workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-"))
     try:
         stores: dict[int, Path] = {}
-        figures: list[Figure] = []
-        started = time.perf_counter()
-        written = 0
         for size in (small, large):
             stores[size] = workdir / f"store-{size}"
-            written += build_store(stores[size], size)
-        built = time.perf_counter() - started
-        figures.append(
-            figure(
-                "build.events_per_s",
-                round(written / built),
-                "events/s",
-                detail=f"{written:,} events in {SESSIONS} sessions per store, by batch appends of about "
-                f"{BATCH:,} events (Journal.append, fsynced), in {built:.1f} s",
-            )
-        )
+            build_store(stores[size], size)
+        figures: list[Figure] = []
         for task in TASKS:
             figures += guarded(task, functools.partial(bench_task, task, stores, workdir, pairs))
         return figures

@@ -9,9 +9,8 @@ figures are ratios):
   thread appending one event per call and waiting for its ack (the store
   suite's `append_rate`, the same event mix), local and cluster in
   alternating pairs; target: the cluster at least 0.5x the local log at 256
-  sessions (the median of the pairs), judged with the threads where the OS
-  places them (cairn's default placement) and reported with them all on one
-  CPU, batch-scheduled, beside it;
+  sessions (the median of the pairs), with the threads where the OS places
+  them (cairn's default placement);
 - the cost of loading a long session from its checkpoint: time and
   messages (lines) read, cluster against local;
 - the failover time from a host's SIGKILL to the first acknowledged event
@@ -27,19 +26,20 @@ Needs the `cluster` extra (nats-py and the nats-server binary).
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.bench import Figure, figure
-from cairn.bench._measure import LoadMeter, Pairs, timed
+from cairn.bench._figure import Comparison, Figure, compare, unavailable
+from cairn.bench._measure import timed
 from cairn.bench.cluster_leader import bench_leader_kill
-from cairn.bench.store import PLACEMENTS, append_events, append_rate
+from cairn.bench.store import append_events, append_rate
 from cairn.bench.store_replay import write_long_session
-from cairn.events.kinds import EventBase
 from cairn.store import Journal
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.layout import Layout
@@ -47,10 +47,6 @@ from cairn.store.jetstream.local_cluster import ClusterStartFailed, LocalCluster
 
 #: the judged ratio: the cluster's durable appends at 256 sessions against the local log's
 TARGET_RATIO = 0.5
-#: where appends are measured: the OS's placement (cairn's default, judged) and one CPU
-APPEND_PLACEMENTS = ("os_placement", "one_cpu")
-#: the placement the target is judged in: cairn's default (`actors.placement.DEFAULT`, the OS's)
-JUDGED_PLACEMENT = "os_placement"
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,6 @@ class Sizes:
     rounds: int
     per_session: dict[int, int]
     load_events: int
-    placements: tuple[str, ...] = APPEND_PLACEMENTS
     #: sessions sent before a host is killed, and the hosts' lease TTL (None: the production default)
     failover_sessions: int = 8
     lease_ttl_s: int | None = None
@@ -76,7 +71,6 @@ SMOKE = Sizes(
     1,
     {1: 20, 16: 4, 256: 1},
     2_000,
-    ("os_placement",),
     failover_sessions=2,
     lease_ttl_s=2,
     leader_sessions=4,
@@ -84,87 +78,45 @@ SMOKE = Sizes(
 )
 
 
-def _pair(
-    local_root: Path,
-    cluster_url: str,
-    layout: Layout,
-    sessions: int,
-    per_session: int,
-    tag: str,
-    local_first: bool,
-    events: Sequence[EventBase],
-) -> tuple[float, float]:
-    """One local and one cluster run of `append_rate`, in the order given: (local, cluster) events/s."""
-
-    def local() -> float:
-        root = local_root / f"append-{tag}"
-        journal = Journal.open(root)
-        try:
-            return append_rate(journal, sessions, per_session, events)
-        finally:
-            journal.close()
-            shutil.rmtree(root, ignore_errors=True)
-
-    def cluster() -> float:
-        journal = JetStreamJournal.open(cluster_url, layout=layout)
-        try:
-            return append_rate(journal, sessions, per_session, events, prefix=f"a{tag}")
-        finally:
-            journal.close()
-
-    if local_first:
-        return local(), cluster()
-    rate = cluster()
-    return local(), rate
-
-
 def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> list[Figure]:
     """Durable appends, 1/16/256 sessions, cluster against local in alternating pairs (module doc)."""
-    rounds, plan = sizes.rounds, sizes.per_session
     events = append_events()
-    rates: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    with LoadMeter() as meter:
-        for round_no in range(rounds):
-            for placement in sizes.placements:
-                with PLACEMENTS[placement][1]():
-                    for sessions, per_session in plan.items():
-                        tag = f"{round_no}-{placement}-{sessions}"
-                        local_first = round_no % 2 == 0
-                        pair = _pair(
-                            workdir, cluster_url, layout, sessions, per_session, tag, local_first, events
-                        )
-                        rates.setdefault((placement, sessions), []).append(pair)
-    figures: list[Figure] = []
-    for placement in sizes.placements:
-        label = PLACEMENTS[placement][0]
-        suffix = "" if placement == JUDGED_PLACEMENT else f".{placement}"
-        for sessions in plan:
-            measured = rates[placement, sessions]
-            pairs = Pairs([local for local, _ in measured], [remote for _, remote in measured])
-            checked = sessions == 256 and placement == JUDGED_PLACEMENT
-            name = f"cluster.append.sessions_{sessions}{suffix}"
-            figures.append(
-                figure(
-                    name,
-                    round(pairs.subject),
-                    "events/s",
-                    detail=f"R3 cluster, {label}; local log {pairs.baseline:,.0f}/s "
-                    f"(medians of {rounds} rounds)",
-                )
+    runs = itertools.count()
+
+    def local(sessions: int, per_session: int) -> float:
+        root = workdir / f"append-{next(runs)}"
+        try:
+            with Journal.open(root) as journal:
+                return append_rate(journal, sessions, per_session, events)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def cluster(sessions: int, per_session: int) -> float:
+        journal = JetStreamJournal.open(cluster_url, layout=layout)
+        try:
+            return append_rate(journal, sessions, per_session, events, prefix=f"a{next(runs)}")
+        finally:
+            journal.close()
+
+    measures: list[tuple[str, Callable[[], float]]] = []
+    comparisons: list[Comparison] = []
+    for sessions, per_session in sizes.per_session.items():
+        measures += [
+            (f"local/{sessions}", functools.partial(local, sessions, per_session)),
+            (f"cluster/{sessions}", functools.partial(cluster, sessions, per_session)),
+        ]
+        comparisons.append(
+            Comparison(
+                f"cluster.append.sessions_{sessions}.ratio",
+                f"local/{sessions}",
+                f"cluster/{sessions}",
+                f"R3 cluster over the local log, {sessions} sessions x {per_session}, threads placed by "
+                "the OS (events/s)",
+                target=TARGET_RATIO if sessions == 256 else None,
+                says=f">= {TARGET_RATIO} x local",
             )
-            figures.append(
-                figure(
-                    f"{name}.ratio",
-                    round(pairs.ratio, 2),
-                    "x",
-                    f">= {TARGET_RATIO} x local" if checked else None,
-                    pairs.ratio >= TARGET_RATIO if checked else None,
-                    f"cluster / local ({label}; local->cluster events/s)",
-                    pairs=pairs,
-                    load=meter,
-                )
-            )
-    return figures
+        )
+    return compare(measures, comparisons, sizes.rounds).figures
 
 
 def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> list[Figure]:
@@ -191,15 +143,15 @@ def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) ->
         remote.close()
     ratio = remote_s / local_s
     return [
-        figure(
+        Figure(
             "cluster.load_ms",
             round(remote_s * 1000, 2),
             "ms",
             detail=f"a session of {events:,} events, a checkpoint every {every}, {tail - 1} after the last; "
-            f"local log {local_s * 1000:.2f} ms",
+            f"local log {local_s * 1000:.2f} ms ({ratio:.1f}x)",
+            explore=True,
         ),
-        figure("cluster.load_vs_local", round(ratio, 1), "x", detail="cluster load time / local load time"),
-        figure(
+        Figure(
             "cluster.load_messages_read",
             remote_read,
             "messages",
@@ -215,7 +167,7 @@ def _failover(workdir: Path, cluster: LocalCluster, sizes: Sizes) -> list[Figure
     try:
         from cairn.bench.cluster_failover import bench_failover
     except ImportError as exc:
-        return [figure("cluster.failover_s", 0, "", detail=f"not measured: no cluster hosts here ({exc})")]
+        return [unavailable("cluster.failover", f"not measured: no cluster hosts here ({exc})")]
     if sizes.lease_ttl_s is None:
         return bench_failover(workdir, cluster, sizes.failover_sessions)
     return bench_failover(workdir, cluster, sizes.failover_sessions, sizes.lease_ttl_s)
@@ -231,7 +183,7 @@ def run(quick: bool, sizes: Sizes | None = None) -> list[Figure]:
             try:
                 cluster = stack.enter_context(LocalCluster(workdir / "nats"))
             except ClusterStartFailed as exc:
-                return [figure("cluster.unavailable", 0, "", detail=str(exc))]
+                return [unavailable("cluster", str(exc))]
             steps = [
                 lambda: bench_appends(workdir, cluster.url, Layout.named("bench_append"), sizes),
                 lambda: bench_load(workdir, cluster.url, Layout.named("bench_load"), sizes),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cairn.bench import Figure, figure
+from cairn.bench._figure import Figure
 from cairn.bench._measure import LoadMeter
 from cairn.events.kinds import SessionStarted
 from cairn.events.state import user_text_message
@@ -93,7 +93,16 @@ def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, afte
     cluster.wait_ready()
     stalls = [end - began for began, end in calls.spans if end >= killed]
     if not stalls:
-        return [figure("cluster.leader_kill_stall_s", 0, "", detail="no call ended after the kill")]
+        return [
+            Figure(
+                "cluster.leader_kill_stall_s",
+                0,
+                "s",
+                f"< {BEFORE_S:.0f} s",
+                False,
+                "no call ended after the kill",
+            )
+        ]
     worst = max(stalls)
     at_kill = [end - began for began, end in calls.spans if began <= killed <= end]
     waited = [stall for stall in stalls if stall >= 1.0]
@@ -101,16 +110,16 @@ def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, afte
         f"the longest of the {len(stalls):,} calls that ended after leader {leader} was SIGKILLed "
         f"(under way at it or begun after it; {len(waited)} of them waited 1 s or more); the "
         f"{len(at_kill)} under way at the kill took at most {max(at_kill, default=0.0):.2f} s; "
-        f"{len(calls.failed)} calls failed; was {BEFORE_S:.0f} s (one whole request timeout)"
+        f"{len(calls.failed)} calls failed"
     )
     return [
-        figure(
+        Figure.measured(
             "cluster.leader_kill_stall_s",
             round(worst, 2),
             "s",
-            f"< {BEFORE_S:.0f} s",
-            worst < BEFORE_S and not calls.failed,
             detail,
-            load=load,
+            load,
+            target=f"< {BEFORE_S:.0f} s",
+            met=worst < BEFORE_S and not calls.failed,
         )
     ]

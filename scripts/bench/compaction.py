@@ -19,8 +19,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
@@ -32,7 +32,7 @@ from cairn.actors.compactor.ledger import NEXT_ACTION
 from cairn.actors.compactor.replacement import fallback_summary_message
 from cairn.actors.provider.scripted import ScriptedProvider, http_error
 from cairn.actors.tokens import TokenCounter
-from cairn.bench import figure
+from cairn.bench._figure import Figure
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,
@@ -192,7 +192,7 @@ def _mandatory(checkpoint: CheckpointCommitted, counter: TokenCounter) -> int:
     return counter.messages([messages[0], messages[-1]] if len(messages) > 1 else messages[:1])
 
 
-def _fallback_plan_ms(counter_factory: Any, repeats: int) -> tuple[float, int]:
+def _fallback_plan_ms(counter_factory: Callable[[], TokenCounter], repeats: int) -> tuple[float, int]:
     rng = random.Random(SEED + 1)
     source: list[Message] = [Message(role="user", content="Refactor the journal.", id="u0")]
     while len(source) < 4096:
@@ -280,46 +280,53 @@ def _compact_corpus(samples: list[Sample], path: str, counter: TokenCounter) -> 
     return s
 
 
-def _path_figures(path: str, s: PathStats, n: int) -> list[dict[str, Any]]:
+def _path_figures(path: str, s: PathStats, n: int) -> list[Figure]:
     """The figures of one path over a corpus of `n` sessions."""
     name = f"compaction.{path}"
     pct = 100.0 * s.kept / s.total if s.total else 100.0
-    detail = f"{s.kept}/{s.total} exact records under their own heading, {n} sessions"
-    figures = [figure(f"{name}.records_verbatim", round(pct, 2), "%", "100 %", pct == 100.0, detail)]
     task_pct = 100.0 * s.tasks_ok / s.tasks
-    detail = f"{s.tasks_ok}/{s.tasks} sessions"
-    met = task_pct == 100.0
-    figures.append(figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", met, detail))
     worst = max(s.ratios)
-    figures.append(
-        figure(
+    mean = statistics.mean(s.reductions)
+    refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s.refused})
+    return [
+        Figure(
+            f"{name}.records_verbatim",
+            round(pct, 2),
+            "%",
+            "100 %",
+            pct == 100.0,
+            f"{s.kept}/{s.total} exact records under their own heading, {n} sessions",
+        ),
+        Figure(
+            f"{name}.active_task_kept",
+            round(task_pct, 2),
+            "%",
+            "100 %",
+            task_pct == 100.0,
+            f"{s.tasks_ok}/{s.tasks} sessions",
+        ),
+        Figure(
             f"{name}.max_replacement_over_target",
             round(worst, 3),
             "ratio",
             "<= 1.0",
             worst <= 1.0,
             f"worst: {s.worst}",
-        )
-    )
-    refused_kinds = sorted({name.rsplit("-", 1)[0] for name in s.refused})
-    figures.append(
-        figure(
-            f"{name}.refused_cannot_shrink",
-            len(s.refused),
-            "sessions",
-            None,
-            None,
-            f"of {n}: nothing smaller than the source, so no checkpoint "
-            f"(kinds: {', '.join(refused_kinds) or 'none'})",
-        )
-    )
-    mean = round(statistics.mean(s.reductions), 3)
-    detail = f"1 - replacement/source; median {statistics.median(s.reductions):.3f}"
-    figures.append(figure(f"{name}.mean_reduction", mean, "ratio", None, None, detail))
-    return figures
+        ),
+        Figure(
+            f"{name}.mean_reduction",
+            round(mean, 3),
+            "ratio",
+            "> 0 (no checkpoint grows)",
+            mean > 0 and min(s.reductions) >= 0,
+            f"1 - replacement/source; median {statistics.median(s.reductions):.3f}, "
+            f"least {min(s.reductions):.3f}; {len(s.refused)} of {n} sessions refused, nothing smaller "
+            f"than the source (kinds: {', '.join(refused_kinds) or 'none'})",
+        ),
+    ]
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool) -> list[Figure]:
     """The `compaction` suite: the corpus through each path, then the audit and the fallback's plan time."""
     samples = corpus(50 if quick else 150)
     counter = TokenCounter()
@@ -330,39 +337,27 @@ def run(quick: bool) -> list[dict[str, Any]]:
     audits = sum(s.audits for s in stats.values())
     audits_ok = sum(s.audits_ok for s in stats.values())
     fell_back = ", ".join(f"{k} {v}" for k, v in sorted(llm.reasons.items()))
-    figures.append(
-        figure(
-            "compaction.llm.summary_accepted",
-            llm.llm_used,
-            "sessions",
-            None,
-            None,
-            f"of {n}; fell back: {fell_back}",
-        )
-    )
-    figures.append(
-        figure(
+    ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
+    return [
+        *figures,
+        Figure(
             "compaction.audit_rederived",
             audits_ok,
             "checkpoints",
             f"{audits}",
             audits_ok == audits,
-            "re-derived from source + raw summary, no model",
-        )
-    )
-    ms, tokens = _fallback_plan_ms(TokenCounter, 1 if quick else 3)
-    figures.append(
-        figure(
+            f"re-derived from source + raw summary, no model; the summary taken in {llm.llm_used} of "
+            f"{n} sessions (fell back: {fell_back or 'none'})",
+        ),
+        Figure(
             "compaction.fallback_plan_4096_messages",
             round(ms, 1),
             "ms",
-            None,
-            None,
-            f"worst case: every unit fits, walk ends at the 4,096-message limit; "
-            f"cold token cache; replacement {tokens} tokens",
-        )
-    )
-    return figures
+            detail=f"worst case: every unit fits, walk ends at the 4,096-message limit; cold token cache; "
+            f"replacement {tokens} tokens",
+            explore=True,
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

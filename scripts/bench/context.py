@@ -28,13 +28,14 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+
+import msgspec
 
 from cairn.actors.session.handoff import decide_handoff
 from cairn.actors.session.request import AssembledRequest, assemble, request_event
 from cairn.actors.session.slimming import plan_micro, plan_snip
 from cairn.actors.session.tool_budget import render_context
-from cairn.actors.session.tracker import Occupancy, occupancy
+from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import (
     DEFAULT_IMAGE_TOKENS,
@@ -44,7 +45,7 @@ from cairn.actors.tokens import (
     TokenCounter,
     load_encoding,
 )
-from cairn.bench import figure
+from cairn.bench._figure import Comparison, Figure
 from cairn.bench._measure import LoadMeter, Pairs
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage
@@ -219,12 +220,10 @@ class Measured:
 
     messages: int  # in the context after replay
     history_tokens: int  # of that context
-    first: Occupancy  # the first check after replay
-    first_s: float  # its time, with a cold counter
     check_ms: float  # the check and assembly per turn, median
     recount_ms: float  # the baseline per turn, median
     consistent: bool  # the incremental projection equals a fresh one at the end
-    pairs: Pairs  # per turn: the recount's ms and the check's ms
+    pairs: Pairs  # per turn: the recount's seconds and the check's
     load: LoadMeter  # the machine while the turns ran
     recounted: int  # tokens of the final context by the plain recount
     counted: int  # the same by cairn's TokenCounter
@@ -233,11 +232,8 @@ class Measured:
 def _measure_large(turns: int) -> Measured:
     """The first check after replay, then `turns` measured turns against the recount baseline."""
     log, state, rng = build_session(window=1_000_000, cap=None)
-    counter = TokenCounter(load_encoding())
-    cold_view = HistoryView(counter)
-    started = time.perf_counter()
-    first = occupancy(state, cold_view)
-    cold = time.perf_counter() - started
+    cold_view = HistoryView(TokenCounter(load_encoding()))
+    occupancy(state, cold_view)
     history_tokens = cold_view.total
     messages = len(state.context)
     with LoadMeter() as load:
@@ -248,12 +244,10 @@ def _measure_large(turns: int) -> Measured:
     return Measured(
         messages=messages,
         history_tokens=history_tokens,
-        first=first,
-        first_s=cold,
         check_ms=statistics.median(ours) * 1_000,
         recount_ms=statistics.median(baseline) * 1_000,
         consistent=check == live,
-        pairs=Pairs([b * 1000 for b in baseline], [o * 1000 for o in ours], higher_is_better=False),
+        pairs=Pairs([b * 1000 for b in baseline], [o * 1000 for o in ours]),
         load=load,
         recounted=plain_recount(load_encoding(), visible),
         counted=TokenCounter(load_encoding()).messages(visible),
@@ -271,73 +265,49 @@ def _measure_band(history_tokens: int, turns: int) -> tuple[float, int]:
     return statistics.median(band) * 1_000, removed
 
 
-def _figures(m: Measured, band_ms: float, removed: int, turns: int) -> list[dict[str, Any]]:
+#: the speedup: a plain recount's time over the incremental check's, per turn (ms)
+SPEEDUP = Comparison(
+    "context.speedup",
+    "recount",
+    "check",
+    "plain recount / incremental check (projection, phase, micro/snip plan, hand-off, assembly), per turn",
+    target=TARGET_SPEEDUP,
+    better="lower",
+    fmt=",.3f",
+)
+
+
+def _figures(m: Measured, band_ms: float, removed: int, turns: int) -> list[Figure]:
     """The suite's figures; the speedup meets its target only when the projection stayed consistent."""
-    ours_ms, base_ms = m.check_ms, m.recount_ms
-    speedup = m.pairs.ratio
-    where = f"{m.messages:,} messages, {m.history_tokens:,} history tokens, {turns} turns"
-    matches = m.recounted == m.counted
+    where = (
+        f"{m.messages:,} messages, {m.history_tokens:,} history tokens, {turns} turns: check "
+        f"{m.check_ms:.3f} ms, recount {m.recount_ms:.3f} ms (median)"
+    )
+    if not m.consistent:
+        where += "; INCREMENTAL PROJECTION DIFFERS FROM A FRESH ONE"
+    values = {"recount": m.pairs.baselines, "check": m.pairs.subjects}
+    speedup = SPEEDUP.judge(values, m.load, where)
     return [
-        figure(
-            "context.check_ms",
-            round(ours_ms, 3),
-            "ms/turn",
-            None,
-            None,
-            f"projection + phase + micro/snip plan + hand-off + assembly, median; {where}",
-            load=m.load,
-        ),
-        figure(
-            "context.recount_ms",
-            round(base_ms, 3),
-            "ms/turn",
-            None,
-            None,
-            "baseline: a plain recount, every model-visible message's text encoded with tiktoken "
-            "cl100k directly (no cache, no hashing), median",
-            load=m.load,
-        ),
-        figure(
-            "context.speedup",
-            round(speedup, 1),
-            "x",
-            f">= {TARGET_SPEEDUP:g}x",
-            speedup >= TARGET_SPEEDUP and m.consistent,
-            "plain recount / incremental check, per turn (recount->check ms)"
-            + ("" if m.consistent else "; INCREMENTAL PROJECTION DIFFERS FROM A FRESH ONE"),
-            pairs=m.pairs,
-            load=m.load,
-            fmt=",.3f",
-        ),
-        figure(
+        msgspec.structs.replace(speedup, met=bool(speedup.met) and m.consistent),
+        Figure(
             "context.recount_matches",
             m.recounted,
             "tokens",
             "= cairn's count",
-            matches,
+            m.recounted == m.counted,
             f"the plain recount of the final context against TokenCounter's {m.counted:,}",
         ),
-        figure(
+        Figure(
             "context.check_band_ms",
             round(band_ms, 3),
             "ms/turn",
-            None,
-            None,
-            f"same check in the hand-off band, the snip plan removing {removed} turns each time",
-        ),
-        figure(
-            "context.first_check_ms",
-            round(m.first_s * 1_000, 1),
-            "ms",
-            None,
-            None,
-            f"first check after replay (cold counter: every message encoded once); "
-            f"projection {m.first.projection.tokens:,} ({m.first.projection.source})",
+            detail=f"the same check in the hand-off band, the snip plan removing {removed} turns each time",
+            explore=True,
         ),
     ]
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool) -> list[Figure]:
     """The `context` suite: the large session's turns, then the same check in the hand-off band."""
     turns = 10 if quick else 60
     measured = _measure_large(turns)

@@ -50,7 +50,7 @@ from typing import IO, Any
 
 from cairn import Host, HostConfig, SessionSettings
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
-from cairn.bench import Figure, figure
+from cairn.bench._figure import Comparison, Figure
 from cairn.bench._measure import LoadMeter, Pairs, alternate
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
@@ -280,7 +280,7 @@ def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure]
     a, b = _size(small), _size(large)
     note = (
         f"{size} sessions a round, each host in its own child process, rounds in alternating pairs; "
-        f"growth = time at {b} live over time at {a} live; {load.summary()}"
+        f"the figure: time at {a} live over time at {b} live"
     )
     thread, thread_sys = pairs_of("thread", "wall"), pairs_of("thread", "sys")
     os_part = (
@@ -294,71 +294,52 @@ def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure]
         ("spawn", "spawn by replay (Host.state), one at a time"),
         ("passivate", "by the idle timeout"),
     ):
-        cpu, wall, kernel = pairs_of(what, "user"), pairs_of(what, "wall"), pairs_of(what, "sys")
-        figures += [
-            figure(f"hosts.{what}_cpu_us.live_{a}", round(cpu.baseline, 1), "us", detail=f"user CPU, {how}"),
-            figure(f"hosts.{what}_cpu_us.live_{b}", round(cpu.subject, 1), "us", detail=f"user CPU, {how}"),
-            figure(
-                f"hosts.{what}_growth",
-                round(cpu.ratio, 2),
-                "x",
-                target=f"<= {GROWTH_TARGET}",
-                met=cpu.ratio <= GROWTH_TARGET,
-                detail=(
-                    f"user CPU per session (cairn's and Python's work; the kernel's is beside): "
-                    f"{cpu.describe(',.0f')}; {note}"
-                ),
-            ),
-            figure(
-                f"hosts.{what}_wall_growth",
-                round(wall.ratio, 2),
-                "x",
-                detail=(
-                    f"wall time per session: {wall.describe(',.0f')}; system CPU per session "
-                    f"{kernel.baseline:,.0f} -> {kernel.subject:,.0f} us; {os_part}"
-                ),
-            ),
-        ]
+        wall, kernel = pairs_of(what, "wall"), pairs_of(what, "sys")
+        growth = Comparison(
+            f"hosts.{what}_growth",
+            f"live_{a}",
+            f"live_{b}",
+            f"user CPU per session, {how} (cairn's and Python's work), at {a} live over at {b} (us)",
+            target=1 / GROWTH_TARGET,
+            says=f"<= {GROWTH_TARGET}x growth (>= {1 / GROWTH_TARGET:.2f}x)",
+            better="lower",
+        )
+        values = {
+            f"live_{n}": [r[what]["user"] for r in rounds[size_of]] for n, size_of in ((a, small), (b, large))
+        }
+        beside = (
+            f"{note}; wall time per session {wall.baseline:,.0f} -> {wall.subject:,.0f} us (growth "
+            f"{wall.ratio:.2f}x), system CPU {kernel.baseline:,.0f} -> {kernel.subject:,.0f} us; {os_part}"
+        )
+        figures.append(growth.judge(values, load, beside))
+    close = closes[large]["wall"] / closes[small]["wall"]
     figures.append(
-        figure(
+        Figure(
             "hosts.close_growth",
-            round(closes[large]["wall"] / closes[small]["wall"], 2),
+            round(close, 2),
             "x",
-            detail=(
-                f"host close, wall per session: {closes[small]['wall']:,.0f} us at {a}, "
-                f"{closes[large]['wall']:,.0f} us at {b} (user CPU {closes[small]['user']:,.0f} -> "
-                f"{closes[large]['user']:,.0f} us; one close each)"
-            ),
+            detail=f"host close, wall per session: {closes[small]['wall']:,.0f} us at {a}, "
+            f"{closes[large]['wall']:,.0f} us at {b} (one close each)",
+            explore=True,
         )
     )
     return figures, ready
 
 
 def _memory(sizes: tuple[int, int], ready: dict[int, dict[str, Any]]) -> list[Figure]:
+    """Threads and anonymous RSS per live session (the timing children), and per passivated one."""
     figures: list[Figure] = []
     for n in sizes:
         idle, full, live = ready[n]["idle"], ready[n]["full"], ready[n]["live"]
-        label = _size(n)
-        detail = (
-            f"{live:,} live sessions (one turn each) over the idle host: "
-            f"{idle['threads']} -> {full['threads']} threads, "
-            f"anon RSS {idle['anon_kib'] / 1024:,.0f} -> {full['anon_kib'] / 1024:,.0f} MiB, "
-            f"total RSS {idle['rss_kib'] / 1024:,.0f} -> {full['rss_kib'] / 1024:,.0f} MiB"
-        )
+        threads = _per_session(idle, full, n, "threads")
         figures.append(
-            figure(
-                f"hosts.live_{label}.threads_per_session",
-                round(_per_session(idle, full, n, "threads"), 2),
-                "threads",
-                detail=detail,
-            )
-        )
-        figures.append(
-            figure(
-                f"hosts.live_{label}.kib_per_session",
+            Figure(
+                f"hosts.live_{_size(n)}.kib_per_session",
                 round(_per_session(idle, full, n, "anon_kib"), 1),
                 "KiB",
-                detail=detail,
+                detail=f"{live:,} live sessions (one turn each) over the idle host: {threads:.2f} threads a "
+                f"session, anon RSS {idle['anon_kib'] / 1024:,.0f} -> {full['anon_kib'] / 1024:,.0f} MiB",
+                explore=True,
             )
         )
     for n in sizes:
@@ -368,26 +349,16 @@ def _memory(sizes: tuple[int, int], ready: dict[int, dict[str, Any]]) -> list[Fi
         finally:
             child.finish()
         at_cap, after = data["at_cap"], data["after"]
-        label = _size(n)
-        detail = (
-            f"{n:,} sessions touched (one turn each) past a full live cap of {PASSIVATED_CAP} "
-            f"({data['passivated']:,} passivated): {at_cap['threads']} -> {after['threads']} threads, "
-            f"anon RSS {at_cap['anon_kib'] / 1024:,.1f} -> {after['anon_kib'] / 1024:,.1f} MiB"
-        )
+        threads = _per_session(at_cap, after, n, "threads")
         figures.append(
-            figure(
-                f"hosts.passivated_{label}.threads_per_session",
-                round(_per_session(at_cap, after, n, "threads"), 3),
-                "threads",
-                detail=detail,
-            )
-        )
-        figures.append(
-            figure(
-                f"hosts.passivated_{label}.kib_per_session",
+            Figure(
+                f"hosts.passivated_{_size(n)}.kib_per_session",
                 round(_per_session(at_cap, after, n, "anon_kib"), 2),
                 "KiB",
-                detail=detail,
+                detail=f"{n:,} sessions touched (one turn each) past a full live cap of {PASSIVATED_CAP} "
+                f"({data['passivated']:,} passivated): {threads:.3f} threads a session, anon RSS "
+                f"{at_cap['anon_kib'] / 1024:,.1f} -> {after['anon_kib'] / 1024:,.1f} MiB",
+                explore=True,
             )
         )
     return figures

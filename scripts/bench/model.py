@@ -32,6 +32,7 @@ runs on this machine). The bare SDK has one thread and barely notices.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import tempfile
@@ -39,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cairn.bench import Figure, figure
-from cairn.bench._measure import LoadMeter, Pairs
+from cairn.bench._figure import Comparison, Figure, compare
+from cairn.bench._figure import unavailable as unavailable_figure
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 
@@ -66,7 +67,7 @@ def run(quick: bool) -> list[Figure]:
 
     reason = unavailable()
     if reason is not None:
-        return [figure("model.unavailable", 0, "", detail=reason)]
+        return [unavailable_figure("model", reason)]
     pairs = 4 if quick else 10
     server = LocalModelServer(context_window=2048, parallel=1, threads=server_threads())
     with server, tempfile.TemporaryDirectory() as tmp:
@@ -120,47 +121,38 @@ def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
         turns.append((wall, result.provider_seconds))
         return first
 
+    first_token = Comparison(
+        "model.first_token_ratio",
+        "sdk",
+        "cairn",
+        f"first streamed token of a new {len(message(0, 'a'))}-char message, SmolLM2-135M on llama.cpp's "
+        f"server ({server.threads} of the machine's threads, a core left for the host): the openai SDK "
+        "alone over Host.send (s)",
+        target=1 / 1.10,
+        says="cairn within 1.10x the SDK (>= 0.91x)",
+        better="lower",
+        fmt=".3f",
+    )
+    rounds = {"sdk": itertools.count(), "cairn": itertools.count()}
     try:
         bare(-1)  # warm-up: the model's weights and the prompt cache, for both sides alike
         through_cairn(-1)
         turns.clear()
-        load = LoadMeter()
-        baselines: list[float] = []
-        subjects: list[float] = []
-        with load:
-            for n in range(pairs):
-                baselines.append(bare(n))
-                subjects.append(through_cairn(n))
+        measures = [
+            ("sdk", lambda: bare(next(rounds["sdk"]))),
+            ("cairn", lambda: through_cairn(next(rounds["cairn"]))),
+        ]
+        done = compare(measures, [first_token], pairs)
     finally:
         host.close()
         provider.close()
         sdk.close()
-    measured = Pairs(baselines, subjects, higher_is_better=False)
-    ratio = statistics.median(s / b for b, s in zip(baselines, subjects, strict=True))
     shares = [100 * (wall - inside) / inside for wall, inside in turns if inside > 0]
     share = statistics.median(shares)
     model = statistics.median(inside for _, inside in turns)
     return [
-        figure(
-            "model.first_token_ratio",
-            round(ratio, 3),
-            "x (cairn / openai SDK)",
-            "<= 1.10",
-            ratio <= 1.10,
-            f"first streamed token of a new {len(message(0, 'a'))}-char message, SmolLM2-135M on llama.cpp's "
-            f"server ({server.threads} of the machine's threads, a core left for the host); the pairs "
-            "below are SDK s -> cairn s, their ratios SDK / cairn",
-            pairs=measured,
-            load=load,
-            fmt=".3f",
-        ),
-        figure(
-            "model.first_token_ms",
-            round(1000 * statistics.median(subjects)),
-            "ms",
-            detail=f"through cairn; the SDK alone {1000 * statistics.median(baselines):,.0f} ms (medians)",
-        ),
-        figure(
+        *done.figures,
+        Figure(
             "model.overhead_share",
             round(share, 2),
             "% of the model's time",

@@ -60,15 +60,13 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
-from cairn.bench import figure
+from cairn.bench._figure import Figure, Value
 from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus, spent_record_sessions
 from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, judge_session
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
@@ -137,6 +135,11 @@ def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
     return Summarizer(name, lambda: provider, label, provider.close, config.model)
 
 
+def _figure(name: str, value: Value, unit: str, target: str | None, met: bool | None, detail: str) -> Figure:
+    """A figure of this suite: judged where it has a target, else shown only with `--explore`."""
+    return Figure(name, value, unit, target, met, detail, explore=target is None)
+
+
 def kept_pct(score: Score) -> float:
     """The share of probed facts kept, superseded ones aside (they are judged as stale or not)."""
     probed = sum(score.probed[k] for k in SCORED_KINDS)
@@ -163,9 +166,7 @@ def _kinds_detail(score: Score) -> str:
     return ", ".join(parts)
 
 
-def _strategy_figures(
-    name: str, score: Score, ceiling: Score, sessions: int, label: str
-) -> list[dict[str, Any]]:
+def _strategy_figures(name: str, score: Score, ceiling: Score, sessions: int, label: str) -> list[Figure]:
     prefix = f"quality.{name}"
     cost = score.tokens / score.ceiling_tokens if score.ceiling_tokens else 1.0
     detail = (
@@ -173,7 +174,7 @@ def _strategy_figures(
         f"({cost:.0%} of the ceiling); by kind %: {_kinds_detail(score)}; "
         f"{score.compactions} compactions, {score.fallbacks} fell back, {score.refused} refused"
     )
-    figures = [figure(f"{prefix}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)]
+    figures = [_figure(f"{prefix}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)]
     target: str | None = None
     met: bool | None = None
     if name == "blank":
@@ -184,7 +185,7 @@ def _strategy_figures(
         f"ceiling {ceiling.summary_only_pct():.1f} %"
     )
     figures.append(
-        figure(f"{prefix}.summary_only_kept", round(score.summary_only_pct(), 1), "%", target, met, detail)
+        _figure(f"{prefix}.summary_only_kept", round(score.summary_only_pct(), 1), "%", target, met, detail)
     )
     target, met = ("0 %", score.stale == 0) if name == "fallback" else (None, None)
     detail = (
@@ -192,10 +193,10 @@ def _strategy_figures(
         f"old value still visible in {score.carried['superseded']}"
     )
     figures.append(
-        figure(f"{prefix}.superseded_as_current", round(score.stale_pct(), 1), "%", target, met, detail)
+        _figure(f"{prefix}.superseded_as_current", round(score.stale_pct(), 1), "%", target, met, detail)
     )
     figures.append(
-        figure(
+        _figure(
             f"{prefix}.tokens_over_ceiling",
             round(cost, 3),
             "ratio",
@@ -207,7 +208,7 @@ def _strategy_figures(
     return figures
 
 
-def _kind_figures(scores: dict[str, Score]) -> list[dict[str, Any]]:
+def _kind_figures(scores: dict[str, Score]) -> list[Figure]:
     figures = []
     for kind in SCORED_KINDS:
         summarizer = scores["summarizer"].kind(kind)
@@ -217,11 +218,11 @@ def _kind_figures(scores: dict[str, Score]) -> list[dict[str, Any]]:
             parts.append(f"{name} {pct:.1f}" if pct is not None else f"{name} -")
         detail = f"{scores['summarizer'].probed[kind]} probed; " + ", ".join(parts)
         value = round(summarizer, 1) if summarizer is not None else 0
-        figures.append(figure(f"quality.kind.{kind}", value, "% (summarizer)", None, None, detail))
+        figures.append(_figure(f"quality.kind.{kind}", value, "% (summarizer)", None, None, detail))
     return figures
 
 
-def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict[str, Any]]:
+def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[Figure]:
     figures = []
     for r in runs:
         saved = f"{statistics.median(r.saved):,.0f}" if r.saved else "-"
@@ -239,7 +240,7 @@ def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict
             f"failed {r.failed}"
         )
         figures.append(
-            figure(
+            _figure(
                 f"quality.{variant}.{r.kind}",
                 round(r.per_100(r.compactions), 2),
                 "compactions/100 turns",
@@ -251,7 +252,7 @@ def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[dict
     return figures
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool) -> list[Figure]:
     """The `quality` suite: corpus, probes against the five strategies, long-run behaviour.
 
     The summarizer under test is named by `CAIRN_BENCH_PROVIDER` (`cairn bench --provider`).
@@ -259,26 +260,21 @@ def run(quick: bool) -> list[dict[str, Any]]:
     return run_with(quick, os.environ.get(PROVIDER_ENV) or "scripted", os.environ)
 
 
-def run_with(
-    quick: bool, provider: str, environ: Mapping[str, str], *, longrun: bool = True
-) -> list[dict[str, Any]]:
+def run_with(quick: bool, provider: str, environ: Mapping[str, str], *, longrun: bool = True) -> list[Figure]:
     """`run` with the summarizer `provider` (`scripted`, `openai`) and its settings in `environ`;
     `longrun=False` leaves out the long runs (they never call the summarizer under test)."""
-    started = time.perf_counter()
     try:
         summarizer = summarizer_for(provider, environ)
     except (ProviderConfigError, ValueError) as exc:
-        return [figure("quality.provider", provider, "", "usable", False, str(exc))]
+        return [_figure("quality.provider", provider, "", "usable", False, str(exc))]
     try:
         judge = summarizer.real and environ.get(JUDGE_ENV) == "1"
-        return _run(quick, summarizer, started, longrun, judge)
+        return _run(quick, summarizer, longrun, judge)
     finally:
         summarizer.close()
 
 
-def _run(
-    quick: bool, summarizer_under_test: Summarizer, started: float, longrun: bool, judge: bool
-) -> list[dict[str, Any]]:
+def _run(quick: bool, summarizer_under_test: Summarizer, longrun: bool, judge: bool) -> list[Figure]:
     sessions = corpus(QUICK_PER_KIND if quick else FULL_PER_KIND)
     counter = TokenCounter()
     verdicts = JudgeScore()
@@ -293,7 +289,7 @@ def _run(
     planted = sum(len(s.facts) for s in sessions)
     carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
     figures = [
-        figure(
+        _figure(
             "quality.corpus",
             len(sessions),
             "sessions",
@@ -315,7 +311,7 @@ def _run(
     judged = "a real model" if real else "the scripted provider (offline: no target)"
     blank = "yes" if meets_quality_target(scores["blank"]) else "no"
     figures.append(
-        figure(
+        _figure(
             "quality.summarizer.meets_quality_target",
             "yes" if meets else "no",
             "",
@@ -331,19 +327,16 @@ def _run(
     figures.append(_spent_record_figure(counter))
     if longrun:
         figures += _longrun_part(QUICK_TURNS if quick else TURNS)
-    figures.append(
-        figure("quality.seconds", round(time.perf_counter() - started, 1), "s", None, None, "the whole suite")
-    )
     return figures
 
 
-def _accepted_figure(summarizer: Score) -> dict[str, Any]:
+def _accepted_figure(summarizer: Score) -> Figure:
     """How many of the summarizer's summaries were taken (strategy `llm`), and why the others failed."""
     failed = summarizer.fallbacks + summarizer.refused
     taken = summarizer.compactions - failed
     share = 100.0 * taken / summarizer.compactions if summarizer.compactions else 100.0
     why = "; ".join(f"{count} x {reason}" for reason, count in summarizer.failures.most_common(4))
-    return figure(
+    return _figure(
         "quality.summarizer.accepted",
         round(share, 1),
         "% of summaries",
@@ -354,7 +347,7 @@ def _accepted_figure(summarizer: Score) -> dict[str, Any]:
     )
 
 
-def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, real: bool) -> dict[str, Any]:
+def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, real: bool) -> Figure:
     """Issue 33's goal: the summarizer's checkpoint keeps more summary-only facts than the host's
     parts alone (the fallback: records, active task, newest units) at the same tokens. Points
     above (+) or below (-) it; a target only for a real model."""
@@ -365,7 +358,7 @@ def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, 
         f"({at_budget.tokens:,} vs {summarizer.tokens:,} tokens after the last compaction, all sessions), "
         f"the fallback at its own target {fallback.summary_only_pct():.1f} % ({fallback.tokens:,} tokens)"
     )
-    return figure(
+    return _figure(
         "quality.summarizer.over_fallback_at_budget",
         round(gap, 1),
         "points",
@@ -375,7 +368,7 @@ def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, 
     )
 
 
-def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
+def _spent_record_figure(counter: TokenCounter) -> Figure:
     """The spent-record probe set (`quality_corpus.spent_record_sessions`), offline: what the host's
     own parts (the blank summary and the fallback) present as current once a recorded next action
     was run and replaced. The value is the larger of their two shares; the target is 0 for both."""
@@ -390,7 +383,7 @@ def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
     host = (scores["blank"], scores["fallback"])
     value = max(score.stale_pct() for score in host)
     met = all(score.stale == 0 for score in host)
-    return figure(
+    return _figure(
         "quality.spent_record.superseded_as_current",
         round(value, 1),
         "%",
@@ -400,7 +393,7 @@ def _spent_record_figure(counter: TokenCounter) -> dict[str, Any]:
     )
 
 
-def _judge_figure(v: JudgeScore) -> dict[str, Any]:
+def _judge_figure(v: JudgeScore) -> Figure:
     kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
     skipped = "; ".join(f"{count} x {why}" for why, count in v.skipped.items())
     detail = (
@@ -409,13 +402,13 @@ def _judge_figure(v: JudgeScore) -> dict[str, Any]:
         f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
         f"{v.superseded}; by kind (before->after/asked): {kinds}"
     )
-    return figure(
+    return _figure(
         "quality.judge.accuracy_after_over_before", round(v.ratio(), 3), "ratio", None, None, detail
     )
 
 
-def _longrun_part(turns: int) -> list[dict[str, Any]]:
-    figures: list[dict[str, Any]] = []
+def _longrun_part(turns: int) -> list[Figure]:
+    figures: list[Figure] = []
     with_snip = simulate_all(turns)
     without = simulate_all(turns, snip=False)
     figures += _longrun_figures(with_snip, "longrun", turns)
@@ -423,15 +416,10 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     runs = with_snip + without
     stress = simulate("huge-output", turns, window=STRESS_WINDOW)
     figures += _longrun_figures([stress], "longrun_small_window", turns)
-    figures[-1]["detail"] += (
-        f"; window {STRESS_WINDOW:,}: C10's target alone (up to half the window, 8,000) lies above the "
-        "compaction threshold (6,246) and the input budget (7,808); the compactor caps it at half the "
-        "input budget (3,904, beyond C10), so a compaction leaves room for a turn of progress"
-    )
     every = [*runs, stress]
     back = sum(r.back_to_back for r in every)
     figures.append(
-        figure(
+        _figure(
             "quality.longrun.back_to_back_compactions",
             back,
             "compactions",
@@ -444,7 +432,7 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     )
     missed = sum(r.room_missed for r in every)
     figures.append(
-        figure(
+        _figure(
             "quality.longrun.room_missed",
             missed,
             "checkpoints",
@@ -457,7 +445,7 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     )
     due = sum(r.still_due for r in every)
     figures.append(
-        figure(
+        _figure(
             "quality.longrun.still_due_after_compaction",
             due,
             "compactions",
@@ -471,7 +459,7 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     window = [s for r in runs for s in r.after_window_share]
     budget = [s for r in runs for s in r.after_share]
     figures.append(
-        figure(
+        _figure(
             "quality.longrun.window_share_after_compaction",
             round(max(window), 3) if window else 0,
             "ratio (max)",
@@ -489,7 +477,7 @@ def _longrun_part(turns: int) -> list[dict[str, Any]]:
     saving = [s for r in every for s in r.saved_share]
     least = min(saving) if saving else 1.0
     figures.append(
-        figure(
+        _figure(
             "quality.longrun.least_saving",
             round(least, 3),
             "of the source",

@@ -18,7 +18,6 @@ import functools
 import math
 import random
 import shutil
-import sqlite3
 import statistics
 import time
 from collections.abc import Callable
@@ -31,10 +30,9 @@ import msgspec
 from cairn.actors.compactor import CompactionRequest, Compactor
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
-from cairn.bench import Figure, figure
-from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, peak_memory, spread, threads_rate
+from cairn.bench._figure import Comparison, Figure, compare, unavailable
+from cairn.bench._measure import LoadMeter, peak_memory, spread, threads_rate
 from cairn.bench._workload import event_text, mixed_event, payload
-from cairn.events.codec import GENESIS, encode_line
 from cairn.events.kinds import (
     AssistantMessage,
     CheckpointCommitted,
@@ -122,9 +120,6 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
     """
     long_events = 100_000 if quick else 1_000_000
     short_events = 4_000
-    # 500x at a million events; the full replay grows with the history and the load does not, so
-    # --quick's ten times shorter session is held to a tenth of it
-    speedup_target = 500 * long_events / 1_000_000
     root = workdir / "restore"
     journal = Journal.open(root)
     try:
@@ -151,21 +146,27 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
         assert opened.load("long") == opened.replay_full("long"), "load differs from full replay"
         mem_long = peak_memory(lambda: opened.load("long"))
         mem_short = peak_memory(lambda: opened.load("short"))
+    speedup = Comparison(
+        "restore.speedup",
+        "full",
+        "load",
+        f"full replay time over load time of a session of {events:,} events, {built.describe()}, "
+        f"{built.tail:,} events after the last; on a journal just opened (the open not timed)",
+        # 500x at a million events; the full replay grows with the history and the load does not,
+        # so --quick's ten times shorter session is held to a tenth of it
+        target=500 * long_events / 1_000_000,
+        better="lower",
+        fmt=",.2f",
+        scale=1000,
+    )
+    done = compare([("full", full), ("load", load)], [speedup], 3)
     with LoadMeter() as meter:
-        versus = alternate(full, load, 3, higher_is_better=False)
-        loads = [load() for _ in range(9)] + versus.subjects
+        loads = [load() for _ in range(9)] + done.values["load"]
     load_s = statistics.median(loads)
     growth = mem_long / max(mem_short, 1)
     shape = built.problem()
-    where = (
-        f"session of {events:,} events, {built.describe()}, {built.tail:,} events after the last; "
-        "load on a journal just opened (the open not timed): index walk, reads, decode and fold"
-    )
-    ms_pairs = Pairs(
-        [b * 1000 for b in versus.baselines], [s * 1000 for s in versus.subjects], higher_is_better=False
-    )
     return [
-        figure(
+        Figure(
             "restore.checkpoint_shape",
             built.checkpoints,
             "checkpoints",
@@ -173,43 +174,18 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
             shape is None,
             shape or built.describe(),
         ),
-        figure(
+        Figure.measured(
             "restore.load_ms",
             round(load_s * 1000, 3),
             "ms",
-            "< 20 ms",
-            load_s < 0.020,
-            f"{where}; {spread([s * 1000 for s in loads], ',.2f')} ms",
-            load=meter,
+            f"Journal.load of the {events:,}-event session: index walk, reads, decode and fold; "
+            f"{spread([s * 1000 for s in loads], ',.2f')} ms",
+            meter,
+            target="< 20 ms",
+            met=load_s < 0.020,
         ),
-        figure(
-            "restore.full_replay_ms",
-            round(versus.baseline * 1000, 1),
-            "ms",
-            detail=f"replay_full of the same session on a journal just opened; "
-            f"{spread([b * 1000 for b in versus.baselines], ',.1f')} ms",
-            load=meter,
-        ),
-        figure(
-            "restore.speedup",
-            round(versus.ratio, 1),
-            "x",
-            f">= {speedup_target:,.0f}x full replay",
-            versus.ratio >= speedup_target,
-            "full replay time over load time (full->load ms)",
-            pairs=ms_pairs,
-            load=meter,
-            fmt=",.2f",
-        ),
-        figure(
-            "replay.from_log_rate",
-            round(events / versus.baseline),
-            "events/s",
-            detail="replay_full of the checkpointed session on a journal just opened: "
-            + spread([events / b for b in versus.baselines]),
-            load=meter,
-        ),
-        figure(
+        *done.figures,
+        Figure(
             "restore.memory_long_vs_short",
             round(growth, 2),
             "x",
@@ -405,16 +381,16 @@ def bench_replay(workdir: Path, quick: bool) -> list[Figure]:
         rates = [restart() for _ in range(5)]
     rate = statistics.median(rates)
     return [
-        figure(
+        Figure.measured(
             "replay.full_rate",
             round(rate),
             "events/s",
-            f">= {TARGET_REPLAY_RATE:,} events/s",
-            rate >= TARGET_REPLAY_RATE,
             f"load of {events:,} events never checkpointed (host turns: requests, usages, messages, "
             f"tool results) on a journal just opened (index walk, reads, decode, fold): {spread(rates)}; "
             f"per CPU-second of this process {spread(cpu_rates)}",
-            load=meter,
+            meter,
+            target=f">= {TARGET_REPLAY_RATE:,} events/s",
+            met=rate >= TARGET_REPLAY_RATE,
         )
     ]
 
@@ -437,7 +413,7 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
         from eventsourcing.application import Application
         from eventsourcing.domain import Aggregate, event
     except ImportError:
-        return [figure("eventsourcing.compare", 0, "", detail="skipped: pip install 'cairn[bench]'")]
+        return [unavailable("eventsourcing", "skipped: pip install 'cairn[bench]'")]
     from cairn.bench.store import append_events, append_rate
 
     class Note(Aggregate):  # type: ignore[misc, unused-ignore]
@@ -454,8 +430,6 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
     pairs = 3 if quick else 5
     plan = {1: 150, 16: 15} if quick else {1: 500, 16: 60}
     runs = iter(range(1 << 30))
-    es_bytes: list[float] = []
-    synchronous: list[int] = []
 
     def application() -> Any:
         db = workdir / f"es-{next(runs)}.sqlite"
@@ -465,13 +439,12 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
         app = application()
         notes = [Note(f"s{n}") for n in range(sessions)]
         app.save(*notes)
-        if not synchronous:
-            synchronous.append(_sqlite_synchronous(app))
+        if _sqlite_synchronous(app) != 2:  # FULL: the WAL fsynced at every commit, as cairn fsyncs
+            raise RuntimeError("eventsourcing's SQLite is not synchronous=FULL: not a durable comparison")
         if per_commit == 1:
             rate = threads_rate(sessions, per_session, lambda n, i: _es_save(app, notes[n], texts, n, i))
         else:
             rate = _es_batched_rate(app, notes, per_session, per_commit, texts)
-        es_bytes.append(_sqlite_mean_state_bytes(app))
         app.close()
         return rate
 
@@ -485,50 +458,34 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
             shutil.rmtree(root, ignore_errors=True)
 
     measures: list[tuple[str, Callable[[], float]]] = []
+    comparisons: list[Comparison] = []
     for sessions, per_session in plan.items():
         measures += [
             (f"es/{sessions}", functools.partial(es_rate, sessions, per_session, 1)),
             (f"cairn/{sessions}", functools.partial(cairn_rate, sessions, per_session)),
-            (f"es16/{sessions}", functools.partial(es_rate, sessions, per_session, 16)),
         ]
-    with LoadMeter() as meter:
-        values = interleave(measures, pairs)
-    line = statistics.fmean(len(line) for line in _lines_of(events[:200]))
-    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(synchronous[0] if synchronous else -1, "?")
-    sizes = (
-        f"~300-token events: cairn {line:,.0f} B a line, eventsourcing {statistics.fmean(es_bytes):,.0f} B "
-        f"a stored state; eventsourcing on SQLite {sqlite3.sqlite_version}, WAL, synchronous={sync}"
-    )
-    figures: list[Figure] = []
-    for sessions, per_session in plan.items():
-        default = Pairs(values[f"es/{sessions}"], values[f"cairn/{sessions}"])
-        fastest = Pairs(values[f"es16/{sessions}"], values[f"cairn/{sessions}"])
         what = f"{sessions} session{'s' if sessions > 1 else ''} x {per_session}, one event per call"
-        figures.append(
-            figure(
+        comparisons.append(
+            Comparison(
                 f"eventsourcing.append_ratio.sessions_{sessions}",
-                round(default.ratio, 2),
-                "x",
-                detail=f"cairn over eventsourcing (defaults: one commit, one fsync per event), {what}; "
-                f"cairn {default.subject:,.0f}/s, eventsourcing {default.baseline:,.0f}/s "
-                f"(eventsourcing->cairn events/s); {sizes}",
-                pairs=default,
-                load=meter,
+                f"es/{sessions}",
+                f"cairn/{sessions}",
+                f"cairn over eventsourcing on SQLite (WAL, synchronous=FULL: one commit, one fsync per "
+                f"event), {what}, ~300-token events",
+                target=1.0 if sessions > 1 else None,
             )
         )
-        batching = "the 16 sessions' next events" if sessions > 1 else "the session's next 16 events"
-        figures.append(
-            figure(
-                f"eventsourcing.append_ratio.sessions_{sessions}.fastest_durable",
-                round(fastest.ratio, 2),
-                "x",
-                detail=f"cairn ({what}) over eventsourcing's fastest durable use: {batching} in one save "
-                f"(16 events a commit and an fsync); eventsourcing {fastest.baseline:,.0f}/s "
-                "(eventsourcing->cairn events/s)",
-                pairs=fastest,
-                load=meter,
-            )
+    measures.append(("es16/16", functools.partial(es_rate, 16, plan[16], 16)))
+    comparisons.append(
+        Comparison(
+            "eventsourcing.append_ratio.sessions_16.fastest_durable",
+            "es16/16",
+            "cairn/16",
+            "cairn (16 sessions, one event per call) over eventsourcing's fastest durable use: the 16 "
+            "sessions' next events in one save (16 events a commit and an fsync)",
         )
+    )
+    figures = compare(measures, comparisons, pairs).figures
     figures.append(_reconstruct(workdir, application, Note, events, texts, 2_000 if quick else 10_000))
     return figures
 
@@ -557,41 +514,31 @@ def _reconstruct(
             batch = [events[(seq - 1 + k) % len(events)] for k in range(min(1_000, n - seq + 1))]
             journal.append("note", batch, expected_seq=seq)
             seq += len(batch)
-        with LoadMeter() as meter:
-            versus = alternate(
-                lambda: _seconds(lambda: app.repository.get(note.id)),
-                lambda: _seconds(lambda: journal.replay_full("note")),
-                5,
-                higher_is_better=False,
-            )
+        read = Comparison(
+            "eventsourcing.reconstruct_ratio",
+            "eventsourcing",
+            "cairn",
+            f"eventsourcing's time over cairn's to read one session of {n:,} ~300-token events back whole "
+            "(repository.get vs replay_full)",
+            target=1.0,
+            better="lower",
+            fmt=",.1f",
+            scale=1000,
+        )
+        measures = [
+            ("eventsourcing", lambda: _seconds(lambda: app.repository.get(note.id))),
+            ("cairn", lambda: _seconds(lambda: journal.replay_full("note"))),
+        ]
+        return compare(measures, [read], 5).figures[0]
     finally:
         journal.close()
         app.close()
-    ms = Pairs(
-        [b * 1000 for b in versus.baselines], [s * 1000 for s in versus.subjects], higher_is_better=False
-    )
-    return figure(
-        "eventsourcing.reconstruct_ratio",
-        round(versus.ratio, 2),
-        "x",
-        detail=f"eventsourcing's time over cairn's to read one session of {n:,} ~300-token events back whole "
-        f"(repository.get vs replay_full; eventsourcing->cairn ms)",
-        pairs=ms,
-        load=meter,
-        fmt=",.1f",
-    )
 
 
 def _seconds(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
-
-
-def _lines_of(events: list[EventBase]) -> list[bytes]:
-    return [
-        encode_line(pos=i, sid="es", seq=i + 1, ts=0, prev=GENESIS, event=e)[0] for i, e in enumerate(events)
-    ]
 
 
 def _es_save(app: Any, note: Any, texts: list[str], n: int, i: int) -> None:
@@ -622,9 +569,3 @@ def _sqlite_synchronous(app: Any) -> int:
     with app.recorder.datastore.get_connection(commit=False) as conn:
         value = conn._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0]
     return int(value)
-
-
-def _sqlite_mean_state_bytes(app: Any) -> float:
-    with app.recorder.datastore.get_connection(commit=False) as conn:
-        value = conn._sqlite_conn.execute("SELECT avg(length(state)) FROM stored_events").fetchone()[0]
-    return float(value or 0)

@@ -11,9 +11,8 @@ Usage: python -m cairn.bench.turns [--quick] [--json]
    actor hops, streaming). Reported at p50 and p99, plus throughput; also at
    one turn in flight (the per-turn cost without queueing), and with a live
    cap of 256 visited round-robin, where every turn respawns its session by
-   replay (the worst case of passivation). The all-live run is repeated twice
-   with every thread on one CPU (`actors.placement`, as `cairn demo` runs) and
-   once more placed by the OS, in two adjacent pairs of alternating order.
+   replay (the worst case of passivation). Judged against nothing: only
+   measured with `--explore`.
 2. Memory. 10,000 sessions touched (one turn each) through a host with a
    live-actor cap of 256. Anonymous resident memory (heap and stacks, not the
    page cache of the mmapped index) is read at checkpoints, in a fresh process
@@ -30,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,10 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from cairn import Host, HostConfig, SessionSettings
-from cairn.actors.placement import on_one_cpu
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
-from cairn.bench import figure
-from cairn.bench._measure import LoadMeter, Pairs
+from cairn.bench._figure import Figure
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
 CLIENTS = 16
@@ -121,25 +117,11 @@ def _overhead_run(sessions: int, turns: int, cap: int, serial: int) -> dict[str,
     return {"own": own, "wall": wall, "serial": alone, "spawned": spawned}
 
 
-def turn_overhead(quick: bool) -> list[dict[str, Any]]:
+def turn_overhead(quick: bool) -> list[Figure]:
     sessions, turns = (200, 3) if quick else (1_000, 5)
     live = _overhead_run(sessions, turns, cap=sessions + 24, serial=200)
     churn_cap = 64 if quick else 256
     churn = _overhead_run(sessions, 2, cap=churn_cap, serial=0)
-    # placement: two adjacent pairs in alternating order (OS then one CPU, one CPU then OS), each
-    # ratio within its pair, so drift of the machine does not favour either side
-    placed_runs: list[dict[str, Any]] = []
-    os_runs = [live]
-    with LoadMeter() as load:
-        for _ in range(2):
-            with on_one_cpu():  # every thread of the run starts inside: host, actors, writer, clients
-                placed_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
-        os_runs.append(_overhead_run(sessions, turns, cap=sessions + 24, serial=0))
-    gain = Pairs(
-        [len(run["own"]) / run["wall"] for run in os_runs],
-        [len(run["own"]) / run["wall"] for run in placed_runs],
-    )
-    placed_own = [t for run in placed_runs for t in run["own"]]
     own, serial = live["own"], live["serial"]
     label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
     churned = (
@@ -147,46 +129,15 @@ def turn_overhead(quick: bool) -> list[dict[str, Any]]:
         f"{churn['spawned']:,} spawns by replay"
     )
 
-    mean = statistics.fmean(serial) * 1000
-    one_cpu = "every thread on one CPU, batch-scheduled (actors.placement)"
-    live_rate = len(own) / live["wall"]
-    placed_rate = gain.subject
-
-    def ms(values: list[float], q: float) -> float:
-        return round(_percentile(values, q) * 1000, 2)
+    def ms(name: str, values: list[float], detail: str) -> Figure:
+        p50, p99 = (round(_percentile(values, q) * 1000, 2) for q in (0.50, 0.99))
+        return Figure(name, p50, "ms", detail=f"p50; p99 {p99} ms; {detail}", explore=True)
 
     return [
-        figure("turns.overhead_p50_ms", ms(own, 0.50), "ms", detail=label),
-        figure("turns.overhead_p99_ms", ms(own, 0.99), "ms", detail=label),
-        figure("turns.throughput", round(live_rate), "turns/s", detail=label),
-        figure(
-            "turns.serial_p50_ms",
-            ms(serial, 0.50),
-            "ms",
-            detail=f"one turn in flight, {len(serial)} turns (mean {mean:.2f} ms)",
-        ),
-        figure("turns.serial_p99_ms", ms(serial, 0.99), "ms", detail="one turn in flight"),
-        figure("turns.lru_churn_p50_ms", ms(churn["own"], 0.50), "ms", detail=churned),
-        figure("turns.lru_churn_p99_ms", ms(churn["own"], 0.99), "ms", detail=churned),
-        figure(
-            "turns.lru_churn_throughput", round(len(churn["own"]) / churn["wall"]), "turns/s", detail=churned
-        ),
-        figure("turns.one_cpu.overhead_p50_ms", ms(placed_own, 0.50), "ms", detail=f"{label}; {one_cpu}"),
-        figure("turns.one_cpu.overhead_p99_ms", ms(placed_own, 0.99), "ms", detail=f"{label}; {one_cpu}"),
-        figure(
-            "turns.one_cpu.throughput",
-            round(placed_rate),
-            "turns/s",
-            detail=f"{label}; {one_cpu}; median of 2 runs",
-        ),
-        figure(
-            "turns.one_cpu.gain",
-            round(gain.ratio, 2),
-            "x",
-            detail="turns/s on one CPU over the OS placement, adjacent pairs in alternating order "
-            "(OS->one CPU turns/s)",
-            pairs=gain,
-            load=load,
+        ms("turns.overhead_ms", own, f"{label}; {len(own) / live['wall']:,.0f} turns/s"),
+        ms("turns.serial_ms", serial, f"one turn in flight, {len(serial)} turns"),
+        ms(
+            "turns.lru_churn_ms", churn["own"], f"{churned}; {len(churn['own']) / churn['wall']:,.0f} turns/s"
         ),
     ]
 
@@ -239,7 +190,7 @@ def _memory_child(touched: int) -> dict[str, Any]:
     return {"marks": marks[1:], "readings": {str(k): v for k, v in readings.items()}, "peak": peak}
 
 
-def memory(quick: bool) -> list[dict[str, Any]]:
+def memory(quick: bool) -> list[Figure]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
         [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
@@ -263,43 +214,28 @@ def memory(quick: bool) -> list[dict[str, Any]]:
         for n in [MEMORY_CAP, *marks]
     )
     return [
-        figure(
-            "memory.anon_rss_mib",
-            round(readings[last][0] / 1024, 1),
-            "MiB",
-            detail=f"{touched:,} sessions touched, live cap {MEMORY_CAP} (peak {data['peak']})",
-        ),
-        figure(
-            "memory.per_live_session_kib",
-            round(per_live / 1024, 1),
-            "KiB",
-            detail=f"anon RSS of the first {MEMORY_CAP} sessions (all live) over an idle host",
-        ),
-        figure(
-            "memory.per_extra_session_bytes",
-            round(per_session),
-            "bytes",
-            detail=f"anon RSS per session touched past {first:,} (passivated): what the cap leaves",
-        ),
-        figure(
+        Figure(
             "memory.extra_over_live",
             round(ratio, 3),
             "ratio",
-            target=f"< {MEMORY_TARGET}",
-            met=ratio < MEMORY_TARGET,
-            detail="a passivated session costs this fraction of a live one: memory follows the cap",
-        ),
-        figure(
-            "memory.growth",
-            round(growth, 3),
-            "ratio",
-            detail=f"from {first:,} to {last:,} sessions touched; {detail}",
+            f"< {MEMORY_TARGET}",
+            ratio < MEMORY_TARGET,
+            f"a session touched past {first:,} (passivated) costs {per_session:,.0f} B, this fraction of "
+            f"a live one ({per_live / 1024:,.1f} KiB, the first {MEMORY_CAP} over an idle host): memory "
+            f"follows the cap; {touched:,} sessions touched, live cap {MEMORY_CAP} (peak {data['peak']}); "
+            f"anon RSS grew {growth:.3f}x from {first:,} to {last:,}; {detail}",
         ),
     ]
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
-    return [*turn_overhead(quick), *memory(quick)]
+def run(quick: bool) -> list[Figure]:
+    """Memory with many sessions (judged)."""
+    return memory(quick)
+
+
+def explore(quick: bool) -> list[Figure]:
+    """The turn overhead, judged against nothing: measured only with `--explore`."""
+    return turn_overhead(quick)
 
 
 def main(argv: list[str] | None = None) -> int:

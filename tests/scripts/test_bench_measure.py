@@ -117,23 +117,12 @@ def test_the_load_meter_reads_the_machine_and_says_so() -> None:
 # --- figures, the exit code, a suite that raises --------------------------------------------
 
 
-def test_a_figure_made_from_pairs_carries_them_and_the_load_and_says_both() -> None:
-    pairs = Pairs([100, 100], [300, 500])
+def test_a_figure_measured_under_a_load_carries_it_and_says_it() -> None:
     with LoadMeter() as load:
         pass
-    made = bench.figure("x.ratio", 4.0, "x", ">= 3x", True, "what it is", pairs=pairs, load=load)
-    assert made["detail"] == f"what it is; {pairs.describe()}; {load.summary()}"
-    assert made["pairs"] == pairs.as_dict()
-    assert made["load"] == load.as_dict()
-    plain = bench.figure("x.count", 3, "items")
-    assert plain == {
-        "name": "x.count",
-        "value": 3,
-        "unit": "items",
-        "target": None,
-        "met": None,
-        "detail": "",
-    }
+    made = bench.Figure.measured("x.ms", 4.0, "ms", "what it is", load, target="< 5 ms", met=True)
+    assert made.detail == f"what it is; {load.summary()}"
+    assert made.load == load.as_dict() and made.pairs is None
 
 
 def _report(*mets: bool | None) -> dict[str, object]:
@@ -161,29 +150,32 @@ def test_a_suite_that_raises_is_a_failed_figure_and_the_next_suite_still_runs(
         raise RuntimeError("the disk is gone")
 
     _fake_suite(monkeypatch, "boom", boom)
-    _fake_suite(monkeypatch, "fine", lambda quick: [bench.figure("fine.count", 3, "items")])
+    _fake_suite(monkeypatch, "fine", lambda quick: [bench.Figure("fine.count", 3, "items", "3", True)])
     assert bench.main(["--only", "boom,fine", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     error, fine = report["figures"]
     assert error["name"] == "boom.error" and error["suite"] == "boom"
     assert error["met"] is False and error["target"] == "the suite runs to the end"
     assert error["detail"].startswith("RuntimeError: the disk is gone at test_bench_measure.py:")
-    assert fine["name"] == "fine.count" and fine["met"] is None
-    assert (report["targets"], report["targets_met"], report["all_met"]) == (1, 0, False)
+    assert fine["name"] == "fine.count" and fine["met"] is True
+    assert (report["targets"], report["targets_met"], report["all_met"]) == (2, 1, False)
 
 
-def test_a_run_of_figures_without_targets_passes(
+def test_a_run_of_explore_figures_passes_and_shows_them_only_when_asked(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_suite(monkeypatch, "fine", lambda quick: [bench.figure("fine.count", 3, "items")])
+    _fake_suite(monkeypatch, "fine", lambda quick: [bench.Figure("fine.count", 3, "items", explore=True)])
     assert bench.main(["--only", "fine"]) == 0
-    assert "0/0 targets met" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0/0 targets met" in out and "fine.count" not in out
+    assert bench.main(["--only", "fine", "--explore"]) == 0
+    assert "fine.count" in capsys.readouterr().out
 
 
 def test_a_missed_target_fails_the_run_and_is_named(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_suite(monkeypatch, "slow", lambda quick: [bench.figure("slow.rate", 1, "/s", ">= 2", False)])
+    _fake_suite(monkeypatch, "slow", lambda quick: [bench.Figure("slow.rate", 1, "/s", ">= 2", False)])
     assert bench.main(["--only", "slow"]) == 1
     assert "missed: slow.rate" in capsys.readouterr().out
 
@@ -193,8 +185,9 @@ def test_a_part_that_raises_leaves_its_error_figure() -> None:
         raise ValueError("bad")
 
     (failed,) = bench.guarded("restore", part)
-    assert failed["name"] == "restore.error" and failed["met"] is False and "suite" not in failed
-    assert bench.guarded("ok", lambda: [bench.figure("ok.n", 1, "")]) == [bench.figure("ok.n", 1, "")]
+    assert failed.name == "restore.error" and failed.met is False and failed.suite == ""
+    ok = [bench.Figure("ok.n", 1, "", explore=True)]
+    assert bench.guarded("ok", lambda: ok) == ok
 
 
 # --- the workloads ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from msgspec.structs import asdict
 
 from cairn.bench import SUITES
 from cairn.bench import compaction as bench_compaction
@@ -18,7 +19,7 @@ from cairn.bench import context as bench_context
 
 
 def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
-    figures = {figure["name"]: figure for figure in bench_compaction.run(quick=True)}
+    figures = {f.name: asdict(f) for f in bench_compaction.run(quick=True)}
     for name in ("llm", "fallback"):
         assert figures[f"compaction.{name}.records_verbatim"]["value"] == 100.0
         assert figures[f"compaction.{name}.active_task_kept"]["value"] == 100.0
@@ -28,8 +29,8 @@ def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
 
 
 def test_the_context_bench_runs() -> None:
-    figures = {figure["name"]: figure for figure in bench_context.run(quick=True)}
-    assert {"context.check_ms", "context.recount_ms", "context.speedup"} <= set(figures)
+    figures = {f.name: asdict(f) for f in bench_context.run(quick=True)}
+    assert {"context.speedup", "context.recount_matches", "context.check_band_ms"} == set(figures)
     assert figures["context.recount_matches"]["met"] is True  # the baseline counts what cairn counts
     speedup = figures["context.speedup"]
     assert len(speedup["pairs"]["ratios"]) == 10  # one pair a turn
@@ -56,14 +57,15 @@ def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -
     pytest.importorskip("nats")  # the `cluster` extra; cairn's own modules must import, never skip
     from cairn.bench import cluster as bench_cluster
 
-    figures = {figure["name"]: figure for figure in bench_cluster.run(quick=True, sizes=bench_cluster.SMOKE)}
+    figures = {f.name: asdict(f) for f in bench_cluster.run(quick=True, sizes=bench_cluster.SMOKE)}
     assert "cluster.unavailable" not in figures, figures.get("cluster.unavailable")
     for sessions in (1, 16, 256):
-        assert figures[f"cluster.append.sessions_{sessions}"]["value"] > 0
         assert figures[f"cluster.append.sessions_{sessions}.ratio"]["value"] > 0
     judged = figures["cluster.append.sessions_256.ratio"]
     assert judged["target"] == ">= 0.5 x local"
-    assert "placed by the OS" in judged["detail"]  # cairn's default placement is the one judged
+    assert (
+        "placed by the OS" in judged["detail"] and judged["met"] is not None
+    )  # cairn's default placement is the one judged
     assert len(judged["pairs"]["baselines"]) == 1 and "load" in judged  # SMOKE: one round
     assert figures["cluster.load_messages_read"]["met"] is True
     failover = figures["cluster.failover_s"]  # hosts with a 2 s lease TTL here

@@ -1,5 +1,5 @@
 """The store bench's thread runs: the window in which every thread runs, a thread's error, and the
-thread-wake ceiling acking every call with either way of waking (relay, all at once).
+thread-wake ceiling acking every call.
 
 Nothing here is timed: the tests check what is counted and that every thread gets its answer.
 """
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from cairn.bench._measure import ThreadsRun, threads_run
-from cairn.bench.store import _wake_floor_run
+from cairn.bench.store import _wake_floor_rate
 
 
 def _in_time(fn: object, timeout: float = 60.0) -> ThreadsRun:
@@ -65,7 +65,5 @@ def test_a_threads_error_is_raised_by_the_run() -> None:
         _in_time(lambda: threads_run(4, 3, step))
 
 
-@pytest.mark.parametrize("relay", [True, False], ids=["relay", "all_at_once"])
-def test_the_wake_ceiling_acks_every_call(relay: bool) -> None:
-    run = _in_time(lambda: _wake_floor_run(32, 40, relay=relay))
-    assert run.whole > 0
+def test_the_wake_ceiling_acks_every_call() -> None:
+    assert _in_time(lambda: _wake_floor_rate(32, 40)) > 0

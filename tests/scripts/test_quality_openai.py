@@ -13,7 +13,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
+import msgspec
 import pytest
 
 from cairn.actors.provider.scripted import scripted_summary
@@ -53,8 +55,9 @@ def _env(server: ChatServer) -> dict[str, str]:
     }
 
 
-def _figures(items: list[dict[str, object]]) -> dict[str, dict[str, object]]:
-    return {str(f["name"]): f for f in items}
+def _figures(items: list[Any]) -> dict[str, dict[str, Any]]:
+    """The figures by name, as `--json` prints them (from `Figure`s or from the report)."""
+    return {str(f["name"]): f for f in msgspec.to_builtins(items)}
 
 
 def test_a_ledger_model_over_the_wire_scores_as_the_scripted_provider_does() -> None:
@@ -81,8 +84,8 @@ def test_a_model_that_ignores_the_ledger_falls_back_everywhere_and_fails_the_tar
 
 def test_a_missing_setting_is_one_failed_figure_naming_it() -> None:
     figures = quality.run_with(True, "openai", {"CAIRN_BASE_URL": "http://127.0.0.1:9/v1"})
-    assert [(f["name"], f["met"]) for f in figures] == [("quality.provider", False)]
-    assert "CAIRN_MODEL" in str(figures[0]["detail"])
+    assert [(f.name, f.met) for f in figures] == [("quality.provider", False)]
+    assert "CAIRN_MODEL" in figures[0].detail
 
 
 def test_cairn_bench_takes_the_provider_flag() -> None:
@@ -151,7 +154,9 @@ def test_cairn_bench_only_quality_provider_openai_runs_through_the_cli(
     with ChatServer(responder=_ledger_model) as server:
         for name, value in _env(server).items():
             monkeypatch.setenv(name, value)
-        status = cli.main(["bench", "--only", "quality", "--quick", "--provider", "openai", "--json"])
+        status = cli.main(
+            ["bench", "--only", "quality", "--quick", "--provider", "openai", "--json", "--explore"]
+        )
         summaries = len(server.requests)
     report = json.loads(capsys.readouterr().out)
     assert status == 0 and report["all_met"]
