@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import statistics
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 
 def samples(fn: Callable[[], object], repeat: int) -> list[float]:
@@ -26,15 +24,6 @@ def samples(fn: Callable[[], object], repeat: int) -> list[float]:
 def timed(fn: Callable[[], object], repeat: int) -> float:
     """The median time of `repeat` runs."""
     return statistics.median(samples(fn, repeat))
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    """The shortest of `repeat` runs: for CPU-bound work, what the code costs when nothing else runs.
-
-    Noise on a shared machine only ever adds time, so the minimum is the
-    estimate of the code's own cost (as `timeit` reports it).
-    """
-    return min(samples(fn, repeat))
 
 
 def peak_memory(fn: Callable[[], object]) -> int:
@@ -231,58 +220,17 @@ def threads_rate(
     """`sessions` threads, thread n calling `setup(n)` (untimed) and then `step(n, i)` for i <
     per_session; calls per second from the moment every thread is set up (the barrier's release,
     stamped before any thread goes on) to the last return. A thread's error is raised here."""
-    return threads_run(sessions, per_session, step, setup).whole
-
-
-class ThreadsRun(NamedTuple):
-    """One run of `sessions` threads: its rate over the whole run and while every thread ran."""
-
-    #: calls/s from the barrier's release to the last return (what `threads_rate` measures)
-    whole: float
-    #: calls/s from the moment the last thread was out of the barrier until the first one was done:
-    #: every session running; None when there was no such moment (one finished before all started)
-    all_running: float | None
-    #: seconds from the barrier's release until the last thread was out of it
-    start: float
-
-
-def threads_run(
-    sessions: int,
-    per_session: int,
-    step: Callable[[int, int], None],
-    setup: Callable[[int], None] | None = None,
-) -> ThreadsRun:
-    """`threads_rate`, with the window in which every thread runs measured beside the whole run.
-
-    The whole run includes the start (the barrier lets its threads go one
-    at a time, each taking its lock in turn, while those already out append:
-    at 1,024 threads that alone took 0.1-0.3 s here) and the end (the last
-    threads run with fewer beside them). The window counts the calls that
-    returned between the last thread's leaving the barrier and the first
-    thread's last return.
-    """
-    done = [0] * sessions
-    marks: dict[str, tuple[float, int]] = {}  # (time, calls returned by then): "all out", "first done"
     started: list[float] = []
     barrier = threading.Barrier(sessions + 1, action=lambda: started.append(time.perf_counter()))
-    # threads out of the barrier, threads done: `next` on a count is atomic (no lock to queue on)
-    counts = {"all out": itertools.count(1), "first done": itertools.count(1)}
     errors: list[BaseException] = []
-
-    def mark(key: str, at: int) -> None:
-        if next(counts[key]) == at:
-            marks[key] = (time.perf_counter(), sum(done))
 
     def work(n: int) -> None:
         try:
             if setup is not None:
                 setup(n)
             barrier.wait()
-            mark("all out", sessions)
             for i in range(per_session):
                 step(n, i)
-                done[n] = i + 1
-            mark("first done", 1)
         except BaseException as exc:  # reported below, never swallowed
             errors.append(exc)
             barrier.abort()
@@ -296,10 +244,4 @@ def threads_run(
         thread.join()
     if errors:
         raise errors[0]
-    ended = time.perf_counter()
-    whole = sessions * per_session / (ended - started[0])
-    (all_out, calls_then), (first_done, calls_by_first) = marks["all out"], marks["first done"]
-    window = None
-    if first_done > all_out and calls_by_first > calls_then:
-        window = (calls_by_first - calls_then) / (first_done - all_out)
-    return ThreadsRun(whole, window, all_out - started[0])
+    return sessions * per_session / (time.perf_counter() - started[0])

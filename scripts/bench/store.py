@@ -2,11 +2,11 @@
 
 Appends and the open of a large store are measured here; restore, replay
 (reading one session's history back) and the eventsourcing comparison in
-`store_replay`. Every ratio is measured in alternating pairs within the run
-(`_measure.alternate`, `_measure.interleave`), because these machines are
-shared and their fsync rate drifts 20x within minutes: each figure is the
-median of its pairs' ratios, with their range, every pair and the machine's
-load in its detail. Absolute numbers are reported beside.
+`store_replay`. Every ratio is a `Comparison` measured in alternating pairs
+within the run (`_figure.compare`), because these machines are shared and
+their fsync rate drifts 20x within minutes: each figure is the median of its
+pairs' ratios, with their range, every pair (the absolute rates or times)
+and the machine's load in its detail.
 """
 
 from __future__ import annotations

@@ -52,14 +52,6 @@ from cairn.store.backend import JournalBackend
 # --- restore of one long session ------------------------------------------------------
 
 
-def _build_long_session(root: Path, sid: str, total: int, checkpoint_every: int) -> None:
-    journal = Journal.open(root)
-    try:
-        write_long_session(journal, sid, total, checkpoint_every)
-    finally:
-        journal.close()
-
-
 def write_long_session(journal: JournalBackend, sid: str, total: int, checkpoint_every: int) -> None:
     """A session of `total` events (plus a tail of half a checkpoint interval), a checkpoint every
     `checkpoint_every`: requests, usages and the mixed events, in calls of one checkpoint interval."""
@@ -115,8 +107,7 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
 
     Both through the public path a restart uses: a fresh `Journal.open`, then
     `load` (checkpoint + tail) or `replay_full` (every event), index walk
-    and reads included. The full replay of the checkpointed session is also
-    reported as a rate.
+    and reads included.
     """
     long_events = 100_000 if quick else 1_000_000
     short_events = 4_000

@@ -1,4 +1,4 @@
-"""The store bench's thread runs: the window in which every thread runs, a thread's error, and the
+"""The store bench's thread runs: every step counted, setup before the clock, a thread's error, and the
 thread-wake ceiling acking every call.
 
 Nothing here is timed: the tests check what is counted and that every thread gets its answer.
@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from cairn.bench._measure import ThreadsRun, threads_run
+from cairn.bench._measure import threads_rate
 from cairn.bench.store import _wake_floor_rate
 
 
-def _in_time(fn: object, timeout: float = 60.0) -> ThreadsRun:
+def _in_time(fn: object, timeout: float = 60.0) -> float:
     """Run `fn()` on a thread; a hang (a thread never woken) fails instead of blocking the suite."""
-    result: list[ThreadsRun] = []
+    result: list[float] = []
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -34,25 +34,16 @@ def _in_time(fn: object, timeout: float = 60.0) -> ThreadsRun:
     return result[0]
 
 
-def test_every_step_runs_once_and_the_window_opens_when_all_threads_are_out() -> None:
-    sessions, per_session = 4, 5
+def test_every_step_runs_once_and_the_rate_counts_them() -> None:
     calls: list[tuple[int, int]] = []
-    all_in = threading.Barrier(sessions)  # no call returns before every thread is out of the start
-
-    def step(n: int, i: int) -> None:
-        if i == 0:
-            all_in.wait()
-        calls.append((n, i))
-
-    run = _in_time(lambda: threads_run(sessions, per_session, step))
+    rate = _in_time(lambda: threads_rate(4, 5, lambda n, i: calls.append((n, i))))
     assert sorted(calls) == [(n, i) for n in range(4) for i in range(5)]
-    assert run.whole > 0 and run.start >= 0
-    assert run.all_running is not None and run.all_running > 0
+    assert rate > 0
 
 
 def test_setup_runs_once_per_thread_before_the_clock() -> None:
     seen: list[int] = []
-    _in_time(lambda: threads_run(3, 2, lambda n, i: None, seen.append))
+    _in_time(lambda: threads_rate(3, 2, lambda n, i: None, seen.append))
     assert sorted(seen) == [0, 1, 2]
 
 
@@ -62,7 +53,7 @@ def test_a_threads_error_is_raised_by_the_run() -> None:
             raise ValueError("step 1 of thread 2")
 
     with pytest.raises(ValueError, match="step 1 of thread 2"):
-        _in_time(lambda: threads_run(4, 3, step))
+        _in_time(lambda: threads_rate(4, 3, step))
 
 
 def test_the_wake_ceiling_acks_every_call() -> None:
