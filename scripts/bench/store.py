@@ -111,7 +111,7 @@ def _wake_floor_rate(sessions: int, per_session: int) -> float:
     ceiling any journal with one thread per session can reach here. The
     writer takes everything queued as one batch and wakes its first waiter,
     and each woken thread wakes the next (cairn's own way,
-    `store.group_commit._acknowledge`).
+    `store.commit_calls.acknowledge`).
     """
     queue: collections.deque[tuple[threading.Lock, list[Any]]] = collections.deque()
     work = threading.Event()

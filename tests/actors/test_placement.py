@@ -111,28 +111,3 @@ def test_batch_scheduled_keeps_every_cpu_and_restores_the_caller() -> None:
         thread.join()
     assert seen == [placement.Placement(before.cpus, os.SCHED_BATCH)]
     assert placement.current() == before
-
-
-def test_the_placement_bench_names_each_placements_worst_cell_and_the_defaults_loss() -> None:
-    from cairn.bench._measure import Pairs
-    from cairn.bench.placement import _figures
-
-    cells = {
-        "appends.1.competitor_same": {
-            "batch": Pairs([1000.0, 1000.0], [50.0, 70.0]),
-            "one_cpu": Pairs([1000.0, 1000.0], [60.0, 80.0]),
-        },
-        "turns.256.alone": {
-            "batch": Pairs([100.0], [90.0]),
-            "one_cpu": Pairs([100.0], [160.0]),
-        },
-    }
-    loads = dict.fromkeys(cells, "machine 50 % busy")
-    figures = {f["name"]: f for f in _figures(cells, loads, same=1, other=0)}
-    assert figures["placement.turns.256.alone.one_cpu"]["value"] == 1.6
-    assert figures["placement.batch.worst"]["value"] == 0.06
-    assert "appends.1.competitor_same" in figures["placement.batch.worst"]["detail"]
-    assert figures["placement.one_cpu.worst"]["value"] == 0.07
-    default = figures["placement.default_worst"]  # the OS placement: 1 / 1.6 where one CPU won
-    assert (default["value"], default["met"]) == (0.62, True)
-    assert "turns.256.alone (best there: one_cpu)" in default["detail"]
