@@ -8,7 +8,8 @@ builds from its arguments; `fork` the copy of a history;
 `exit_hook` the closing of forgotten hosts at interpreter exit.
 """
 
-from cairn.actors.host.async_host import AsyncHost, AsyncTurn
+from cairn.actors.host.async_host import AsyncHost
+from cairn.actors.host.async_turn import AsyncTurn
 from cairn.actors.host.config import HostConfig
 from cairn.actors.host.host import Host
 from cairn.actors.host.interrupted import InterruptedTurn

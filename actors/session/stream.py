@@ -20,16 +20,18 @@ callback instead, for `AsyncHost`, which bridges them to an event loop.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
 from cairn.actors.errors import TurnTimeout
 from cairn.actors.provider.base import ReasoningDelta, TextDelta
 from cairn.events.codec import Record
+from cairn.events.errors import InputError
 from cairn.events.kinds import FailedPhase
 
 #: how long `Turn.result` and `Turn.events` wait by default (seconds): bounded, never forever
@@ -37,6 +39,39 @@ WAIT_S = 3_600.0
 
 StreamItem = Record | TextDelta | ReasoningDelta
 TurnStatus = Literal["completed", "failed", "rejected", "cancelled"]
+
+StreamPosition = str
+"""Where a stream item is, for a reader to continue after it: `"42"` for the record of seq 42,
+`"42.3"` for the third delta after it. Records keep their position across a restart (a resend
+with the same idempotency key is answered from the log, records only); deltas are not in the
+log, so continuing after a delta's position gives the records that followed it."""
+
+
+def parse_position(position: StreamPosition) -> tuple[int, int]:
+    """`"42"` -> (42, 0), `"42.3"` -> (42, 3); `InputError` for anything else."""
+    seq, dot, delta = position.partition(".") if isinstance(position, str) else ("", "", "")
+    if seq.isdigit() and seq.isascii() and (not dot or (delta.isdigit() and delta.isascii())):
+        return int(seq), int(delta) if dot else 0
+    raise InputError(f"a stream position is a seq, or seq.delta (42, 42.3), not {position!r}")
+
+
+def format_position(at: tuple[int, int]) -> StreamPosition:
+    seq, delta = at
+    return f"{seq}.{delta}" if delta else str(seq)
+
+
+def next_position(previous: tuple[int, int], item: StreamItem) -> tuple[int, int]:
+    """The position of `item`, published after an item at `previous` ((0, 0) before the first)."""
+    if isinstance(item, Record):
+        return item.seq, 0
+    return previous[0], previous[1] + 1
+
+
+class Positioned(NamedTuple):
+    """A stream item and its position (`Turn.stream`)."""
+
+    position: StreamPosition
+    item: StreamItem
 
 
 class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,19 +121,33 @@ class Turn:
         self._on_cancel = on_cancel
         self._cond = threading.Condition()
         self._items: list[StreamItem] = []
+        self._positions: list[tuple[int, int]] = []  # beside `_items`, increasing
         self._result: TurnResult | None = None
         self._on_done = on_done
         self._watchers: list[Watcher] = []
 
     # -- reading (any thread) ------------------------------------------------------
 
-    def events(self, timeout: float | None = WAIT_S) -> Iterator[StreamItem]:
-        """Every client-visible item of the turn, live, from its first; ends with the turn.
+    def events(
+        self, timeout: float | None = WAIT_S, *, after: StreamPosition | None = None
+    ) -> Iterator[StreamItem]:
+        """Every client-visible item of the turn, live, from its first (or the first after the
+        position `after`: a reader continuing where it lost the stream); ends with the turn.
 
         `timeout` bounds the wait for each next item (TurnTimeout; default
         `WAIT_S`, an hour); None waits as long as the turn runs.
         """
-        index = 0
+        for entry in self.stream(timeout, after=after):
+            yield entry.item
+
+    def stream(
+        self, timeout: float | None = WAIT_S, *, after: StreamPosition | None = None
+    ) -> Iterator[Positioned]:
+        """`events`, each item with its position (`StreamPosition`), to continue from after a
+        reconnect (`after=`). `InputError` for a malformed position, before anything is read."""
+        start = (0, 0) if after is None else parse_position(after)
+        with self._cond:
+            index = bisect.bisect_right(self._positions, start)
         while True:
             with self._cond:
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -108,8 +157,10 @@ class Turn:
                         raise TurnTimeout(f"session {self.session}: no event within {timeout} s")
                     self._cond.wait(remaining)
                 batch = self._items[index:]
+                places = self._positions[index : index + len(batch)]
                 finished = self._result is not None
-            yield from batch
+            for place, item in zip(places, batch, strict=True):
+                yield Positioned(format_position(place), item)
             index += len(batch)
             if finished and index >= len(self._items):
                 return
@@ -180,6 +231,9 @@ class Turn:
     def _publish(self, item: StreamItem) -> None:
         with self._cond:
             if self._result is None:
+                self._positions.append(
+                    next_position(self._positions[-1] if self._positions else (0, 0), item)
+                )
                 self._items.append(item)
                 self._cond.notify_all()
                 self._tell_watchers(item)

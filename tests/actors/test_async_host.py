@@ -330,7 +330,7 @@ def test_the_rest_of_the_hosts_calls_awaited(tmp_path: Path) -> None:
 
 def test_the_loop_inbox_wakes_the_loop_once_for_a_burst_and_keeps_its_order() -> None:
     """100 posts from a session's thread while the loop is busy: one wake-up, every call, in order."""
-    from cairn.actors.host.async_host import LoopInbox
+    from cairn.actors.host.async_turn import LoopInbox
 
     async def main() -> tuple[LoopInbox, list[int]]:
         inbox = LoopInbox(asyncio.get_running_loop())
@@ -361,7 +361,7 @@ def test_the_loop_inbox_wakes_the_loop_once_for_a_burst_and_keeps_its_order() ->
 
 def test_news_for_a_loop_that_closed_before_its_drain_ran_is_not_kept() -> None:
     """The loop ended (asyncio.run returned) with a drain queued: later posts must not pile up."""
-    from cairn.actors.host.async_host import LoopInbox
+    from cairn.actors.host.async_turn import LoopInbox
 
     loop = asyncio.new_event_loop()
     inbox = LoopInbox(loop)
@@ -376,7 +376,7 @@ def test_news_for_a_loop_that_closed_before_its_drain_ran_is_not_kept() -> None:
 
 def test_a_post_after_the_loop_closed_is_dropped_quietly() -> None:
     """A session's thread handing news to a host whose loop has ended must not fail the session."""
-    from cairn.actors.host.async_host import LoopInbox
+    from cairn.actors.host.async_turn import LoopInbox
 
     loop = asyncio.new_event_loop()
     inbox = LoopInbox(loop)
