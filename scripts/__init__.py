@@ -39,6 +39,23 @@ _WHERE: dict[str, str] = {
     "RetryPolicy": "cairn.actors.provider.retry",
     "Turn": "cairn.actors.session.stream",
     "TurnResult": "cairn.actors.session.stream",
+    # what a client may see: the live stream's items and the transcript
+    "client_view": "cairn.actors.host.client_view",
+    "TranscriptPage": "cairn.actors.host.transcript",
+    "TranscriptEntry": "cairn.actors.host.transcript",
+    "ShownEvent": "cairn.actors.host.client_view",
+    "ShownUserMessage": "cairn.actors.host.client_view",
+    "ShownAssistantMessage": "cairn.actors.host.client_view",
+    "ShownToolCall": "cairn.actors.host.client_view",
+    "ShownToolResult": "cairn.actors.host.client_view",
+    "ShownTurnStarted": "cairn.actors.host.client_view",
+    "ShownTurnCompleted": "cairn.actors.host.client_view",
+    "ShownTurnFailed": "cairn.actors.host.client_view",
+    "ShownTurnCancelled": "cairn.actors.host.client_view",
+    "ShownPart": "cairn.actors.host.client_view",
+    "ShownText": "cairn.actors.host.client_view",
+    "ShownImage": "cairn.actors.host.client_view",
+    "ShownBlob": "cairn.actors.host.client_view",
     # the provider interface and what a provider yields
     "Provider": "cairn.actors.provider.base",
     "ProviderRequest": "cairn.actors.provider.base",
@@ -140,6 +157,22 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.host import HostConfig as HostConfig
     from cairn.actors.host import HostStats as HostStats
     from cairn.actors.host import InterruptedTurn as InterruptedTurn
+    from cairn.actors.host.client_view import ShownAssistantMessage as ShownAssistantMessage
+    from cairn.actors.host.client_view import ShownBlob as ShownBlob
+    from cairn.actors.host.client_view import ShownEvent as ShownEvent
+    from cairn.actors.host.client_view import ShownImage as ShownImage
+    from cairn.actors.host.client_view import ShownPart as ShownPart
+    from cairn.actors.host.client_view import ShownText as ShownText
+    from cairn.actors.host.client_view import ShownToolCall as ShownToolCall
+    from cairn.actors.host.client_view import ShownToolResult as ShownToolResult
+    from cairn.actors.host.client_view import ShownTurnCancelled as ShownTurnCancelled
+    from cairn.actors.host.client_view import ShownTurnCompleted as ShownTurnCompleted
+    from cairn.actors.host.client_view import ShownTurnFailed as ShownTurnFailed
+    from cairn.actors.host.client_view import ShownTurnStarted as ShownTurnStarted
+    from cairn.actors.host.client_view import ShownUserMessage as ShownUserMessage
+    from cairn.actors.host.client_view import client_view as client_view
+    from cairn.actors.host.transcript import TranscriptEntry as TranscriptEntry
+    from cairn.actors.host.transcript import TranscriptPage as TranscriptPage
     from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.base import Finished as Finished
     from cairn.actors.provider.base import Provider as Provider

@@ -3,6 +3,8 @@
 `host` is the API (open, send, compact, fork, close); `async_host` the same
 for asyncio code (`AsyncHost`); `interrupted` the turns a crash interrupted; `config` its tunables
 (`HostConfig`); `registry` the live session actors and their passivation;
+`transcript` the pages of what a session's user saw (`Host.transcript`);
+`client_view` what a client may see of an event (the one definition);
 `inputs` the checks of what `send` is given; `opening` the parts `Host.open`
 builds from its arguments; `fork` the copy of a history;
 `exit_hook` the closing of forgotten hosts at interpreter exit.

@@ -51,6 +51,7 @@ from cairn.actors.errors import HostClosed, HostTimeout
 from cairn.actors.host.async_turn import AsyncTurn, LoopInbox
 from cairn.actors.host.host import Host
 from cairn.actors.host.interrupted import InterruptedTurn
+from cairn.actors.host.transcript import TranscriptPage
 from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.request import AssembledRequest
@@ -155,6 +156,13 @@ class AsyncHost:
     async def interrupted_turns(self) -> list[InterruptedTurn]:
         """`Host.interrupted_turns`: the turns a crash interrupted, with the message to send again."""
         return await self._run(self.host.interrupted_turns)
+
+    async def transcript(
+        self, session: str, *, after: int = 0, limit: int = 100, images: bool = False
+    ) -> TranscriptPage:
+        """`Host.transcript`: a page of what the session's user saw, read on the pool."""
+        read = functools.partial(self.host.transcript, session, after=after, limit=limit, images=images)
+        return await self._run(read)
 
     async def state(self, session: str) -> SessionState:
         """`Host.state`: the session's state (loaded by replay if needed)."""

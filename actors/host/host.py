@@ -65,6 +65,7 @@ from cairn.actors.host.inputs import (
 from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
 from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
+from cairn.actors.host.transcript import TranscriptPage, read_page
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
@@ -366,6 +367,24 @@ class Host:
                 continue
             found.append(turn)
         return found
+
+    def transcript(
+        self, session: str, *, after: int = 0, limit: int = 100, images: bool = False
+    ) -> TranscriptPage:
+        """A page of what the session's user saw, read from the log: entries with seq > `after`.
+
+        At most `limit` (1..1000) entries in seq order, each a
+        `TranscriptEntry`: its seq, time, turn and a client view of a user
+        message, an answer with its tool calls, a tool result, or a turn's
+        start or end (completed, failed, cancelled); nothing else of the log.
+        Images come as kind and size, their data only with `images=True`.
+        The page's `next_after` is the `after` of the next one; `more` says
+        whether there is more now. Reads a page, never the whole session.
+        Raises `InvalidSessionId`/`InputError` for bad arguments and
+        `UnknownSession` for a session the store does not hold, before
+        reading; writes nothing (`actors/host/transcript.py`).
+        """
+        return read_page(self.journal, session, after=after, limit=limit, images=images)
 
     def close(self) -> None:
         """Stop every session actor (most recently used first), then close the store. Idempotent."""
