@@ -67,6 +67,16 @@ _WHERE: dict[str, str] = {
     "Finished": "cairn.actors.provider.base",
     "ProviderFailure": "cairn.actors.provider.base",
     "ScriptedProvider": "cairn.actors.provider.scripted",
+    # what the scripted provider answers with, and the responder it may ask
+    "Reply": "cairn.actors.provider.scripted",
+    "Fail": "cairn.actors.provider.scripted",
+    "FailAfter": "cairn.actors.provider.scripted",
+    "Auto": "cairn.actors.provider.scripted",
+    "Outcome": "cairn.actors.provider.scripted",
+    "Responder": "cairn.actors.provider.scripted",
+    "http_error": "cairn.actors.provider.scripted",
+    "network_error": "cairn.actors.provider.scripted",
+    "context_limit": "cairn.actors.provider.scripted",
     "OpenAIProvider": "cairn.actors.provider.openai_compat",
     "AnthropicProvider": "cairn.actors.provider.anthropic_messages",
     # messages and their parts
@@ -185,7 +195,16 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.provider.base import UsageReport as UsageReport
     from cairn.actors.provider.openai_compat import OpenAIProvider as OpenAIProvider
     from cairn.actors.provider.retry import RetryPolicy as RetryPolicy
+    from cairn.actors.provider.scripted import Auto as Auto
+    from cairn.actors.provider.scripted import Fail as Fail
+    from cairn.actors.provider.scripted import FailAfter as FailAfter
+    from cairn.actors.provider.scripted import Outcome as Outcome
+    from cairn.actors.provider.scripted import Reply as Reply
+    from cairn.actors.provider.scripted import Responder as Responder
     from cairn.actors.provider.scripted import ScriptedProvider as ScriptedProvider
+    from cairn.actors.provider.scripted import context_limit as context_limit
+    from cairn.actors.provider.scripted import http_error as http_error
+    from cairn.actors.provider.scripted import network_error as network_error
     from cairn.actors.session.settings import SessionSettings as SessionSettings
     from cairn.actors.session.stream import Turn as Turn
     from cairn.actors.session.stream import TurnResult as TurnResult

@@ -69,7 +69,12 @@ from cairn.events.protocol import HEADINGS, RECORD_PREFIX
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):
-    """A planned answer. `usage=None` means: estimate it from the request and the text."""
+    """A planned answer: `reasoning`, `text`, then `tool_calls` (`ToolCall(id, name, arguments_json)`).
+
+    The host runs each tool call with its executor and sends the results
+    back in the next request, which the plan's next outcome answers.
+    `usage=None` means: estimate it from the request and the text.
+    """
 
     text: str = ""
     reasoning: str = ""
@@ -110,7 +115,9 @@ class Auto(msgspec.Struct, frozen=True):
     """The default answer for the request's purpose."""
 
 
+#: what a scripted request gets
 Outcome = Reply | Fail | FailAfter | Auto
+#: asked for an outcome when the plan is used up: the request in, an outcome (None: the default) out
 Responder = Callable[[ProviderRequest], Outcome | None]
 #: how the default answer to a summary request is shaped (see the module doc)
 SummaryFormat = Literal["ledger", "free-text"]
@@ -146,10 +153,12 @@ def http_error(status: int, message: str = "", *, retry_after_ms: int | None = N
 
 
 def context_limit(message: str = "prompt is too long: maximum context length exceeded") -> Fail:
+    """A failure as an endpoint reports a prompt over the context window (the session compacts, R1)."""
     return Fail(error_class="context-limit", message=message, status_code=400)
 
 
 def network_error(message: str = "connection reset by peer") -> Fail:
+    """A dropped connection before any output: retryable, as a real network error is."""
     return Fail(error_class="network", message=message, retryable=True)
 
 

@@ -21,6 +21,7 @@ from cairn import (
     ImagePart,
     InputError,
     InvalidSessionId,
+    Reply,
     ShownAssistantMessage,
     ShownImage,
     ShownText,
@@ -33,9 +34,9 @@ from cairn import (
     ToolCall,
     TranscriptEntry,
     UnknownSession,
+    http_error,
 )
 from cairn.actors.host.transcript import MAX_LIMIT
-from cairn.actors.provider.scripted import Reply, http_error
 from cairn.events.codec import Record
 from tests.actors.helpers import (
     SETTINGS,
