@@ -7,6 +7,7 @@
         result = await turn.result()         # the same TurnResult as Host's
         await host.fork("session-1", "session-2")
         await host.compact("session-1")      # a CompactResult
+        page = await host.transcript("session-1", after=0, limit=100)  # what the user saw
 
 How it stays off the loop. Sessions run in their actors' threads, as under
 `Host`. Every call that may wait (opening the store, spawning a session by

@@ -11,6 +11,7 @@ Embedding cairn::
         result = turn.result(timeout=60)    # TurnResult: completed / failed (phase) / rejected
         host.fork("session-1", "session-2") # history without the hidden hand-off (H6)
         host.compact("session-1")           # K4: a CompactResult: a checkpoint, or why none
+        host.transcript("session-1", after=0, limit=100)  # a page of what the user saw
 
     Host.open(root, config=HostConfig(max_live_sessions=64, turn_retries=0))  # tunables
 
@@ -382,7 +383,8 @@ class Host:
         whether there is more now. Reads a page, never the whole session.
         Raises `InvalidSessionId`/`InputError` for bad arguments and
         `UnknownSession` for a session the store does not hold, before
-        reading; writes nothing (`actors/host/transcript.py`).
+        reading, and `CorruptionError` for a damaged log (fail closed);
+        writes nothing (`actors/host/transcript.py`).
         """
         return read_page(self.journal, session, after=after, limit=limit, images=images)
 
