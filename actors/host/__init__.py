@@ -7,6 +7,7 @@ for asyncio code (`AsyncHost`); `interrupted` the turns a crash interrupted; `co
 `client_view` what a client may see of an event (the one definition);
 `inputs` the checks of what `send` is given; `opening` the parts `Host.open`
 builds from its arguments; `fork` the copy of a history;
+`async_turn` a turn for asyncio code and how `AsyncHost` hears its sessions' threads;
 `exit_hook` the closing of forgotten hosts at interpreter exit.
 """
 

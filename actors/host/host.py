@@ -372,19 +372,11 @@ class Host:
     def transcript(
         self, session: str, *, after: int = 0, limit: int = 100, images: bool = False
     ) -> TranscriptPage:
-        """A page of what the session's user saw, read from the log: entries with seq > `after`.
+        """A page of what the session's user saw, from the log: up to `limit` (1..1000) entries after `after`.
 
-        At most `limit` (1..1000) entries in seq order, each a
-        `TranscriptEntry`: its seq, time, turn and a client view of a user
-        message, an answer with its tool calls, a tool result, or a turn's
-        start or end (completed, failed, cancelled); nothing else of the log.
-        Images come as kind and size, their data only with `images=True`.
-        The page's `next_after` is the `after` of the next one; `more` says
-        whether there is more now. Reads a page, never the whole session.
-        Raises `InvalidSessionId`/`InputError` for bad arguments and
-        `UnknownSession` for a session the store does not hold, before
-        reading, and `CorruptionError` for a damaged log (fail closed);
-        writes nothing (`actors/host/transcript.py`).
+        Each a `TranscriptEntry` (seq, time, turn, a `Shown*` view); `next_after` and `more` page on;
+        images by kind and size unless `images`. Bad arguments raise `InputError`, an unknown session
+        `UnknownSession`, before anything is read; nothing is written (`actors/host/transcript.py`).
         """
         return read_page(self.journal, session, after=after, limit=limit, images=images)
 
