@@ -6,7 +6,7 @@ import bisect
 
 import msgspec
 
-from cairn.actors.errors import SessionExists
+from cairn.actors.errors import SessionExists, UnknownSession
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.events.kinds import CheckpointCommitted, EventBase, SessionStarted
 from cairn.store.backend import JournalBackend
@@ -14,6 +14,16 @@ from cairn.store.errors import SeqConflict
 
 #: events per append when a fork copies a history: at most one JetStream atomic batch (1,000 messages)
 FORK_BATCH = 1_000
+
+
+def source_to_fork(journal: JournalBackend, source: str, target: str) -> int:
+    """`source`'s last seq, when it exists (else `UnknownSession`) and `target` does not (`SessionExists`)."""
+    last = journal.last_seq(source)
+    if last == 0:
+        raise UnknownSession(f"no session {source} in the store")
+    if journal.last_seq(target) != 0:
+        raise SessionExists(f"session {target} already exists")
+    return last
 
 
 def copy_history(journal: JournalBackend, source: str, target: str, last: int) -> int:

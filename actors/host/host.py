@@ -11,7 +11,6 @@ Embedding cairn::
         result = turn.result(timeout=60)    # TurnResult: completed / failed (phase) / rejected
         host.fork("session-1", "session-2") # history without the hidden hand-off (H6)
         host.compact("session-1")           # K4: a CompactResult: a checkpoint, or why none
-        host.transcript("session-1", after=0, limit=100)  # a page of what the user saw
 
     Host.open(root, config=HostConfig(max_live_sessions=64, turn_retries=0))  # tunables
 
@@ -52,10 +51,10 @@ import msgspec
 import pykka
 
 from cairn.actors.compactor.hooks import PreCompactionHook
-from cairn.actors.errors import HostTimeout, SessionCrashed, SessionExists, UnknownSession
+from cairn.actors.errors import HostTimeout, SessionCrashed, UnknownSession
 from cairn.actors.host import exit_hook
 from cairn.actors.host.config import HostConfig
-from cairn.actors.host.fork import copy_history
+from cairn.actors.host.fork import copy_history, source_to_fork
 from cairn.actors.host.inputs import (
     check_budget,
     checked_key,
@@ -63,7 +62,7 @@ from cairn.actors.host.inputs import (
     checked_workspace,
     user_content,
 )
-from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turn
+from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turns
 from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.host.transcript import TranscriptPage, read_page
@@ -304,11 +303,7 @@ class Host:
         if source == target:
             raise InputError("a session cannot be forked onto itself")
         self._check_store()
-        last = self.journal.last_seq(source)
-        if last == 0:
-            raise UnknownSession(f"no session {source} in the store")
-        if self.journal.last_seq(target) != 0:
-            raise SessionExists(f"session {target} already exists")
+        last = source_to_fork(self.journal, source, target)
         self._registry.evict(target)
         return copy_history(self.journal, source, target, last)
 
@@ -360,14 +355,7 @@ class Host:
         this host is running now is left out; sending the message again
         starts a new turn, and the session drops out of this list.
         """
-        live = set(self._registry.live_sessions)
-        found: list[InterruptedTurn] = []
-        for summary in self.journal.sessions():
-            turn = interrupted_turn(summary.sid, self.journal.read(summary.sid))
-            if turn is None or (turn.state == "open" and summary.sid in live):
-                continue
-            found.append(turn)
-        return found
+        return interrupted_turns(self.journal, set(self._registry.live_sessions))
 
     def transcript(
         self, session: str, *, after: int = 0, limit: int = 100, images: bool = False

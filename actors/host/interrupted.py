@@ -19,6 +19,7 @@ import msgspec
 from cairn.events.codec import Record
 from cairn.events.kinds import TurnCancelled, TurnCompleted, TurnFailed, TurnStarted, UserMessage
 from cairn.events.model import ImagePart, Part, TextPart
+from cairn.store.backend import JournalBackend
 
 
 class InterruptedTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,3 +101,14 @@ def interrupted_turn(session: str, records: Iterable[Record]) -> InterruptedTurn
     if current is not None and current.state == "open":
         current = msgspec.structs.replace(current, steering=tuple(steering))
     return current
+
+
+def interrupted_turns(journal: JournalBackend, live: set[str]) -> list[InterruptedTurn]:
+    """`Host.interrupted_turns`: the interrupted turns by session id, less open ones of `live` sessions."""
+    found: list[InterruptedTurn] = []
+    for summary in journal.sessions():
+        turn = interrupted_turn(summary.sid, journal.read(summary.sid))
+        if turn is None or (turn.state == "open" and summary.sid in live):
+            continue
+        found.append(turn)
+    return found
