@@ -36,7 +36,6 @@ import msgspec
 
 from cairn.actors.provider.base import ReasoningDelta, TextDelta
 from cairn.actors.session.handoff import is_hidden_event
-from cairn.events import kinds
 from cairn.events.codec import Record
 from cairn.events.errors import InputError
 from cairn.events.kinds import (
@@ -46,15 +45,13 @@ from cairn.events.kinds import (
     EventBase,
     SessionStarted,
     ToolResult,
+    TurnCancelled,
     TurnCompleted,
     TurnFailed,
     TurnStarted,
     UserMessage,
 )
 from cairn.events.model import BlobPart, ImagePart, Part, TextPart
-
-#: `turn-cancelled` (Turn.cancel), a kind newer than this module's first version
-TurnCancelled: Any = getattr(kinds, "TurnCancelled", None)
 
 
 class ShownText(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
@@ -215,8 +212,8 @@ def shown_event(event: EventBase, *, images: bool = False) -> ShownEvent | None:
             return ShownTurnFailed(
                 turn_id=event.turn_id, phase=event.phase, error_class=event.error_class, error=event.error
             )
-    if TurnCancelled is not None and isinstance(event, TurnCancelled):
-        return ShownTurnCancelled(turn_id=event.turn_id, reason=event.reason)
+        case TurnCancelled():
+            return ShownTurnCancelled(turn_id=event.turn_id, reason=event.reason)
     return None
 
 

@@ -41,10 +41,9 @@ from cairn.actors.host.client_view import (
     ShownUserMessage,
     shown_event,
 )
-from cairn.events import kinds
 from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError
-from cairn.events.kinds import TurnCompleted, TurnFailed, TurnStarted
+from cairn.events.kinds import TurnCancelled, TurnCompleted, TurnFailed, TurnStarted
 from cairn.store.backend import JournalBackend
 
 #: the largest page `Host.transcript` gives
@@ -54,9 +53,6 @@ _BACK_FIRST = 16
 _BACK_MOST = 1_024
 #: the largest seq a log may hold (a signed 64-bit integer)
 _MAX_SEQ = 2**63 - 1
-
-#: the kinds that end a turn (`turn-cancelled`, from Turn.cancel, is newer than this module)
-_ENDS: tuple[type, ...] = (TurnCompleted, TurnFailed, *filter(None, [getattr(kinds, "TurnCancelled", None)]))
 
 
 class TranscriptEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,7 +97,7 @@ def _boundary(record: Record) -> str | None:
     event = record.event
     if isinstance(event, TurnStarted):
         return event.turn_id
-    if isinstance(event, _ENDS):
+    if isinstance(event, TurnCompleted | TurnFailed | TurnCancelled):
         return ""
     return None
 

@@ -10,6 +10,7 @@ it too, stays as written.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -17,12 +18,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn import InputError, ReasoningDelta, TextDelta, TextPart, client_view
+from cairn import (
+    Host,
+    HostConfig,
+    InputError,
+    ReasoningDelta,
+    TextDelta,
+    TextPart,
+    TranscriptEntry,
+    client_view,
+    demo,
+)
 from cairn.actors.host.client_view import PRIVATE_FIELDS, ShownEvent, shown_event
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.events.codec import Record
 from cairn.events.errors import InvalidEvent
 from cairn.events.kinds import EVENT_TYPES, KINDS, CompactionFailed, EventBase, SessionStarted, UserMessage
+from tests.every_kind import EVERY_KIND, add_the_rest
 from tests.strategies import HOSTILE_KIND_STRATEGIES, KIND_STRATEGIES
 
 #: a path no strategy draws: where a view shows it, it came from the field it was put in
@@ -103,3 +115,62 @@ def test_deltas_are_their_text_and_anything_else_is_refused() -> None:
     for bad in ({"kind": "user-message"}, "text", None, UserMessage(message_id="u", content=())):
         with pytest.raises(InputError, match="client_view"):
             client_view(bad)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("every-kind") / "store"
+    report = demo.run(root, 5, 12, show=False, plain=False)
+    assert report["ok"], report
+    add_the_rest(root)
+    return root
+
+
+def test_a_store_of_every_kind_is_viewed_and_paged_safely(every_kind: Path) -> None:
+    """The demo's store plus `tests.every_kind`: every record viewed, every session paged."""
+    seen: set[str] = set()
+    with Host.open(every_kind, config=HostConfig(sweep=False)) as host:
+        for sid in host.sessions():
+            workspaces: set[str] = set()
+            for record in host.journal.read(sid):
+                seen.add(record.kind)
+                if isinstance(record.event, SessionStarted | CompactionFailed) and record.event.workspace:
+                    workspaces.add(record.event.workspace)
+                _check_view(record.event)
+                view = client_view(record)
+                if view is not None:
+                    json.dumps(view)
+                    assert record.kind not in {"session-started", "compaction-failed"} or not any(
+                        w in json.dumps(view) for w in workspaces
+                    )
+            shown = _pages(host, sid)
+            views = [client_view(r) for r in host.journal.read(sid)]
+            by_seq = {v["seq"]: v for v in views if v is not None}
+            for entry in shown:  # the transcript's items are the client's views
+                view = by_seq[entry.seq]
+                assert {**msgspec.to_builtins(entry.item), "kind": view["kind"]}.items() <= view.items()
+            kinds_shown = {by_seq[e.seq]["kind"] for e in shown}
+            assert kinds_shown == {v["kind"] for v in views if v is not None} & TRANSCRIPT_KINDS
+    assert seen >= EVERY_KIND, EVERY_KIND - seen
+
+
+TRANSCRIPT_KINDS = {
+    "user-message",
+    "assistant-message",
+    "tool-result",
+    "turn-started",
+    "turn-completed",
+    "turn-failed",
+    "turn-cancelled",
+}
+
+
+def _pages(host: Host, sid: str) -> list[TranscriptEntry]:
+    found: list[TranscriptEntry] = []
+    after = 0
+    while True:
+        page = host.transcript(sid, after=after, limit=7)
+        found.extend(page.entries)
+        if not page.more:
+            return found
+        after = page.next_after

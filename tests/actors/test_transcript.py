@@ -26,6 +26,7 @@ from cairn import (
     ShownImage,
     ShownText,
     ShownToolResult,
+    ShownTurnCancelled,
     ShownTurnCompleted,
     ShownTurnFailed,
     ShownTurnStarted,
@@ -256,3 +257,21 @@ def test_async_host_gives_the_same_pages_off_the_loop(tmp_path: Path) -> None:
 
     page, threaded = asyncio.run(main())
     assert page == threaded and page.more and len(page.entries) == 3
+
+
+def test_a_cancelled_turn_ends_with_its_reason(tmp_path: Path) -> None:
+    tools = GatedTools()
+    with open_host(tmp_path / "store", scripted(), tools=tools) as host:
+        try:
+            turn = host.send("s", "tools 2 x 5 #c", workspace=tmp_path)
+            assert tools.entered.wait(WAIT)
+            turn.cancel("the user pressed stop")
+            assert turn.result(WAIT).status == "cancelled"
+        finally:
+            tools.release.set()
+        entries = host.transcript("s").entries
+    end = entries[-1].item
+    assert isinstance(end, ShownTurnCancelled) and end.reason == "the user pressed stop"
+    closed = entries[-2].item  # the call left open, closed with an error result first
+    assert isinstance(closed, ShownToolResult) and closed.status == "error"
+    assert {entry.turn_id for entry in entries} == {turn.result(WAIT).turn_id}
