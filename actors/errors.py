@@ -42,6 +42,10 @@ class UnknownSession(InputError):
     """The session has no events in the store."""
 
 
+class ToolNotWaiting(InputError):
+    """`Host.resolve_tool` named a call that waits for no result: unknown, answered, or timed out."""
+
+
 class SessionExists(InputError):
     """A fork's target already has events."""
 

@@ -73,6 +73,22 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
     files: tuple[FileAccess, ...] = ()
 
 
+class Deferred(msgspec.Struct, frozen=True, kw_only=True):
+    """What an executor returns for a call whose result comes later, from outside the executor.
+
+    The turn waits (the session takes other messages meanwhile) until the
+    host posts the result with `Host.resolve_tool(session, call_id,
+    outcome)`: a call a client runs, or one that needs a person's yes or no
+    first (an approval pause). After `timeout_s` (None: the host's
+    `HostConfig.deferred_timeout_s`) without one, the model gets an error
+    result saying no result came, and a late `resolve_tool` is refused. A
+    turn waiting for one does not survive a restart yet: it is marked
+    interrupted when its session is next loaded.
+    """
+
+    timeout_s: float | None = None
+
+
 _outcome_encoder = msgspec.json.Encoder()
 _outcome_decoder = msgspec.json.Decoder(ToolOutcome)
 
@@ -109,7 +125,7 @@ def check_outcome(value: object) -> ToolOutcome | str:
 class ToolExecutor(Protocol):
     """Runs one tool call. May also have `schemas` (JSON strings) and `read_only` (names)."""
 
-    def __call__(self, invocation: ToolInvocation) -> ToolOutcome: ...
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome | Deferred: ...
 
 
 class ToolError(InputError):

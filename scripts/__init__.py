@@ -88,6 +88,7 @@ _WHERE: dict[str, str] = {
     "ToolExecutor": "cairn.actors.tools",
     "ToolInvocation": "cairn.actors.tools",
     "ToolOutcome": "cairn.actors.tools",
+    "Deferred": "cairn.actors.tools",
     "ToolError": "cairn.actors.tools",
     "WorkspaceTools": "cairn.actors.tools",
     # records of the log
@@ -108,6 +109,7 @@ _WHERE: dict[str, str] = {
     "HostBusy": "cairn.actors.errors",
     "TurnTimeout": "cairn.actors.errors",
     "UnknownSession": "cairn.actors.errors",
+    "ToolNotWaiting": "cairn.actors.errors",
     "SessionExists": "cairn.actors.errors",
     "WorkspaceMismatch": "cairn.actors.errors",
     "NoInputBudget": "cairn.actors.errors",
@@ -157,6 +159,7 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.errors import HostError as HostError
     from cairn.actors.errors import NoInputBudget as NoInputBudget
     from cairn.actors.errors import SessionExists as SessionExists
+    from cairn.actors.errors import ToolNotWaiting as ToolNotWaiting
     from cairn.actors.errors import TurnTimeout as TurnTimeout
     from cairn.actors.errors import UnknownSession as UnknownSession
     from cairn.actors.errors import WorkspaceMismatch as WorkspaceMismatch
@@ -208,6 +211,7 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.session.settings import SessionSettings as SessionSettings
     from cairn.actors.session.stream import Turn as Turn
     from cairn.actors.session.stream import TurnResult as TurnResult
+    from cairn.actors.tools import Deferred as Deferred
     from cairn.actors.tools import ToolError as ToolError
     from cairn.actors.tools import ToolExecutor as ToolExecutor
     from cairn.actors.tools import ToolInvocation as ToolInvocation

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import os
 import threading
 from collections.abc import Callable, Generator, Sequence
@@ -50,6 +51,7 @@ from typing import Any, TypeVar
 
 from cairn.actors.errors import HostClosed, HostTimeout
 from cairn.actors.host.async_turn import AsyncTurn, LoopInbox
+from cairn.actors.host.config import HostConfig
 from cairn.actors.host.host import Host
 from cairn.actors.host.interrupted import InterruptedTurn
 from cairn.actors.host.transcript import TranscriptPage
@@ -57,8 +59,9 @@ from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.settings import SessionSettings
+from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.errors import InputError
-from cairn.events.model import Part
+from cairn.events.model import Part, ToolCall
 from cairn.events.state import SessionState
 
 T = TypeVar("T")
@@ -173,6 +176,16 @@ class AsyncHost:
         """`Host.next_request`: what its next request would send now."""
         return await self._run(self.host.next_request, session)
 
+    async def waiting_tools(self, session: str) -> tuple[ToolCall, ...]:
+        """`Host.waiting_tools`: the deferred calls of its running turn that wait for a result."""
+        return await self._run(self.host.waiting_tools, session)
+
+    async def resolve_tool(
+        self, session: str, call_id: str, outcome: ToolOutcome, *, timeout: float | None = 30.0
+    ) -> None:
+        """`Host.resolve_tool`: post a deferred call's result (`ToolNotWaiting` when none waits)."""
+        await self._run(functools.partial(self.host.resolve_tool, timeout=timeout), session, call_id, outcome)
+
     async def stop_session(self, session: str) -> bool:
         """`Host.stop_session`: stop its actor now (a running turn ends interrupted)."""
         return await self._run(self.host.stop_session, session)
@@ -228,7 +241,11 @@ class _Opening:
     async def _open(self) -> AsyncHost:
         pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="cairn-async")
         loop = asyncio.get_running_loop()
-        opening = loop.run_in_executor(pool, _open_warm, pool, self._workers, self._root, self._options)
+        options = dict(self._options)
+        if is_async_executor(options.get("tools")):
+            config = options.get("config") or HostConfig()
+            options["tools"] = LoopTools(options["tools"], loop, config.tool_timeout_s)
+        opening = loop.run_in_executor(pool, _open_warm, pool, self._workers, self._root, options)
         try:
             host = await asyncio.shield(opening)
         except asyncio.CancelledError:
@@ -251,6 +268,42 @@ class _Opening:
     ) -> None:
         if self._host is not None:
             await self._host.close()
+
+
+def is_async_executor(tools: object) -> bool:
+    """Whether `tools` is an `async def` executor (a coroutine function, or an object whose
+    `__call__` is one)."""
+    if tools is None:
+        return False
+    if inspect.iscoroutinefunction(tools):
+        return True
+    return callable(tools) and inspect.iscoroutinefunction(type(tools).__call__)
+
+
+class LoopTools:
+    """An `async def` tool executor, run on the host's event loop.
+
+    Each call is scheduled on the loop as a task; the tool thread that runs
+    the call (the host's tool runner) waits for it within `timeout_s` (the
+    host's `tool_timeout_s`), then cancels the task: unlike a blocking tool,
+    a hung coroutine does not keep a thread. `schemas` and `read_only` are
+    the executor's.
+    """
+
+    def __init__(self, tools: Any, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        self._tools = tools
+        self._loop = loop
+        self._timeout_s = timeout_s
+        self.schemas = getattr(tools, "schemas", ())
+        self.read_only = getattr(tools, "read_only", None)
+
+    def __call__(self, invocation: ToolInvocation) -> Any:
+        future = asyncio.run_coroutine_threadsafe(self._tools(invocation), self._loop)
+        try:
+            return future.result(timeout=self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"the tool did not finish within {self._timeout_s:g} s") from None
 
 
 def _close_unwanted(pool: concurrent.futures.ThreadPoolExecutor, opening: asyncio.Future[Host]) -> None:

@@ -52,6 +52,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
       an append (30 s); past it the append's outcome is unknown
       (`AppendTimeout`), and before the session writes again it reads the
       log to learn whether the append landed (waiting up to as long again).
+    - `deferred_timeout_s`: how long a turn waits for the result of a call
+      whose executor returned `Deferred` (and `Host.resolve_tool` posts),
+      unless the `Deferred` says; past it the model gets an error result.
     - `max_tool_output_chars`: the text of one tool result kept in the log
       (the first and last halves, after a line saying how much was cut;
       the model sees X1's preview of that); None keeps every result whole
@@ -72,8 +75,13 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     tool_threads: int = 32
     append_timeout_s: float = 30.0
     max_tool_output_chars: int | None = MAX_STORED_OUTPUT_CHARS
+    deferred_timeout_s: float = 3_600.0
 
     def __post_init__(self) -> None:
+        if not 0 < self.deferred_timeout_s < math.inf:
+            raise InputError(
+                f"deferred_timeout_s must be a finite number of seconds over 0, not {self.deferred_timeout_s}"
+            )
         if not 0 < self.append_timeout_s < math.inf:
             raise InputError(
                 f"append_timeout_s must be a finite positive number of seconds, got {self.append_timeout_s}"

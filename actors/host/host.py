@@ -38,11 +38,9 @@ Thread-safety: every method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -66,19 +64,20 @@ from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turns
 from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.host.transcript import TranscriptPage, read_page
+from cairn.actors.host.turn_control import canceller, check_mid_turn, post_result, resolution
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
-from cairn.actors.session.messages import CancelRequest, ManualCompact, Query, Send
+from cairn.actors.session.messages import ManualCompact, Query, Send
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
 from cairn.actors.tokens import load_encoding
-from cairn.actors.tools import ToolExecutor
+from cairn.actors.tools import ToolExecutor, ToolOutcome
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import InputError
-from cairn.events.model import Part
+from cairn.events.model import Part, ToolCall
 from cairn.events.state import SessionState
 from cairn.store.backend import JournalBackend
 from cairn.store.errors import StorageFailed
@@ -222,8 +221,7 @@ class Host:
         """
         # long: its docstring documents every argument; the body is short
         validate_session_id(session)
-        if mid_turn not in MID_TURN:
-            raise InputError(f"mid_turn must be one of {', '.join(MID_TURN)}, got {mid_turn!r}")
+        check_mid_turn(mid_turn)
         content = user_content(text)
         key = checked_key(idempotency_key) if idempotency_key is not None else None
         where = checked_workspace(workspace) if workspace is not None else None
@@ -234,7 +232,7 @@ class Host:
         self._check_store()
         for _ in range(3):
             entry = self._registry.acquire(session)
-            turn = Turn(session, on_done=self._done_callback(entry), on_cancel=_canceller(entry))
+            turn = Turn(session, on_done=self._done_callback(entry), on_cancel=canceller(entry))
             with self._lock:
                 self._outstanding.add(turn)
             try:
@@ -330,6 +328,27 @@ class Host:
         """What the session's next request would send now (nothing is recorded)."""
         return self._query(session, "next-request")  # type: ignore[no-any-return]
 
+    def waiting_tools(self, session: str) -> tuple[ToolCall, ...]:
+        """The calls of `session`'s running turn that wait for `resolve_tool` (deferred: `Deferred`)."""
+        return self._query(session, "waiting-tools")  # type: ignore[no-any-return]
+
+    def resolve_tool(
+        self, session: str, call_id: str, outcome: ToolOutcome, *, timeout: float | None = 30.0
+    ) -> None:
+        """Post the result of a call whose executor returned `Deferred` (a client-run tool, an
+        approval pause); the turn goes on with it, recorded as the call's `tool-result`.
+
+        Returns once the session took it. `ToolNotWaiting` when no such call waits (unknown,
+        answered, timed out), `InputError` for a malformed outcome: both change nothing.
+        """
+        validate_session_id(session)
+        reply = resolution(session, call_id, outcome)  # InputError before anything is sent
+        entry = self._registry.acquire(session)
+        try:
+            post_result(entry, session, reply, timeout)
+        finally:
+            self._registry.release(entry)
+
     def passivate_idle(self, now_ms: int | None = None) -> int:
         """Stop every session idle for longer than the idle timeout; returns how many."""
         return self._registry.passivate_idle(now_ms)
@@ -419,7 +438,7 @@ class Host:
 
         return done
 
-    def _query(self, sid: str, what: Literal["state", "next-request"]) -> Any:
+    def _query(self, sid: str, what: Literal["state", "next-request", "waiting-tools"]) -> Any:
         validate_session_id(sid)
         entry = self._registry.acquire(sid)
         try:
@@ -429,19 +448,3 @@ class Host:
             raise HostTimeout(f"session {sid} did not answer within {self._ask_timeout} s") from None
         finally:
             self._registry.release(entry)
-
-
-#: the values of `Host.send`'s `mid_turn`
-MID_TURN: tuple[MidTurn, ...] = typing.get_args(MidTurn)
-
-
-def _canceller(entry: Entry) -> Callable[[Turn, str], None]:
-    """What `Turn.cancel` does: tell the session (a session stopped meanwhile has ended the turn)."""
-
-    def cancel(turn: Turn, reason: str) -> None:
-        ref = entry.ref
-        if ref is not None:
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(CancelRequest(turn, reason))
-
-    return cancel

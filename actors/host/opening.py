@@ -62,6 +62,7 @@ def runtime_for(
         tool_runner=ToolRunner(config.tool_threads, config.tool_timeout_s),
         append_timeout_s=config.append_timeout_s,
         max_tool_output_chars=config.max_tool_output_chars,
+        deferred_timeout_s=config.deferred_timeout_s,
     )
 
 

@@ -42,6 +42,8 @@ from cairn.actors.session.machine import (
     RetryDue,
     Streamed,
     ToolEnded,
+    ToolResolved,
+    ToolWaits,
 )
 from cairn.actors.session.messages import (
     SESSION_MESSAGES,
@@ -49,6 +51,7 @@ from cairn.actors.session.messages import (
     Load,
     ManualCompact,
     Query,
+    ResolveTool,
     RetryRequest,
     Send,
     SessionMessage,
@@ -56,6 +59,7 @@ from cairn.actors.session.messages import (
 )
 from cairn.actors.session.turn import unique_calls
 from cairn.actors.session.turn_loop import TurnLoop
+from cairn.actors.tools import Deferred
 
 log = logging.getLogger("cairn.session")
 
@@ -172,8 +176,12 @@ class SessionActor(TurnLoop):
                 self._advance(HostMessage("compact"), message)
             case RetryRequest(token=job):
                 self._advance(RetryDue(job))
+            case ToolDone(job=job, index=index, outcome=Deferred()):
+                self._advance(ToolWaits(job, index), message)
             case ToolDone(job=job, index=index):
                 self._advance(ToolEnded(job, index), message)
+            case ResolveTool(call_id=call_id):
+                self._advance(ToolResolved(call_id), message)
             case Load() | Query():
                 pass  # asks, answered in `on_receive`
             case _:

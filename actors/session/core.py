@@ -42,7 +42,7 @@ from cairn.actors.session.counts import with_counts
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.idempotency import KeyedMessage
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
-from cairn.actors.session.machine import Effect, Happened, Idle, Mode, Stopped, TurnEnded, step
+from cairn.actors.session.machine import AwaitingTools, Effect, Happened, Idle, Mode, Stopped, TurnEnded, step
 from cairn.actors.session.messages import ManualCompact, Send
 from cairn.actors.session.preparing import L1Done
 from cairn.actors.session.request import assemble
@@ -164,10 +164,15 @@ class SessionCore(pykka.ThreadingActor):
         self._unsettled = None
         self._load()
 
-    def _query(self, what: Literal["state", "next-request"]) -> Any:
-        """Answer a `Query`: the state, or the request it would send now (nothing is recorded)."""
+    def _query(self, what: Literal["state", "next-request", "waiting-tools"]) -> Any:
+        """Answer a `Query`: the state, the request it would send now (nothing is recorded), or the
+        deferred calls waiting for `Host.resolve_tool`."""
         if what == "state":
             return self._state
+        if what == "waiting-tools":
+            mode = self._mode
+            waiting = isinstance(mode, AwaitingTools) and mode.deferred
+            return (mode.calls[mode.answered],) if isinstance(mode, AwaitingTools) and waiting else ()
         return assemble(self._state, self._view)
 
     # -- persisting ---------------------------------------------------------------------------

@@ -55,16 +55,16 @@ class TurnRun:
         self.finish: str | None = None
         self.delivered = False
 
-    def take(self, item: ProviderOutput) -> TextDelta | ReasoningDelta | None:
-        """Gather one item of the response; a delta is returned: the turn's handles see it now."""
+    def take(self, item: ProviderOutput) -> None:
+        """Gather one item of the response; a delta goes to the turn's handles at once."""
         self.delivered = True  # R2: output crossed the boundary
         match item:
             case TextDelta(text):
                 self.text_parts.append(text)
-                return item
+                self._publish(item)
             case ReasoningDelta(text):
                 self.reasoning_parts.append(text)
-                return item
+                self._publish(item)
             case ToolCallReady(call):
                 self.calls.append(call)
             case ReasoningBlockReady(block):
@@ -73,7 +73,10 @@ class TurnRun:
                 self.usage = item
             case Finished(reason):
                 self.finish = reason
-        return None
+
+    def _publish(self, delta: TextDelta | ReasoningDelta) -> None:
+        for handle in self.handles:
+            handle._publish(delta)
 
 
 class PendingCompaction:

@@ -34,6 +34,8 @@ thing to do before the request (the request limit, micro-slim, snip,
 compaction, the hand-off, the request itself).
 """
 
+# long: every mode, input and effect of the session in one place, with the table of moves
+
 from __future__ import annotations
 
 from typing import Literal
@@ -63,11 +65,15 @@ class AwaitingProvider(msgspec.Struct, frozen=True):
 
 
 class AwaitingTools(msgspec.Struct, frozen=True):
-    """The response of job `job` called tools; `calls[answered]` runs, the ones after it wait."""
+    """The response of job `job` called tools; `calls[answered]` runs, the ones after it wait.
+
+    `deferred`: that call's executor deferred its result (`tools.Deferred`):
+    it comes from the host (`ToolResolved`), or a timeout's error does."""
 
     job: int
     calls: tuple[ToolCall, ...]
     answered: int = 0
+    deferred: bool = False
 
 
 class AwaitingRetry(msgspec.Struct, frozen=True):
@@ -168,6 +174,19 @@ class ToolEnded(msgspec.Struct, frozen=True):
     index: int
 
 
+class ToolWaits(msgspec.Struct, frozen=True):
+    """The executor deferred the result of the call at `index` of job `job`'s calls."""
+
+    job: int
+    index: int
+
+
+class ToolResolved(msgspec.Struct, frozen=True):
+    """The host posted the result of call `call_id` (`Host.resolve_tool`)."""
+
+    call_id: str
+
+
 class RetryDue(msgspec.Struct, frozen=True):
     """The wait of a transient error of job `job` is over."""
 
@@ -205,6 +224,8 @@ Happened = (
     | ProviderErred
     | ErrorJudged
     | ToolEnded
+    | ToolWaits
+    | ToolResolved
     | RetryDue
     | CompactionAsked
     | CompactionEnded
@@ -252,6 +273,21 @@ class RunTool(msgspec.Struct, frozen=True):
     job: int
     index: int
     call: ToolCall
+
+
+class WaitForResult(msgspec.Struct, frozen=True):
+    """Start the deferred call's timeout: after it, an error outcome comes back as `ToolEnded`."""
+
+    job: int
+    index: int
+
+
+class AcceptResult(msgspec.Struct, frozen=True):
+    """Tell `Host.resolve_tool` its result was taken (recorded next)."""
+
+
+class RefuseResult(msgspec.Struct, frozen=True):
+    """Tell `Host.resolve_tool` no such call waits for a result (`ToolNotWaiting`): nothing changes."""
 
 
 class RecordTool(msgspec.Struct, frozen=True):
@@ -307,6 +343,9 @@ Effect = (
     | TakeItem
     | RecordResponse
     | RunTool
+    | WaitForResult
+    | AcceptResult
+    | RefuseResult
     | RecordTool
     | NextRequest
     | JudgeError
@@ -363,14 +402,19 @@ def step(mode: Mode, happened: Happened) -> Step:
             awaited,
             answered,
         ):
-            recorded = RecordTool(calls[answered])
-            if answered + 1 < len(calls):
-                following = answered + 1
-                return (
-                    AwaitingTools(job, calls, following),
-                    (recorded, RunTool(job, following, calls[following])),
-                )
-            return Preparing(), (recorded, NextRequest())
+            return _after_tool(job, calls, answered)
+        case ToolWaits(job, index), AwaitingTools(awaited, calls, answered, False) if (job, index) == (
+            awaited,
+            answered,
+        ):
+            return AwaitingTools(job, calls, answered, True), (WaitForResult(job, index),)
+        case ToolResolved(call_id), AwaitingTools(job, calls, answered, True) if (
+            calls[answered].id == call_id
+        ):
+            following, effects = _after_tool(job, calls, answered)
+            return following, (AcceptResult(), *effects)
+        case ToolResolved(), _:
+            return mode, (RefuseResult(),)
         case RetryDue(job), AwaitingRetry(awaited) if job == awaited:
             return Preparing(), (NextRequest(),)
         case CompactionEnded(job), AwaitingCompaction(awaited, trigger) if job == awaited:
@@ -378,7 +422,18 @@ def step(mode: Mode, happened: Happened) -> Step:
                 return Idle(), (TakeCompaction(trigger), Resume())
             return Preparing(), (TakeCompaction(trigger),)
         # an answer nobody waits for any more
-        case Streamed() | ResponseEnded() | ProviderErred() | ToolEnded() | RetryDue() | CompactionEnded(), _:
+        case (
+            (
+                Streamed()
+                | ResponseEnded()
+                | ProviderErred()
+                | ToolEnded()
+                | ToolWaits()
+                | RetryDue()
+                | CompactionEnded()
+            ),
+            _,
+        ):
             return mode, ()
         case _:
             # a bug in the actor, never something a host can cause
@@ -399,6 +454,15 @@ def _mid_turn(mode: Mode, policy: MidTurn) -> Step:
             return mode, (Refuse(),)
         case "interrupt":
             return Preparing(), (Queue("send"), CancelTurn())
+
+
+def _after_tool(job: int, calls: tuple[ToolCall, ...], answered: int) -> Step:
+    """The call at `answered` has its result: record it, then the next call, or the next request."""
+    recorded = RecordTool(calls[answered])
+    if answered + 1 < len(calls):
+        following = answered + 1
+        return AwaitingTools(job, calls, following), (recorded, RunTool(job, following, calls[following]))
+    return Preparing(), (recorded, NextRequest())
 
 
 def _after_response(job: int, calls: tuple[ToolCall, ...], *, steering_waits: bool) -> Step:

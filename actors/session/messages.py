@@ -30,7 +30,7 @@ from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn
 from cairn.actors.session.turn import UserContent
-from cairn.actors.tools import ToolOutcome
+from cairn.actors.tools import Deferred, ToolOutcome
 
 
 class Load(msgspec.Struct, frozen=True):
@@ -40,7 +40,7 @@ class Load(msgspec.Struct, frozen=True):
 class Query(msgspec.Struct, frozen=True):
     """Ask: `state` (the SessionState) or `next-request` (the AssembledRequest it would send now)."""
 
-    what: Literal["state", "next-request"]
+    what: Literal["state", "next-request", "waiting-tools"]
 
 
 class Send(msgspec.Struct, frozen=True):
@@ -79,11 +79,21 @@ class RetryRequest(msgspec.Struct, frozen=True):
 
 
 class ToolDone(msgspec.Struct, frozen=True):
-    """Tell (from the thread that ran it): the outcome of the call at `index` of job `job`'s calls."""
+    """Tell (from the thread that ran it): the outcome of the call at `index` of job `job`'s calls,
+    or `Deferred`: its result will be posted (`ResolveTool`)."""
 
     job: int
     index: int
+    outcome: ToolOutcome | Deferred
+
+
+class ResolveTool(msgspec.Struct, frozen=True):
+    """Tell (from `Host.resolve_tool`): the result of a deferred call; `reply` gets None once the
+    session took it, or `ToolNotWaiting`."""
+
+    call_id: str
     outcome: ToolOutcome
+    reply: concurrent.futures.Future[None]
 
 
 SessionMessage = (
@@ -94,6 +104,7 @@ SessionMessage = (
     | ManualCompact
     | RetryRequest
     | ToolDone
+    | ResolveTool
     | ProviderItem
     | ProviderDone
     | ProviderFailed
@@ -120,3 +131,21 @@ def tell_from_thread(ref: pykka.ActorRef[Any], produce: Callable[[], SessionMess
             ref.tell(message)
 
     threading.Thread(target=work, name=name, daemon=True).start()
+
+
+def tell_after(
+    ref: pykka.ActorRef[Any],
+    sleep: Callable[[float], None],
+    delay_s: float,
+    message: SessionMessage,
+    *,
+    name: str,
+) -> None:
+    """Tell `message` to `ref` after `delay_s` (`sleep`, the runtime's), from a thread of its own:
+    a retry's wait, a deferred call's timeout."""
+
+    def after_the_wait() -> SessionMessage:
+        sleep(delay_s)
+        return message
+
+    tell_from_thread(ref, after_the_wait, name=name)

@@ -46,3 +46,5 @@ class Runtime:
     max_tool_output_chars: int | None = None
     append_timeout_s: float = 30.0
     stop_timeout_s: float = 10.0
+    #: how long a deferred tool call waits for `Host.resolve_tool` (`tools.Deferred`)
+    deferred_timeout_s: float = 3_600.0

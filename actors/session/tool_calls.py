@@ -16,7 +16,7 @@ import logging
 from cairn.actors.errors import describe_exception
 from cairn.actors.session.turn import error_outcome
 from cairn.actors.tool_runner import TimedOut, ToolRunner
-from cairn.actors.tools import ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
+from cairn.actors.tools import Deferred, ToolExecutor, ToolInvocation, ToolOutcome, check_outcome
 from cairn.events.model import ToolCall
 
 log = logging.getLogger("cairn.session")
@@ -30,7 +30,7 @@ def run_tool(
     workspace: str | None,
     turn_id: str,
     runner: ToolRunner | None = None,
-) -> ToolOutcome:
+) -> ToolOutcome | Deferred:
     """The host's executor for one call, checked; whatever goes wrong is an error result the model sees.
 
     Even a BaseException (KeyboardInterrupt, SystemExit) the tool raises
@@ -54,6 +54,11 @@ def run_tool(
         return error_outcome(f"the tool {call.name!r} failed: {describe_exception(exc)}")
     if isinstance(value, TimedOut):
         return error_outcome(_timed_out(call.name, value))
+    if isinstance(value, Deferred):
+        limit = value.timeout_s
+        if limit is not None and (isinstance(limit, bool) or not 0 < limit < float("inf")):
+            return error_outcome(f"the tool {call.name!r} deferred its result with a bad timeout {limit!r}")
+        return value
     outcome = check_outcome(value)
     if isinstance(outcome, str):
         return error_outcome(f"the tool {call.name!r} {outcome}")

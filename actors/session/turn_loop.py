@@ -27,22 +27,25 @@ from typing import assert_never
 import pykka
 
 from cairn.actors.compactor.actor import CompactionDone
+from cairn.actors.errors import ToolNotWaiting
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem, StreamJob
 from cairn.actors.provider.base import (
-    ProviderOutput,
     ProviderRequest,
 )
 from cairn.actors.session import machine, preparing
 from cairn.actors.session.admission import Admitting
+from cairn.actors.session.core import reply_error, reply_with
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import JudgedFailure, TurnRun
 from cairn.actors.session.messages import (
     CancelRequest,
     ManualCompact,
+    ResolveTool,
     RetryRequest,
     Send,
     ToolDone,
+    tell_after,
     tell_from_thread,
 )
 from cairn.actors.session.request import (
@@ -66,7 +69,7 @@ from cairn.actors.session.turn import (
     steering_events,
     tool_result_event,
 )
-from cairn.actors.tools import ToolOutcome
+from cairn.actors.tools import Deferred, ToolOutcome
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
 from cairn.events.model import ToolCall
 
@@ -274,15 +277,26 @@ class TurnLoop(Admitting):
                 reason = cause.reason if isinstance(cause, CancelRequest) else INTERRUPTING
                 return self._cancel(reason)
             case machine.TakeItem():
-                assert isinstance(cause, ProviderItem)
-                self._take_item(cause.item)
+                assert isinstance(cause, ProviderItem) and self._run is not None
+                self._run.take(cause.item)
             case machine.RecordResponse(completes):
                 assert isinstance(cause, ProviderDone)
                 return self._record_response(cause, completes=completes)
             case machine.RunTool(job, index, call):
                 self._run_tool(job, index, call)
+            case machine.WaitForResult(job, index):
+                assert isinstance(cause, ToolDone) and isinstance(cause.outcome, Deferred)
+                self._wait_for_result(job, index, cause.outcome)
+            case machine.AcceptResult():
+                assert isinstance(cause, ResolveTool)
+                reply_with(cause.reply, None)
+            case machine.RefuseResult():
+                assert isinstance(cause, ResolveTool)
+                why = f"no call {cause.call_id!r} of session {self._sid} waits for a result"
+                reply_error(cause.reply, ToolNotWaiting(why))
             case machine.RecordTool(call):
-                assert isinstance(cause, ToolDone)
+                assert isinstance(cause, ToolDone | ResolveTool)
+                assert not isinstance(cause.outcome, Deferred)
                 return self._record_tool(call, cause.outcome)
             case machine.NextRequest():
                 self._next_request()
@@ -312,14 +326,6 @@ class TurnLoop(Admitting):
         return True
 
     # -- the provider's answer -----------------------------------------------------------------
-
-    def _take_item(self, item: ProviderOutput) -> None:
-        run = self._run
-        assert run is not None
-        delta = run.take(item)
-        if delta is not None:  # the client sees it as it comes
-            for handle in run.handles:
-                handle._publish(delta)
 
     def _record_response(self, done: ProviderDone, *, completes: bool) -> bool:
         """The assistant message and its usage, with `turn-completed` when the turn ends with it."""
@@ -367,6 +373,16 @@ class TurnLoop(Admitting):
         if runner is None:
             return self.actor_ref.tell(outcome())
         tell_from_thread(self.actor_ref, outcome, name=f"cairn-tool-wait-{turn_id}")
+
+    def _wait_for_result(self, job: int, index: int, deferred: Deferred) -> None:
+        """A deferred call's timeout: after it, an error result comes back as `ToolDone`, unless the
+        host's result came first (then it is stale, `machine.step`)."""
+        run = self._run
+        assert run is not None
+        limit = deferred.timeout_s if deferred.timeout_s is not None else self._rt.deferred_timeout_s
+        text = f"no result came for this tool call within {limit:g} s (it was deferred to the host)"
+        timed_out = ToolDone(job, index, error_outcome(text))
+        tell_after(self.actor_ref, self._rt.sleep, limit, timed_out, name=f"cairn-deferred-{run.turn_id}")
 
     def _record_tool(self, call: ToolCall, outcome: ToolOutcome) -> bool:
         """Persist one call's result; an outcome the log refuses (too large) becomes an error result.
@@ -425,14 +441,7 @@ class TurnLoop(Admitting):
         """Send the turn's request again after `wait_ms`, without blocking this actor."""
         run = self._run
         assert run is not None
-        delay_s = wait_ms / 1000
         run.transient_retries += 1
         run.attempt += 1
         message = RetryRequest(run.turn_id, job)  # the job awaited: a stale timer is ignored
-        sleep = self._rt.sleep
-
-        def after_the_wait() -> RetryRequest:
-            sleep(delay_s)
-            return message
-
-        tell_from_thread(self.actor_ref, after_the_wait, name=f"cairn-retry-{run.turn_id}")
+        tell_after(self.actor_ref, self._rt.sleep, wait_ms / 1000, message, name=f"cairn-retry-{run.turn_id}")

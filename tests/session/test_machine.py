@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from cairn.actors.session.machine import (
+    AcceptResult,
     AwaitingCompaction,
     AwaitingProvider,
     AwaitingRetry,
@@ -35,6 +36,7 @@ from cairn.actors.session.machine import (
     RecordTool,
     RecoverContext,
     Refuse,
+    RefuseResult,
     RequestSent,
     ResponseEnded,
     Resume,
@@ -46,8 +48,11 @@ from cairn.actors.session.machine import (
     TakeCompaction,
     TakeItem,
     ToolEnded,
+    ToolResolved,
+    ToolWaits,
     TurnEnded,
     TurnStarting,
+    WaitForResult,
     WaitThenRetry,
     step,
     turn_runs,
@@ -194,6 +199,22 @@ def test_waiting_for_tools_is_a_mode_that_ends_like_the_others() -> None:
     """Stopped mid-tools: idle, nothing run or recorded; the log's open call is closed on the next load."""
     assert turn_runs(AwaitingTools(2, (READ,), 0))
     assert step(AwaitingTools(2, (READ,), 0), Stopped()) == (Idle(), ())
+
+
+def test_a_deferred_call_waits_for_the_hosts_result_and_refuses_any_other() -> None:
+    running = AwaitingTools(2, (READ, GREP), 0)
+    waiting, effects = step(running, ToolWaits(2, 0))
+    assert (waiting, effects) == (AwaitingTools(2, (READ, GREP), 0, True), (WaitForResult(2, 0),))
+    assert step(waiting, ToolResolved("c2")) == (waiting, (RefuseResult(),))  # not the one waiting
+    assert step(running, ToolResolved("c1")) == (running, (RefuseResult(),))  # not deferred: it runs
+    assert step(Idle(), ToolResolved("c1")) == (Idle(), (RefuseResult(),))
+    following, effects = step(waiting, ToolResolved("c1"))
+    assert following == AwaitingTools(2, (READ, GREP), 1)
+    assert effects == (AcceptResult(), RecordTool(READ), RunTool(2, 1, GREP))
+    # the timeout's error came first: recorded like any outcome, and a late result is refused
+    timed_out, effects = step(waiting, ToolEnded(2, 0))
+    assert effects == (RecordTool(READ), RunTool(2, 1, GREP))
+    assert step(timed_out, ToolResolved("c1")) == (timed_out, (RefuseResult(),))
 
 
 # --- a provider error: C5, R3, fail -------------------------------------------------------------------
