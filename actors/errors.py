@@ -46,6 +46,15 @@ class ToolNotWaiting(InputError):
     """`Host.resolve_tool` named a call that waits for no result: unknown, answered, or timed out."""
 
 
+class NotInterrupted(InputError):
+    """`Host.continue_turn` or `dismiss_interrupted` named a turn that is not the session's
+    interrupted turn (`interrupted_turns()` lists them)."""
+
+
+class TurnRunning(InputError):
+    """The session is running a turn, and what was asked needs it idle."""
+
+
 class SessionExists(InputError):
     """A fork's target already has events."""
 

@@ -91,6 +91,9 @@ class UserMessage(EventBase, frozen=True, tag="user-message"):
 class TurnStarted(EventBase, frozen=True, tag="turn-started"):
     turn_id: str
     message_id: str = ""
+    #: the interrupted turn this one continues (`Host.continue_turn`), its message `message_id`;
+    #: absent for a turn a user message started (added later: older logs have none)
+    continues: str | UnsetType = UNSET
 
 
 class TurnCompleted(EventBase, frozen=True, tag="turn-completed"):
@@ -115,6 +118,14 @@ class TurnCancelled(EventBase, frozen=True, tag="turn-cancelled"):
 
     turn_id: str
     #: why, as the host said it (may be empty)
+    reason: str = ""
+
+
+class TurnDismissed(EventBase, frozen=True, tag="turn-dismissed"):
+    """The host dismissed an interrupted turn (`Host.dismiss_interrupted`): it is no longer one to
+    continue. Nothing else changes: the fold keeps nothing of it. Added later: older logs have none."""
+
+    turn_id: str
     reason: str = ""
 
 
@@ -351,6 +362,7 @@ Event = (
     | TurnCompleted
     | TurnFailed
     | TurnCancelled
+    | TurnDismissed
     | Request
     | AssistantMessage
     | Usage
@@ -370,6 +382,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     TurnCompleted,
     TurnFailed,
     TurnCancelled,
+    TurnDismissed,
     Request,
     AssistantMessage,
     Usage,

@@ -65,6 +65,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -328,6 +329,9 @@ class _Fold:
     def _owner_changed(self, event: OwnerChanged, record: Record) -> None:
         pass
 
+    def _turn_dismissed(self, event: TurnDismissed, record: Record) -> None:
+        pass  # for `interrupted_turns` only: the context and the open turn are as they were
+
     def _slimmed(self, event: ContextSlimmed, record: Record) -> None:
         keep, first_removed = kept_indexes(self.context, event.removed_call_ids)
         context, counts = self.context, self.counts
@@ -364,6 +368,7 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     CompactionFailed: _Fold._compaction_failed,
     CheckpointCommitted: _Fold._checkpoint,
     OwnerChanged: _Fold._owner_changed,
+    TurnDismissed: _Fold._turn_dismissed,
 }
 assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
 

@@ -110,6 +110,8 @@ _WHERE: dict[str, str] = {
     "TurnTimeout": "cairn.actors.errors",
     "UnknownSession": "cairn.actors.errors",
     "ToolNotWaiting": "cairn.actors.errors",
+    "NotInterrupted": "cairn.actors.errors",
+    "TurnRunning": "cairn.actors.errors",
     "SessionExists": "cairn.actors.errors",
     "WorkspaceMismatch": "cairn.actors.errors",
     "NoInputBudget": "cairn.actors.errors",
@@ -158,8 +160,10 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.errors import HostClosed as HostClosed
     from cairn.actors.errors import HostError as HostError
     from cairn.actors.errors import NoInputBudget as NoInputBudget
+    from cairn.actors.errors import NotInterrupted as NotInterrupted
     from cairn.actors.errors import SessionExists as SessionExists
     from cairn.actors.errors import ToolNotWaiting as ToolNotWaiting
+    from cairn.actors.errors import TurnRunning as TurnRunning
     from cairn.actors.errors import TurnTimeout as TurnTimeout
     from cairn.actors.errors import UnknownSession as UnknownSession
     from cairn.actors.errors import WorkspaceMismatch as WorkspaceMismatch

@@ -32,6 +32,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -59,6 +60,8 @@ def describe(event: Event) -> str:
             return f"turn={event.turn_id}"
         case TurnFailed():
             return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
+        case TurnDismissed():
+            return f"turn={event.turn_id} dismissed " + clip(event.reason, 60)
         case TurnCancelled():
             return f"turn={event.turn_id} " + clip(event.reason, 60)
         case Request():

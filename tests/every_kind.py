@@ -3,7 +3,8 @@
 The demo gives hand-offs, slimming, LLM and fallback checkpoints and a
 reactive recovery. `add_the_rest` adds, through the public API where a host
 would: a tool result kept as a blob and a failed turn (session `extra`), a
-turn the host cancelled while its tool ran (session `cancelled`), two forks,
+turn the host cancelled while its tool ran (session `cancelled`), turns
+stopped mid-tool then continued, and dismissed (session `interrupted`), two forks,
 and the owner change a cluster host writes when it takes a session. The
 read-command and audit tests build on it, and fail when a new kind is
 missing from it, so they keep covering every kind.
@@ -82,6 +83,33 @@ def add_the_rest(root: Path) -> None:
             assert held.result(WAIT).status == "cancelled"
     finally:
         hold.release.set()
+    _interrupt(root, config, then_continue=True)
+    _interrupt(root, config, then_continue=False)
     with Journal.open(root) as journal:  # what a cluster host writes when it takes a session
         taken = OwnerChanged(host_id="host-b", lease_revision=7, previous_host="host-a")
         journal.append("extra", [taken], expected_seq=journal.last_seq("extra"))
+
+
+def _interrupt(root: Path, config: HostConfig, *, then_continue: bool) -> None:
+    """Session `interrupted`: a turn stopped while its tool runs, then continued or dismissed."""
+    hold = HoldTool()
+    call = ToolCall(f"hold-{int(then_continue)}", "hold", "{}")
+    provider = ScriptedProvider(
+        turns=(
+            Reply(text="This takes a while.", tool_calls=(call,)),
+            Reply(text="Picked up where it stopped."),
+        )
+    )
+    try:
+        with Host.open(root, provider=provider, tools=hold, settings=demo.SETTINGS, config=config) as host:
+            held = host.send("interrupted", "run the long job", workspace=root)
+            assert hold.holding.wait(WAIT)
+            assert host.stop_session("interrupted")
+            turn_id = held.result(WAIT).turn_id
+            if then_continue:
+                assert host.continue_turn("interrupted", turn_id).result(WAIT).ok
+            else:
+                host.dismiss_interrupted("interrupted", turn_id, "the user started over")
+            assert host.interrupted_turns() == []
+    finally:
+        hold.release.set()

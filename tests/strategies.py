@@ -41,6 +41,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -168,7 +169,9 @@ def kind_strategies(
             read_only_tools=st.none() | st.lists(ids, max_size=2).map(tuple),
         ),
         "user-message": build(UserMessage, message_id=ids, content=content),
-        "turn-started": build(TurnStarted, turn_id=ids, message_id=st.just("") | ids),
+        "turn-started": build(
+            TurnStarted, turn_id=ids, message_id=st.just("") | ids, continues=st.just(msgspec.UNSET) | ids
+        ),
         "turn-completed": build(TurnCompleted, turn_id=ids, requests=st.integers(0, 50)),
         "turn-failed": build(
             TurnFailed,
@@ -178,6 +181,7 @@ def kind_strategies(
             error=text,
         ),
         "turn-cancelled": build(TurnCancelled, turn_id=ids, reason=text),
+        "turn-dismissed": build(TurnDismissed, turn_id=ids, reason=text),
         "request": build(
             Request,
             request_id=ids,

@@ -117,10 +117,7 @@ class AsyncHost:
         still runs: `last_turn(session)` gives its handle.
         """
 
-        loop = asyncio.get_running_loop()
-        if self._inbox is None or self._inbox.loop is not loop:
-            self._inbox = LoopInbox(loop)
-        inbox = self._inbox
+        inbox = self._loop_inbox()
 
         def send() -> AsyncTurn:
             handle = self.host.send(
@@ -134,6 +131,13 @@ class AsyncHost:
             return AsyncTurn(handle, inbox, functools.partial(self._latest.__setitem__, session))
 
         return await self._run(send)
+
+    def _loop_inbox(self) -> LoopInbox:
+        """The inbox of the running loop (a new one when the host is used from another loop)."""
+        loop = asyncio.get_running_loop()
+        if self._inbox is None or self._inbox.loop is not loop:
+            self._inbox = LoopInbox(loop)
+        return self._inbox
 
     def last_turn(self, session: str) -> AsyncTurn | None:
         """The handle of the last turn sent to `session` through this host (None when none was)."""
@@ -160,6 +164,19 @@ class AsyncHost:
     async def interrupted_turns(self) -> list[InterruptedTurn]:
         """`Host.interrupted_turns`: the turns a crash interrupted, with the message to send again."""
         return await self._run(self.host.interrupted_turns)
+
+    async def continue_turn(self, session: str, turn_id: str) -> AsyncTurn:
+        """`Host.continue_turn`: a new turn on the interrupted one's message; its handle."""
+        inbox = self._loop_inbox()
+
+        def continued() -> AsyncTurn:  # on the pool, as `send`: the handle is watched from there
+            return AsyncTurn(self.host.continue_turn(session, turn_id), inbox)
+
+        return await self._run(continued)
+
+    async def dismiss_interrupted(self, session: str, turn_id: str, reason: str = "") -> None:
+        """`Host.dismiss_interrupted`: the interrupted turn will not be continued (`turn-dismissed`)."""
+        await self._run(self.host.dismiss_interrupted, session, turn_id, reason)
 
     async def transcript(
         self, session: str, *, after: int = 0, limit: int = 100, images: bool = False

@@ -120,10 +120,12 @@ class ShownToolResult(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind
 
 
 class ShownTurnStarted(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="turn-started"):
-    """A turn began, with the user message `message_id`."""
+    """A turn began, with the user message `message_id`; `continues`: the interrupted turn it
+    continues (`Host.continue_turn`), else None."""
 
     turn_id: str
     message_id: str
+    continues: str | None = None
 
 
 class ShownTurnCompleted(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="turn-completed"):
@@ -205,7 +207,8 @@ def shown_event(event: EventBase, *, images: bool = False) -> ShownEvent | None:
                 truncated=event.truncated,
             )
         case TurnStarted():
-            return ShownTurnStarted(turn_id=event.turn_id, message_id=event.message_id)
+            continues = event.continues if isinstance(event.continues, str) else None
+            return ShownTurnStarted(turn_id=event.turn_id, message_id=event.message_id, continues=continues)
         case TurnCompleted():
             return ShownTurnCompleted(turn_id=event.turn_id, requests=event.requests)
         case TurnFailed():

@@ -35,6 +35,8 @@ interpreter exit, before Python joins or abandons the session threads
 Thread-safety: every method may be called from any thread.
 """
 
+# long: the public API, one method per operation, each docstring its contract (the work is elsewhere)
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -64,11 +66,17 @@ from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turns
 from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.host.transcript import TranscriptPage, read_page
-from cairn.actors.host.turn_control import canceller, check_mid_turn, post_result, resolution
+from cairn.actors.host.turn_control import (
+    canceller,
+    check_mid_turn,
+    check_turn_id,
+    resolution,
+    tell_and_wait,
+)
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
-from cairn.actors.session.messages import ManualCompact, Query, Send
+from cairn.actors.session.messages import ContinueTurn, DismissTurn, ManualCompact, Query, Send
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.runtime import Runtime
 from cairn.actors.session.settings import SessionSettings
@@ -230,6 +238,42 @@ class Host:
             chosen = checked_settings(settings)
             check_budget(chosen, fixed_tokens(chosen, self._rt.encoding))
         self._check_store()
+        return self._tell_turn(
+            session,
+            lambda turn: Send(content, turn, workspace=where, settings=chosen, key=key, mid_turn=mid_turn),
+        )
+
+    def continue_turn(self, session: str, turn_id: str) -> Turn:
+        """Continue the session's interrupted turn `turn_id` (as `interrupted_turns()` lists it).
+
+        A new turn on the same user message: what the interrupted one recorded
+        stays (tool results are not run again; calls it left open have an error
+        result saying their outcome is unknown). Its `turn-started` names the
+        turn it `continues`; the session is then no longer listed. `rejected`
+        with error class `NotInterrupted` when that is not the session's
+        interrupted turn, `TurnRunning` when a turn runs.
+        """
+        validate_session_id(session)
+        check_turn_id(turn_id)
+        self._check_store()
+        return self._tell_turn(session, lambda turn: ContinueTurn(turn_id, turn))
+
+    def dismiss_interrupted(self, session: str, turn_id: str, reason: str = "") -> None:
+        """Record that the interrupted turn `turn_id` will not be continued (`turn-dismissed`): it is
+        no longer listed. `NotInterrupted` when it is not the session's interrupted turn."""
+        validate_session_id(session)
+        check_turn_id(turn_id)
+        if not isinstance(reason, str):
+            raise InputError(f"a reason is text, not {type(reason).__name__}")
+        self._check_store()
+        entry = self._registry.acquire(session)
+        try:
+            tell_and_wait(entry, session, DismissTurn(turn_id, reason, concurrent.futures.Future()), 30.0)
+        finally:
+            self._registry.release(entry)
+
+    def _tell_turn(self, session: str, message_for: Callable[[Turn], Send | ContinueTurn]) -> Turn:
+        """Tell the session the message that starts a turn, with a new handle; the handle."""
         for _ in range(3):
             entry = self._registry.acquire(session)
             turn = Turn(session, on_done=self._done_callback(entry), on_cancel=canceller(entry))
@@ -237,8 +281,7 @@ class Host:
                 self._outstanding.add(turn)
             try:
                 assert entry.ref is not None
-                send = Send(content, turn, workspace=where, settings=chosen, key=key, mid_turn=mid_turn)
-                entry.ref.tell(send)
+                entry.ref.tell(message_for(turn))
             except pykka.ActorDeadError:
                 with self._lock:
                     self._outstanding.discard(turn)
@@ -345,7 +388,7 @@ class Host:
         reply = resolution(session, call_id, outcome)  # InputError before anything is sent
         entry = self._registry.acquire(session)
         try:
-            post_result(entry, session, reply, timeout)
+            tell_and_wait(entry, session, reply, timeout)
         finally:
             self._registry.release(entry)
 
@@ -371,8 +414,9 @@ class Host:
         order; `text` is the message that started it (`InterruptedTurn`).
         Derived from the log alone (`interrupted.interrupted_turn`), reading
         every session's events: a start-up call, not a per-turn one. A turn
-        this host is running now is left out; sending the message again
-        starts a new turn, and the session drops out of this list.
+        this host is running now is left out. One stays listed until it is
+        continued (`continue_turn`), dismissed (`dismiss_interrupted`), or
+        another turn starts.
         """
         return interrupted_turns(self.journal, set(self._registry.live_sessions))
 

@@ -2,8 +2,9 @@
 
 `Host.send` gives each `Turn` a `canceller`, which tells the session
 (`CancelRequest`); `Host.resolve_tool` checks a posted result here
-(`resolution`) before anything is sent, then `post_result` hands it to the
-session and waits for its answer (taken, or `ToolNotWaiting`).
+(`resolution`) before anything is sent, then `tell_and_wait` hands it to the
+session and waits for its answer (taken, or `ToolNotWaiting`), as for
+`Host.dismiss_interrupted`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from collections.abc import Callable
 
 import pykka
 
-from cairn.actors.errors import HostTimeout, ToolNotWaiting
+from cairn.actors.errors import HostTimeout, NotInterrupted, ToolNotWaiting
 from cairn.actors.host.registry import Entry
 from cairn.actors.session.machine import MidTurn
-from cairn.actors.session.messages import CancelRequest, ResolveTool
+from cairn.actors.session.messages import CancelRequest, DismissTurn, ResolveTool
 from cairn.actors.session.stream import Turn
 from cairn.actors.tools import check_outcome
 from cairn.events.errors import InputError
@@ -58,13 +59,22 @@ def resolution(session: str, call_id: object, outcome: object) -> ResolveTool:
     return ResolveTool(call_id, checked, concurrent.futures.Future())
 
 
-def post_result(entry: Entry, session: str, message: ResolveTool, timeout: float | None) -> None:
-    """Tell the session `message` and wait for its answer: taken, or `ToolNotWaiting`."""
+def check_turn_id(turn_id: object) -> None:
+    """`InputError` unless `turn_id` looks like a turn id (non-empty text, at most 256 chars)."""
+    if not isinstance(turn_id, str) or not turn_id or len(turn_id) > MAX_CALL_ID_CHARS:
+        raise InputError(f"a turn id is a non-empty string of at most {MAX_CALL_ID_CHARS} chars")
+
+
+def tell_and_wait(
+    entry: Entry, session: str, message: ResolveTool | DismissTurn, timeout: float | None
+) -> None:
+    """Tell the session `message` and wait for its answer (its `reply`): done, or the error."""
     try:
         assert entry.ref is not None
         entry.ref.tell(message)
         message.reply.result(timeout=timeout)
     except pykka.ActorDeadError:
-        raise ToolNotWaiting(f"session {session} stopped; no call waits for a result") from None
+        gone = ToolNotWaiting if isinstance(message, ResolveTool) else NotInterrupted
+        raise gone(f"session {session} stopped before it answered; nothing changed") from None
     except concurrent.futures.TimeoutError:
-        raise HostTimeout(f"session {session} did not take the result within {timeout} s") from None
+        raise HostTimeout(f"session {session} did not answer within {timeout} s") from None

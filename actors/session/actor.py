@@ -30,9 +30,11 @@ import logging
 from typing import Any, assert_never, cast
 
 from cairn.actors.compactor.actor import CompactionDone
-from cairn.actors.errors import SessionCrashed, describe_exception
+from cairn.actors.errors import SessionCrashed, ToolNotWaiting, TurnRunning, describe_exception
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
-from cairn.actors.session.core import reply_error
+from cairn.actors.session import machine
+from cairn.actors.session.core import reply_error, reply_with
+from cairn.actors.session.inflight import JudgedFailure
 from cairn.actors.session.machine import (
     CancelAsked,
     CompactionEnded,
@@ -48,6 +50,8 @@ from cairn.actors.session.machine import (
 from cairn.actors.session.messages import (
     SESSION_MESSAGES,
     CancelRequest,
+    ContinueTurn,
+    DismissTurn,
     Load,
     ManualCompact,
     Query,
@@ -58,7 +62,7 @@ from cairn.actors.session.messages import (
     ToolDone,
 )
 from cairn.actors.session.turn import unique_calls
-from cairn.actors.session.turn_loop import TurnLoop
+from cairn.actors.session.turn_loop import INTERRUPTING, TurnLoop
 from cairn.actors.tools import Deferred
 
 log = logging.getLogger("cairn.session")
@@ -180,9 +184,98 @@ class SessionActor(TurnLoop):
                 self._advance(ToolWaits(job, index), message)
             case ToolDone(job=job, index=index):
                 self._advance(ToolEnded(job, index), message)
+            case ContinueTurn():
+                self._advance(HostMessage("continue"), message)
+            case DismissTurn():
+                self._advance(HostMessage("dismiss"), message)
             case ResolveTool(call_id=call_id):
                 self._advance(ToolResolved(call_id), message)
             case Load() | Query():
                 pass  # asks, answered in `on_receive`
             case _:
                 assert_never(message)
+
+    # -- the machine's effects ---------------------------------------------------------------------
+
+    def _carry_out(self, effect: machine.Effect, cause: object) -> bool:
+        """One effect of `machine.step`, with the message that caused it; False when the turn ended."""
+        # long: one match arm per effect of the machine
+        match effect:
+            case machine.Take(kind) | machine.Queue(kind) if kind == "compact":
+                assert isinstance(cause, ManualCompact)
+                if isinstance(effect, machine.Take):
+                    self._manual_start(cause)
+                else:
+                    self._manual.append(cause)  # after the turn
+            case machine.Take("continue"):
+                assert isinstance(cause, ContinueTurn)
+                self._continue(cause)
+            case machine.Take("dismiss"):
+                assert isinstance(cause, DismissTurn)
+                self._dismiss(cause)
+            case machine.Take():
+                assert isinstance(cause, Send)
+                self._start([cause])
+            case machine.Queue():
+                assert isinstance(cause, Send)
+                self._queue_send(cause)
+            case machine.Refuse():
+                why = f"session {self._sid} is running a turn"
+                if isinstance(cause, DismissTurn):
+                    reply_error(cause.reply, TurnRunning(why))
+                else:
+                    assert isinstance(cause, Send | ContinueTurn)
+                    if isinstance(cause, Send):
+                        why += "; the message was sent with mid_turn='reject'"
+                    cause.handle._finish(self._result("rejected", "", error_class="TurnRunning", error=why))
+            case machine.CancelTurn():
+                reason = cause.reason if isinstance(cause, CancelRequest) else INTERRUPTING
+                return self._cancel(reason)
+            case machine.TakeItem():
+                assert isinstance(cause, ProviderItem) and self._run is not None
+                self._run.take(cause.item)
+            case machine.RecordResponse(completes):
+                assert isinstance(cause, ProviderDone)
+                return self._record_response(cause, completes=completes)
+            case machine.RunTool(job, index, call):
+                self._run_tool(job, index, call)
+            case machine.WaitForResult(job, index):
+                assert isinstance(cause, ToolDone) and isinstance(cause.outcome, Deferred)
+                self._wait_for_result(job, index, cause.outcome)
+            case machine.AcceptResult():
+                assert isinstance(cause, ResolveTool)
+                reply_with(cause.reply, None)
+            case machine.RefuseResult():
+                assert isinstance(cause, ResolveTool)
+                why = f"no call {cause.call_id!r} of session {self._sid} waits for a result"
+                reply_error(cause.reply, ToolNotWaiting(why))
+            case machine.RecordTool(call):
+                assert isinstance(cause, ToolDone | ResolveTool)
+                assert not isinstance(cause.outcome, Deferred)
+                return self._record_tool(call, cause.outcome)
+            case machine.NextRequest():
+                self._next_request()
+            case machine.JudgeError():
+                assert isinstance(cause, ProviderFailed)
+                self._judge(cause)
+            case machine.RecordError():
+                assert isinstance(cause, JudgedFailure)
+                return self._record_error(cause.decision)
+            case machine.WaitThenRetry(job, wait_ms):
+                self._retry_later(job, wait_ms)
+            case machine.RecoverContext():
+                assert isinstance(cause, JudgedFailure)
+                self._recover(cause.failure)
+            case machine.EndTurn("completed"):
+                self._finish("completed")
+            case machine.EndTurn(_):
+                assert isinstance(cause, JudgedFailure)
+                self._finish("failed", "provider", cause.failure.error_class, cause.decision.detail)
+            case machine.TakeCompaction(trigger):
+                assert isinstance(cause, CompactionDone)
+                return self._take_compaction(cause, trigger)
+            case machine.Resume():
+                self._resume()
+            case _:
+                assert_never(effect)
+        return True

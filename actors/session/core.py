@@ -2,14 +2,14 @@
 
 The session actor is one pykka actor, written in five layers of one class
 chain, each a module, each layer using only itself and the layers below
-(three hooks, `_carry_out`, `_resume` and `_prepare`, are the turn loop's, declared
-here):
+(three hooks are declared here: `_carry_out`, the actor's, and `_resume`
+and `_prepare`, the turn loop's):
 
     SessionCore      (core.py)       state, load and replay, persist then apply, ending a turn
     Compacting       (compacting.py) compaction: L1 step 4, reactive (R3), manual (K4)
     Admitting        (admission.py)  who is let in: the workspace rule, idempotency keys
     TurnLoop         (turn_loop.py)  starting, steering, each request, the provider's answer, tools
-    SessionActor     (actor.py)      lifecycle, message dispatch, crash handling
+    SessionActor     (actor.py)      lifecycle, messages as the machine's inputs, its effects, crashes
 
 One class, because it is one actor: one thread and one inbox own every
 field; the layers only split its code at its seams. Only the actor's own
@@ -109,7 +109,7 @@ class SessionCore(pykka.ThreadingActor):
                 return
 
     def _carry_out(self, effect: Effect, cause: object) -> bool:
-        """Carry out one effect (`TurnLoop._carry_out`); False when it ended the turn."""
+        """Carry out one effect (`SessionActor._carry_out`); False when it ended the turn."""
         raise NotImplementedError
 
     def _resume(self) -> None:

@@ -117,11 +117,15 @@ MidTurn = Literal["steer", "queue", "reject", "interrupt"]
 """
 
 
-class HostMessage(msgspec.Struct, frozen=True):
-    """The host sent a user message (`send`, with its `mid_turn` policy) or asked for a manual
-    compaction (`compact`)."""
+HostKind = Literal["send", "compact", "continue", "dismiss"]
 
-    kind: Literal["send", "compact"]
+
+class HostMessage(msgspec.Struct, frozen=True):
+    """The host sent a user message (`send`, with its `mid_turn` policy), asked for a manual
+    compaction (`compact`), to continue an interrupted turn (`continue`) or to dismiss one
+    (`dismiss`)."""
+
+    kind: HostKind
     mid_turn: MidTurn = "steer"
 
 
@@ -238,9 +242,10 @@ Happened = (
 
 
 class Take(msgspec.Struct, frozen=True):
-    """Handle the host's message now: start a turn (`send`) or a manual compaction (`compact`)."""
+    """Handle the host's message now: start a turn (`send`, `continue`), a manual compaction
+    (`compact`), or record a dismissal (`dismiss`)."""
 
-    kind: Literal["send", "compact"]
+    kind: HostKind
 
 
 class Queue(msgspec.Struct, frozen=True):
@@ -250,7 +255,10 @@ class Queue(msgspec.Struct, frozen=True):
 
 
 class Refuse(msgspec.Struct, frozen=True):
-    """Refuse the user message: a turn runs and it was sent with `mid_turn="reject"`."""
+    """Refuse the host's message (`TurnRunning`): a user message sent with `mid_turn="reject"`, or
+    a `continue` or `dismiss`, which only an idle session takes."""
+
+    kind: HostKind = "send"
 
 
 class CancelTurn(msgspec.Struct, frozen=True):
@@ -369,8 +377,12 @@ def step(mode: Mode, happened: Happened) -> Step:
             return mode, (Take(kind),)
         case HostMessage("send", mid_turn), _ if turn_runs(mode):
             return _mid_turn(mode, mid_turn)
+        case HostMessage("send"), _:
+            return mode, (Queue("send"),)
+        case HostMessage("compact"), _:
+            return mode, (Queue("compact"),)
         case HostMessage(kind), _:
-            return mode, (Queue(kind),)
+            return mode, (Refuse(kind),)
         case CancelAsked(), _ if turn_runs(mode):
             return Preparing(), (CancelTurn(),)
         case CancelAsked(), _:

@@ -87,6 +87,22 @@ class ToolDone(msgspec.Struct, frozen=True):
     outcome: ToolOutcome | Deferred
 
 
+class ContinueTurn(msgspec.Struct, frozen=True):
+    """Tell (from `Host.continue_turn`): continue the interrupted turn `turn_id`; `handle` reports it."""
+
+    turn_id: str
+    handle: Turn
+
+
+class DismissTurn(msgspec.Struct, frozen=True):
+    """Tell (from `Host.dismiss_interrupted`): record that `turn_id` will not be continued; `reply`
+    gets None, or the error."""
+
+    turn_id: str
+    reason: str
+    reply: concurrent.futures.Future[None]
+
+
 class ResolveTool(msgspec.Struct, frozen=True):
     """Tell (from `Host.resolve_tool`): the result of a deferred call; `reply` gets None once the
     session took it, or `ToolNotWaiting`."""
@@ -105,6 +121,8 @@ SessionMessage = (
     | RetryRequest
     | ToolDone
     | ResolveTool
+    | ContinueTurn
+    | DismissTurn
     | ProviderItem
     | ProviderDone
     | ProviderFailed

@@ -1,7 +1,7 @@
 """The session actor's turn loop: starting and steering a turn, each request, the provider's answer.
 
 A layer of the session actor (`core` explains the chain): the shell that
-carries out `machine.step`'s effects (`_carry_out`). A turn:
+does what `machine.step`'s effects ask (`SessionActor._carry_out` dispatches them). A turn:
 
     Send -> [session-started], user-message, turn-started, with the first request in the
             same append when L1 has nothing to do first (`preparing.first_request`)
@@ -26,22 +26,21 @@ from typing import assert_never
 
 import pykka
 
-from cairn.actors.compactor.actor import CompactionDone
-from cairn.actors.errors import ToolNotWaiting
-from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem, StreamJob
+from cairn.actors.errors import NotInterrupted
+from cairn.actors.provider.actor import ProviderDone, ProviderFailed, StreamJob
 from cairn.actors.provider.base import (
     ProviderRequest,
 )
 from cairn.actors.session import machine, preparing
 from cairn.actors.session.admission import Admitting
+from cairn.actors.session.continuing import continuing, dismissal
 from cairn.actors.session.core import reply_error, reply_with
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import JudgedFailure, TurnRun
 from cairn.actors.session.messages import (
-    CancelRequest,
-    ManualCompact,
-    ResolveTool,
+    ContinueTurn,
+    DismissTurn,
     RetryRequest,
     Send,
     ToolDone,
@@ -55,6 +54,7 @@ from cairn.actors.session.request import (
     request_event,
 )
 from cairn.actors.session.slimming import read_only_tools
+from cairn.actors.session.stream import Turn
 from cairn.actors.session.tool_calls import run_tool
 from cairn.actors.session.tracker import Occupancy
 from cairn.actors.session.turn import (
@@ -70,6 +70,7 @@ from cairn.actors.session.turn import (
     tool_result_event,
 )
 from cairn.actors.tools import Deferred, ToolOutcome
+from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
 from cairn.events.model import ToolCall
 
@@ -132,6 +133,49 @@ class TurnLoop(Admitting):
         if request is None:
             return self._next_request()
         self._dispatch(request.assembled, request.request_id)
+
+    def _continue(self, message: ContinueTurn) -> None:
+        """Continue the interrupted turn `message.turn_id` (`continuing`): a new turn on its message."""
+        records = self._ready_to_write(message.handle)
+        opening = continuing(self._sid, self._state, records, message.turn_id) if records is not None else ""
+        if isinstance(opening, str):
+            if opening:
+                result = self._result("rejected", "", error_class="NotInterrupted", error=opening)
+                message.handle._finish(result)
+            return self._resume()
+        self._run = TurnRun(opening.turn_id, [message.handle])
+        self._advance(machine.TurnStarting())
+        if self._try_persist([opening], "provider"):
+            self._next_request()
+
+    def _dismiss(self, message: DismissTurn) -> None:
+        """Record that the interrupted turn `message.turn_id` will not be continued (`turn-dismissed`)."""
+        try:
+            records = self._ready_to_write(None)
+            assert records is not None
+            event = dismissal(self._sid, records, message.turn_id, message.reason)
+            if isinstance(event, str):
+                raise NotInterrupted(event)
+            self._persist([event])
+        except CairnError as exc:
+            reply_error(message.reply, exc)
+        else:
+            reply_with(message.reply, None)
+        self._resume()
+
+    def _ready_to_write(self, handle: Turn | None) -> list[Record] | None:
+        """The session loaded and settled, then its records (read whole: continuing is rare); None when
+        it cannot be written now (the handle, if any, has its `rejected` result; else it raises)."""
+        if not self._loaded:
+            self._load()
+        try:
+            self._settle()
+            return list(self._journal.read(self._sid))
+        except CairnError as exc:
+            if handle is None:
+                raise
+            handle._finish(self._result("rejected", "", error_class=type(exc).__name__, error=str(exc)))
+            return None
 
     def _steer(self) -> bool:
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
@@ -248,82 +292,6 @@ class TurnLoop(Admitting):
         log.warning(handoff_failure_line(self._sid, exc))
         assert self._run is not None
         self._run.handoff_failed = True
-
-    # -- the machine's effects ---------------------------------------------------------------------
-
-    def _carry_out(self, effect: machine.Effect, cause: object) -> bool:
-        """One effect of `machine.step`, with the message that caused it; False when the turn ended."""
-        # long: one match arm per effect of the machine
-        match effect:
-            case machine.Take(kind) | machine.Queue(kind) if kind == "compact":
-                assert isinstance(cause, ManualCompact)
-                if isinstance(effect, machine.Take):
-                    self._manual_start(cause)
-                else:
-                    self._manual.append(cause)  # after the turn
-            case machine.Take():
-                assert isinstance(cause, Send)
-                self._start([cause])
-            case machine.Queue():
-                assert isinstance(cause, Send)
-                self._queue_send(cause)
-            case machine.Refuse():
-                assert isinstance(cause, Send)
-                why = (
-                    f"session {self._sid} is running a turn, and the message was sent with mid_turn='reject'"
-                )
-                cause.handle._finish(self._result("rejected", "", error_class="TurnRunning", error=why))
-            case machine.CancelTurn():
-                reason = cause.reason if isinstance(cause, CancelRequest) else INTERRUPTING
-                return self._cancel(reason)
-            case machine.TakeItem():
-                assert isinstance(cause, ProviderItem) and self._run is not None
-                self._run.take(cause.item)
-            case machine.RecordResponse(completes):
-                assert isinstance(cause, ProviderDone)
-                return self._record_response(cause, completes=completes)
-            case machine.RunTool(job, index, call):
-                self._run_tool(job, index, call)
-            case machine.WaitForResult(job, index):
-                assert isinstance(cause, ToolDone) and isinstance(cause.outcome, Deferred)
-                self._wait_for_result(job, index, cause.outcome)
-            case machine.AcceptResult():
-                assert isinstance(cause, ResolveTool)
-                reply_with(cause.reply, None)
-            case machine.RefuseResult():
-                assert isinstance(cause, ResolveTool)
-                why = f"no call {cause.call_id!r} of session {self._sid} waits for a result"
-                reply_error(cause.reply, ToolNotWaiting(why))
-            case machine.RecordTool(call):
-                assert isinstance(cause, ToolDone | ResolveTool)
-                assert not isinstance(cause.outcome, Deferred)
-                return self._record_tool(call, cause.outcome)
-            case machine.NextRequest():
-                self._next_request()
-            case machine.JudgeError():
-                assert isinstance(cause, ProviderFailed)
-                self._judge(cause)
-            case machine.RecordError():
-                assert isinstance(cause, JudgedFailure)
-                return self._record_error(cause.decision)
-            case machine.WaitThenRetry(job, wait_ms):
-                self._retry_later(job, wait_ms)
-            case machine.RecoverContext():
-                assert isinstance(cause, JudgedFailure)
-                self._recover(cause.failure)
-            case machine.EndTurn("completed"):
-                self._finish("completed")
-            case machine.EndTurn(_):
-                assert isinstance(cause, JudgedFailure)
-                self._finish("failed", "provider", cause.failure.error_class, cause.decision.detail)
-            case machine.TakeCompaction(trigger):
-                assert isinstance(cause, CompactionDone)
-                return self._take_compaction(cause, trigger)
-            case machine.Resume():
-                self._resume()
-            case _:
-                assert_never(effect)
-        return True
 
     # -- the provider's answer -----------------------------------------------------------------
 

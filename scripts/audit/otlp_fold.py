@@ -21,6 +21,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -121,8 +122,8 @@ class TraceFold:
                 if record.pos < self.since:
                     return []
                 return self.spans.turn_spans(turn, record, event)
-            case OwnerChanged():
-                pass  # a change of owner is not part of any trace
+            case OwnerChanged() | TurnDismissed():
+                pass  # a change of owner, a dismissal: not part of any trace
             case _:
                 assert_never(event)  # a new kind needs its place in the traces: mypy says so
         return []

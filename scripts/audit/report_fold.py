@@ -24,6 +24,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -161,6 +162,7 @@ class SessionFold:
                 | Handoff()
                 | CompactionFailed()
                 | OwnerChanged()
+                | TurnDismissed()
             ):
                 pass  # not counted in the report's totals (failures: below)
             case _:

@@ -26,6 +26,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -153,12 +154,13 @@ def body_row(event: Event) -> dict[str, Any]:
                 "idempotency_key": event.idempotency_key or None,
             }
         case TurnStarted():
-            return {"message_id": event.message_id}
+            continues = event.continues if isinstance(event.continues, str) else None
+            return {"message_id": event.message_id, "continues": continues}
         case TurnCompleted():
             return {"requests": event.requests}
         case TurnFailed():
             return {"phase": event.phase, "error_class": event.error_class, "error": event.error}
-        case TurnCancelled():
+        case TurnCancelled() | TurnDismissed():
             return {"reason": event.reason}
         case Request():
             fields = msgspec.structs.asdict(event)

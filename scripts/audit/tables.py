@@ -32,10 +32,11 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
                           tool_count int64, tool_schemas_json, read_only_tools_json
     user_message          message_id, text (its text parts joined), parts int64, images int64,
                           blobs int64, content_json, idempotency_key (null when sent without one)
-    turn_started          message_id
+    turn_started          message_id, continues (the interrupted turn it continues, or null)
     turn_completed        requests int64
     turn_failed           phase, error_class, error
     turn_cancelled        reason
+    turn_dismissed        reason (turn_id: the interrupted turn dismissed)
     request               request_id, attempt int64, fingerprint, history_revision int64,
                           projected_tokens int64, phase, message_count int64, history_length int64,
                           model, fixed_tokens int64, projection_source, handoff_included bool
@@ -109,10 +110,11 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("content_json", JSON),
         ("idempotency_key", STR),
     ),
-    "turn_started": (("message_id", STR),),
+    "turn_started": (("message_id", STR), ("continues", STR)),
     "turn_completed": (("requests", INT),),
     "turn_failed": (("phase", STR), ("error_class", STR), ("error", STR)),
     "turn_cancelled": (("reason", STR),),
+    "turn_dismissed": (("reason", STR),),
     "request": (
         ("request_id", STR),
         ("attempt", INT),

@@ -49,6 +49,7 @@ from cairn.events.kinds import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnDismissed,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -217,7 +218,14 @@ def timeline_data(
                 mark(kind, seq, f"turn failed ({event.phase})")
             case TurnCancelled():
                 mark("cancelled", seq, "turn cancelled" + (f": {event.reason}" if event.reason else ""))
-            case UserMessage() | TurnCompleted() | AssistantMessage() | ToolResult() | OwnerChanged():
+            case (
+                UserMessage()
+                | TurnCompleted()
+                | AssistantMessage()
+                | ToolResult()
+                | OwnerChanged()
+                | TurnDismissed()
+            ):
                 pass  # no series or marker of the timeline
             case _:
                 assert_never(event)  # a new kind must be placed here: mypy says so

@@ -118,6 +118,13 @@ def test_a_message_sent_mid_turn_does_what_its_policy_says(mode: Mode) -> None:
     assert step(mode, HostMessage("send", "interrupt")) == (Preparing(), (Queue("send"), CancelTurn()))
 
 
+@pytest.mark.parametrize("mode", WAITING, ids=lambda mode: type(mode).__name__)
+def test_continue_and_dismiss_are_taken_only_when_idle(mode: Mode) -> None:
+    for kind in ("continue", "dismiss"):
+        assert step(Idle(), HostMessage(kind)) == (Idle(), (Take(kind),))  # type: ignore[arg-type]
+        assert step(mode, HostMessage(kind)) == (mode, (Refuse(kind),))  # type: ignore[arg-type]
+
+
 def test_without_a_running_turn_the_policy_does_not_matter() -> None:
     for policy in ("steer", "queue", "reject", "interrupt"):
         assert step(Idle(), HostMessage("send", policy)) == (Idle(), (Take("send"),))  # type: ignore[arg-type]
