@@ -1,7 +1,9 @@
-"""`cairn interrupted`: the turns a crash (or a stop) interrupted, with the user message to send again.
+"""`cairn interrupted`: the turns a crash (or a stop) interrupted, to continue or dismiss, with their message.
 
 Read-only, like the other listings: the same fold as `Host.interrupted_turns`
-(`cairn.actors.host.interrupted`), over every session of the store. A turn
+(`cairn.actors.session.interrupted`), over every session of the store: a host
+continues one with `Host.continue_turn` or dismisses it with
+`Host.dismiss_interrupted` (this command only reads). A turn
 whose log still ends inside it is shown as `open`: interrupted by a crash,
 or still running in a host that writes the store now.
 """
