@@ -54,7 +54,6 @@ from cairn.actors.session.request import (
     request_event,
 )
 from cairn.actors.session.slimming import read_only_tools
-from cairn.actors.session.stream import Turn
 from cairn.actors.session.tool_calls import run_tool
 from cairn.actors.session.tracker import Occupancy
 from cairn.actors.session.turn import (
@@ -72,6 +71,7 @@ from cairn.actors.session.turn import (
 from cairn.actors.tools import Deferred, ToolOutcome
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
+from cairn.events.kinds import TurnStarted
 from cairn.events.model import ToolCall
 
 log = logging.getLogger("cairn.session")
@@ -136,12 +136,15 @@ class TurnLoop(Admitting):
 
     def _continue(self, message: ContinueTurn) -> None:
         """Continue the interrupted turn `message.turn_id` (`continuing`): a new turn on its message."""
-        records = self._ready_to_write(message.handle)
-        opening = continuing(self._sid, self._state, records, message.turn_id) if records is not None else ""
-        if isinstance(opening, str):
-            if opening:
-                result = self._result("rejected", "", error_class="NotInterrupted", error=opening)
-                message.handle._finish(result)
+        opening: TurnStarted | str | CairnError
+        try:
+            records = self._settled_records()
+            opening = continuing(self._sid, self._state, records, message.turn_id)
+        except CairnError as exc:
+            opening = exc
+        if not isinstance(opening, TurnStarted):
+            error_class = "NotInterrupted" if isinstance(opening, str) else type(opening).__name__
+            message.handle._finish(self._result("rejected", "", error_class=error_class, error=str(opening)))
             return self._resume()
         self._run = TurnRun(opening.turn_id, [message.handle])
         self._advance(machine.TurnStarting())
@@ -151,9 +154,7 @@ class TurnLoop(Admitting):
     def _dismiss(self, message: DismissTurn) -> None:
         """Record that the interrupted turn `message.turn_id` will not be continued (`turn-dismissed`)."""
         try:
-            records = self._ready_to_write(None)
-            assert records is not None
-            event = dismissal(self._sid, records, message.turn_id, message.reason)
+            event = dismissal(self._sid, self._settled_records(), message.turn_id, message.reason)
             if isinstance(event, str):
                 raise NotInterrupted(event)
             self._persist([event])
@@ -163,19 +164,13 @@ class TurnLoop(Admitting):
             reply_with(message.reply, None)
         self._resume()
 
-    def _ready_to_write(self, handle: Turn | None) -> list[Record] | None:
-        """The session loaded and settled, then its records (read whole: continuing is rare); None when
-        it cannot be written now (the handle, if any, has its `rejected` result; else it raises)."""
+    def _settled_records(self) -> list[Record]:
+        """The session's records, once it is loaded and settled (read whole: continuing is rare);
+        the journal's error when it cannot be read."""
         if not self._loaded:
             self._load()
-        try:
-            self._settle()
-            return list(self._journal.read(self._sid))
-        except CairnError as exc:
-            if handle is None:
-                raise
-            handle._finish(self._result("rejected", "", error_class=type(exc).__name__, error=str(exc)))
-            return None
+        self._settle()
+        return list(self._journal.read(self._sid))
 
     def _steer(self) -> bool:
         """Record the messages that arrived during the turn; False when the turn failed doing it."""
