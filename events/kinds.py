@@ -144,6 +144,10 @@ class Request(EventBase, frozen=True, tag="request"):
     fixed_tokens: Int64 = 0
     projection_source: str = ""
     handoff_included: bool = False
+    #: cairn's own count of the request as sent (fixed + history as shown + the hand-off), whatever
+    #: the projection's source: beside the provider's count in `usage`, how the two tokenizers
+    #: differ (added later: older lines lack it)
+    counted_tokens: Int64 | UnsetType = UNSET
 
 
 class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):

@@ -61,6 +61,18 @@ smallest replacement there is (the fallback's mandatory state, F1-F2); where
 it is not, the target stays as C10 has it, and the checkpoint records that
 it missed the room (`room_missed`), for the bench to count.
 
+The threshold is in the provider's tokens (the window is the server's), the
+replacement, the fixed part and the growth in cairn's (cl100k). Where the
+provider counts more, a replacement that fits in cairn's count overflows in
+the server's: on llama.cpp with SmolLM2, whose tokenizer counts 20 % more
+than cl100k, a fallback checkpoint to 1,792 tokens made the next request
+2,099 in cairn's count and 2,522 in the server's, and the turn after
+compacted again. So the room is taken from the threshold as the provider
+would count it in cairn's tokens: threshold x 1,000 / the provider's count
+per 1,000 of cairn's (`provider_permille`, from the last response that
+counted the same history, at most 2,000), never more than the threshold
+itself (a provider that counts less leaves the rule as it was).
+
 All arithmetic is on integers, so a figure never depends on float rounding.
 """
 
@@ -82,6 +94,9 @@ BUDGET_SHARE_PERCENT = 50
 #: the room rule: turns of growth a checkpoint leaves room for, and the turns its median is of
 ROOM_TURNS = 2
 RECENT_TURNS = 5
+#: the room rule: the provider's count per 1,000 of cairn's is taken as at most this (a server
+#: that reports twice cairn's count is counting something else, not a denser tokenizer)
+PROVIDER_PERMILLE_CAP = 2_000
 
 
 class GateVerdict(msgspec.Struct, frozen=True):
@@ -177,10 +192,24 @@ def median_growth(sizes: Sequence[int]) -> int | None:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def room_for(input_budget: int | None, fixed_tokens: int, growth: int | None) -> int:
-    """The room rule's target: the compaction threshold (80 % of the budget) - `fixed_tokens` -
-    `ROOM_TURNS` x `growth`. 0 means no rule (the budget or the growth is unknown); a room that is
-    used up is 1, which no replacement fits."""
+def room_for(
+    input_budget: int | None, fixed_tokens: int, growth: int | None, provider_permille: int | None = None
+) -> int:
+    """The room rule's target: the compaction threshold (80 % of the budget, in cairn's count where
+    the provider counts `provider_permille` per 1,000 of cairn's tokens and that is over 1,000) -
+    `fixed_tokens` - `ROOM_TURNS` x `growth`. 0 means no rule (the budget or the growth is
+    unknown); a room that is used up is 1, which no replacement fits."""
     if not _count(input_budget) or input_budget <= 0 or growth is None:
         return 0
-    return max(1, input_budget * 8 // 10 - fixed_tokens - ROOM_TURNS * growth)
+    threshold = input_budget * 8 // 10
+    if _count(provider_permille) and provider_permille > 1_000:
+        threshold = threshold * 1_000 // min(provider_permille, PROVIDER_PERMILLE_CAP)
+    return max(1, threshold - fixed_tokens - ROOM_TURNS * growth)
+
+
+def provider_permille(provider_tokens: int | None, cairn_tokens: int) -> int | None:
+    """How many tokens the provider counted per 1,000 of cairn's for the same request (rounded
+    down); None when either count is unknown or not positive."""
+    if not _count(provider_tokens) or provider_tokens <= 0 or cairn_tokens <= 0:
+        return None
+    return provider_tokens * 1_000 // cairn_tokens

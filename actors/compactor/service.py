@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.actors.budget_rule import input_budget_of
 from cairn.actors.compactor.active_task import active_task_message, task_text
@@ -51,7 +52,7 @@ from cairn.actors.compactor.checkpoint import source_hash, strip_handoff
 from cairn.actors.compactor.choice import Basis, Choice, fallback_choice, llm_choice
 from cairn.actors.compactor.errors import CompactionBlocked, CompactionIneffective, NothingToCompact
 from cairn.actors.compactor.files import FilePlan, Restoration, plan_restoration, read_recent_files
-from cairn.actors.compactor.gates import effect_target, median_growth, room_for, turn_sizes
+from cairn.actors.compactor.gates import effect_target, median_growth, provider_permille, room_for, turn_sizes
 from cairn.actors.compactor.hooks import HookContext, PreCompactionHook
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids
@@ -221,7 +222,7 @@ class Compactor:
             fixed = self.counter.text(info.system_prompt) + sum(
                 self.counter.text(t) for t in info.tool_schemas
             )
-        return room_for(budget, fixed, growth)
+        return room_for(budget, fixed, growth, _provider_permille(state))
 
     def _run_hook(self, request: CompactionRequest, basis: Basis) -> None:
         """C2/C3: show the host's hook the compaction; raise `CompactionBlocked` if it refuses."""
@@ -320,3 +321,12 @@ def _carried(request: CompactionRequest, choice: Choice, failed: tuple[Compactio
     if request.trigger == "reactive":
         carried = msgspec.structs.replace(carried, reactive_since_response=True)  # R2
     return carried
+
+
+def _provider_permille(state: SessionState) -> int | None:
+    """The room rule's scale: the provider's count of the last request per 1,000 of cairn's own
+    (its `counted_tokens`); None when the log has no such pair (no usage, an older line)."""
+    request, usage = state.last_request, state.last_usage
+    if request is None or usage is None or request.counted_tokens is UNSET:
+        return None
+    return provider_permille(usage.whole_prompt(), request.counted_tokens)

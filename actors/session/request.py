@@ -114,6 +114,7 @@ def request_event(assembled: AssembledRequest, *, request_id: str, turn_id: str,
         fixed_tokens=assembled.fixed_tokens,
         projection_source=assembled.projection.source,
         handoff_included=assembled.handoff_included,
+        counted_tokens=assembled.projection.local_tokens,
     )
 
 

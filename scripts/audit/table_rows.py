@@ -165,6 +165,8 @@ def body_row(event: Event) -> dict[str, Any]:
         case Request():
             fields = msgspec.structs.asdict(event)
             del fields["turn_id"]
+            counted = event.counted_tokens
+            fields["counted_tokens"] = None if counted is UNSET else counted
             return fields
         case AssistantMessage():
             return {

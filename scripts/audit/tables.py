@@ -39,7 +39,8 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
     turn_dismissed        reason (turn_id: the interrupted turn dismissed)
     request               request_id, attempt int64, fingerprint, history_revision int64,
                           projected_tokens int64, phase, message_count int64, history_length int64,
-                          model, fixed_tokens int64, projection_source, handoff_included bool
+                          model, fixed_tokens int64, projection_source, handoff_included bool,
+                          counted_tokens int64 (cairn's own count of the request; null in older logs)
     assistant_message     message_id, request_id, text, reasoning, finish_reason,
                           tool_call_count int64, tool_calls_json
     tool_calls            one row per tool call of an assistant message: request_id, message_id,
@@ -128,6 +129,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("fixed_tokens", INT),
         ("projection_source", STR),
         ("handoff_included", BOOL),
+        ("counted_tokens", INT),
     ),
     "assistant_message": (
         ("message_id", STR),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cairn.actors.compactor import AuditMismatch, verify_checkpoint
-from cairn.actors.compactor.gates import median_growth, room_for, starts_turn, turn_sizes
+from cairn.actors.compactor.gates import median_growth, provider_permille, room_for, starts_turn, turn_sizes
+from cairn.events.kinds import Request, Usage
 from cairn.events.model import Message, MessageMeta
 from tests.compactor.builders import COUNTER, Log, compactor, replace, request
 
@@ -42,6 +43,16 @@ def test_C10_room_is_the_threshold_less_the_fixed_part_and_two_turns() -> None:
     assert room_for(10_000, 500, 5_000) == 1  # used up: no replacement fits
 
 
+def test_C10_room_is_taken_in_cairns_count_where_the_provider_counts_more() -> None:
+    # the provider counts 1,200 per 1,000 of cairn's: the threshold 8,000 is 6,666 in cairn's count
+    assert provider_permille(2_522, 2_099) == 1_201  # llama.cpp with SmolLM2 against cl100k
+    assert room_for(10_000, 500, 1_000, 1_200) == 6_666 - 500 - 2_000 == 4_166
+    assert room_for(10_000, 500, 1_000, 900) == 5_500  # counting less leaves the rule as it was
+    assert room_for(10_000, 500, 1_000, 5_000) == 4_000 - 2_500 == 1_500  # taken as at most 2,000
+    assert room_for(10_000, 500, 1_000, None) == 5_500
+    assert provider_permille(None, 2_099) is None and provider_permille(2_522, 0) is None
+
+
 def _turns(count: int, words: int, *, window: int) -> Log:
     log = Log(window=window)
     for n in range(count):
@@ -65,6 +76,41 @@ def test_C10_room_caps_the_target_so_a_checkpoint_leaves_two_turns_of_room() -> 
     assert checkpoint.diagnostics.room_tokens == room
     assert checkpoint.diagnostics.target_tokens == room < 3_904
     assert checkpoint.replacement_tokens <= room and not checkpoint.diagnostics.room_missed
+
+
+def _counted(log: Log, *, cairn: int, provider: int) -> None:
+    """The last request as cairn counted it (`counted_tokens`) and its usage as the provider did."""
+    log.add(
+        Request(
+            request_id="last", turn_id="t", attempt=1, fingerprint="f", history_revision=0,
+            projected_tokens=cairn, phase="normal", message_count=3, history_length=3,
+            counted_tokens=cairn,
+        )
+    )  # fmt: skip
+    log.add(Usage(request_id="last", prompt_tokens=provider, completion_tokens=10))
+
+
+def test_C10_room_of_a_provider_that_counts_a_fifth_more_leaves_room_in_its_count_too() -> None:
+    """The same session as above, its last request counted 5,000 by cairn and 6,000 by the provider
+    (1,200 per 1,000): the room is 6,246 x 1,000 / 1,200 = 5,205 - 2 x growth, so the next requests,
+    counted by the provider, stay under its threshold for two turns. Before: the room was the
+    threshold in cairn's count, and on llama.cpp with SmolLM2 (a fifth more) a session compacted on
+    the turn right after a checkpoint."""
+    log = _turns(4, 350, window=16_000)
+    _counted(log, cairn=5_000, provider=6_000)
+    state = log.state()
+    growth = median_growth(turn_sizes(state.context, COUNTER.messages))
+    assert growth is not None
+    checkpoint = compactor()[0].compact(request(state)).checkpoint
+    assert checkpoint.diagnostics.room_tokens == 6_246 * 1_000 // 1_200 - 2 * growth
+    assert checkpoint.replacement_tokens <= checkpoint.diagnostics.target_tokens
+    assert checkpoint.replacement_tokens * 1_200 // 1_000 + 2 * growth <= 6_246
+    older = _turns(4, 350, window=16_000)  # a log from before `counted_tokens`: the rule as it was
+    older.add(Request(request_id="last", turn_id="t", attempt=1, fingerprint="f", history_revision=0,
+                      projected_tokens=5_000, phase="normal", message_count=3))  # fmt: skip
+    older.add(Usage(request_id="last", prompt_tokens=6_000))
+    unscaled = compactor()[0].compact(request(older.state())).checkpoint
+    assert unscaled.diagnostics.room_tokens == 6_246 - 2 * growth
 
 
 def test_C10_room_that_no_replacement_can_leave_keeps_c10s_target_and_says_so() -> None:

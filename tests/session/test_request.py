@@ -39,6 +39,10 @@ def test_assembly_is_system_then_budgeted_history_then_the_handoff() -> None:
     # the floor counts what was sent; the hand-off was not, so it is added on top
     assert second.projection.tokens == 74_500 + second.parts.handoff
     assert second.projection.source == "provider_plus_estimate"
+    # the event keeps cairn's own count beside the provider-based projection, for the room rule
+    counted = request_event(second, request_id="r2", turn_id="t").counted_tokens
+    assert counted == second.fixed_tokens + second.parts.history + second.parts.handoff
+    assert counted == second.projection.local_tokens != second.projection.tokens
 
 
 def test_request_event_records_the_baseline_pieces() -> None:
@@ -57,5 +61,6 @@ def test_request_event_records_the_baseline_pieces() -> None:
         "below_handoff",
         "local_estimate",
     )
+    assert event.counted_tokens == assembled.projection.local_tokens == event.projected_tokens  # no baseline
     # the event survives the line codec unchanged
     assert msgspec.json.decode(msgspec.json.encode(event), type=type(event)) == event
