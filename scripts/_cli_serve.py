@@ -1,4 +1,5 @@
-"""`cairn serve --nats URL`: run one host of a cairn cluster until SIGTERM or SIGINT.
+"""`cairn serve`: run a host until SIGTERM or SIGINT: one host of a cluster (`--nats URL`), or the HTTP API
+on a local store (`--http HOST:PORT --store DIR`).
 
 The host (`cairn.actors.cluster.ClusterHost`) serves the turns clients send
 with `cairn.ClusterClient`, with the provider and tools of `cairn demo`
@@ -11,6 +12,15 @@ for up to `--grace` seconds (those still running then end interrupted, in
 the log), release every lease (another host takes the sessions at once),
 close; exit 0. Exit 2 when it cannot start (no cluster at the URL, a bad
 host id or TTL, a provider that is not configured).
+
+`--http HOST:PORT` serves the HTTP API (`cairn.actors.http`) on the local
+store of `--store` (made when missing), with the same provider and tools;
+sessions work in folders under `--workspaces` (default
+`./cairn-workspaces`). It prints `cairn serve: serving http://HOST:PORT ...`
+once it takes requests (port 0 picks a free port, which the line names);
+on SIGTERM or SIGINT it stops taking requests, ends the event streams (a
+client resumes with its last event id), lets requests in flight finish for
+up to `--grace` seconds, closes the store, and exits 0.
 """
 
 from __future__ import annotations
@@ -28,7 +38,23 @@ from cairn._cli_output import warn
 
 def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
     """The `serve` subcommand and its options."""
-    p = sub.add_parser("serve", parents=[common], help="run a host of a cluster until SIGTERM (--nats URL)")
+    p = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="run a host until SIGTERM: of a cluster (--nats URL), or HTTP (--http)",
+    )
+    p.add_argument(
+        "--http",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the HTTP API on this address (127.0.0.1:8080; port 0: a free one) on the --store",
+    )
+    p.add_argument(
+        "--workspaces",
+        default=None,
+        metavar="DIR",
+        help="with --http: the folder the sessions' workspaces are made in (default ./cairn-workspaces)",
+    )
     p.add_argument(
         "--nats",
         default=os.environ.get("CAIRN_NATS") or None,
@@ -67,8 +93,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from cairn.demo.providers import openai_setup, scripted_setup
     from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
 
+    if args.http is not None:
+        if args.nats:
+            raise UsageError(
+                "cairn serve --http serves a local store (--store); with --nats it is not built yet"
+            )
+        return _serve_http(args)
+    if args.workspaces is not None:
+        raise UsageError("--workspaces goes with --http")
     if not args.nats:
-        raise UsageError("cairn serve needs the cluster: --nats URL (or $CAIRN_NATS)")
+        raise UsageError("cairn serve needs the cluster (--nats URL, or $CAIRN_NATS) or --http HOST:PORT")
     stop = threading.Event()
     previous = _on_signals(stop)
     try:
@@ -105,6 +139,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve_http(args: argparse.Namespace) -> int:
+    """The HTTP API on the local store until SIGTERM/SIGINT (see the module doc)."""
+    import asyncio
+    from pathlib import Path
+
+    from cairn.actors.host.async_host import AsyncHost
+    from cairn.actors.http.app import HttpConfig
+    from cairn.actors.http.serve import HttpServer, bind_socket
+    from cairn.actors.tools import WorkspaceTools
+    from cairn.demo.providers import openai_setup, scripted_setup
+
+    store = Path(args.store)
+    workspaces = Path(args.workspaces if args.workspaces is not None else "cairn-workspaces").resolve()
+    try:
+        sock = bind_socket(args.http)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        warn(f"cairn serve: cannot listen on {args.http}: {exc}")
+        return EXIT_USAGE
+    setup = scripted_setup() if args.provider == "scripted" else openai_setup()
+
+    async def serve() -> None:
+        host = await AsyncHost.open(
+            store, settings=setup.settings, provider_factory=setup.adapter_for, tools=WorkspaceTools()
+        )
+        server = HttpServer(host, HttpConfig(workspaces=workspaces), sock, grace=args.grace)
+        print(
+            f"cairn serve: serving {server.address} on the store {store} "
+            f"(workspaces under {workspaces}); SIGTERM stops",
+            flush=True,
+        )
+        await server.serve()
+
+    try:
+        asyncio.run(serve())
+    finally:
+        sock.close()
+        setup.close()
+    print("cairn serve: stopped; the store is closed", flush=True)
+    return EXIT_OK
 
 
 def _on_signals(stop: threading.Event) -> dict[signal.Signals, Any]:

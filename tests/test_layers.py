@@ -2,7 +2,7 @@
 
 Layers, highest first: `cairn` itself (scripts/: the CLI, the demo, the
 benches) -> `cairn.actors` -> `cairn.store` -> `cairn.events`. Inside actors:
-cluster -> host -> session -> compactor -> provider, beside shared leaves that import
+http -> cluster -> host -> session -> compactor -> provider, beside shared leaves that import
 none of those four. A module may import its own layer and any layer below
 it, never one above; imports inside functions and under TYPE_CHECKING count.
 """
@@ -16,7 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 #: repository folder -> package name (pyproject.toml's package-dir)
 FOLDERS = {"scripts": "cairn", "actors": "cairn.actors", "store": "cairn.store", "events": "cairn.events"}
 LAYERS = ("cairn.events", "cairn.store", "cairn.actors", "cairn")  # lowest first
-ACTOR_RANKS = {"provider": 0, "compactor": 1, "session": 2, "host": 3, "cluster": 4}  # lowest first
+ACTOR_RANKS = {
+    "provider": 0,
+    "compactor": 1,
+    "session": 2,
+    "host": 3,
+    "cluster": 4,
+    "http": 5,
+}  # lowest first
 ACTOR_LEAVES = {"budget_rule", "errors", "tokens", "tools", "workspace_fs", "placement"}
 
 

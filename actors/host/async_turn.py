@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from cairn.actors.errors import TurnTimeout
@@ -175,7 +175,7 @@ class AsyncTurn:
 
     async def stream(
         self, timeout: float | None = WAIT_S, *, after: StreamPosition | None = None
-    ) -> AsyncIterator[Positioned]:
+    ) -> AsyncGenerator[Positioned, None]:
         """`events`, each item with its position, as `Turn.stream`."""
         start = (0, 0) if after is None else parse_position(after)
         wake = asyncio.Event()

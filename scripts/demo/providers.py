@@ -6,16 +6,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn import SessionSettings
-from cairn.actors.provider.anthropic_messages import AnthropicProvider
 from cairn.actors.provider.base import Provider
-from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.session.budget import budget_for
 from cairn.actors.tokens import TokenCounter
 from cairn.demo.agent import SETTINGS, provider_for
 from cairn.demo.errors import DemoSetupError
 from cairn.demo.tasks import attachment_tokens, grown_task, task_text
+
+if TYPE_CHECKING:  # the SDKs take a second to import: only the endpoint setups import them
+    from cairn.actors.provider.anthropic_messages import AnthropicProvider
+    from cairn.actors.provider.openai_compat import OpenAIProvider
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def openai_setup(environ: dict[str, str] | None = None) -> Setup:
     Raises `ProviderConfigError` when the endpoint is not configured, and
     `DemoSetupError` when the context window is missing or leaves no input budget.
     """
+    from cairn.actors.provider.openai_compat import OpenAIProvider
+
     return endpoint_setup("openai", OpenAIProvider.from_env(environ))
 
 
@@ -64,6 +69,8 @@ def anthropic_setup(environ: dict[str, str] | None = None) -> Setup:
 
     Raises as `openai_setup` does.
     """
+    from cairn.actors.provider.anthropic_messages import AnthropicProvider
+
     return endpoint_setup("anthropic", AnthropicProvider.from_env(environ))
 
 
