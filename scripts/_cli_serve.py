@@ -148,6 +148,7 @@ def _serve_http(args: argparse.Namespace) -> int:
 
     from cairn.actors.host.async_host import AsyncHost
     from cairn.actors.http.app import HttpConfig
+    from cairn.actors.http.client_tools import ClientTools
     from cairn.actors.http.serve import HttpServer, bind_socket
     from cairn.actors.tools import WorkspaceTools
     from cairn.demo.providers import openai_setup, scripted_setup
@@ -164,10 +165,11 @@ def _serve_http(args: argparse.Namespace) -> int:
     setup = scripted_setup() if args.provider == "scripted" else openai_setup()
 
     async def serve() -> None:
+        tools = ClientTools(WorkspaceTools())  # the workspace tools here, a session's client tools there
         host = await AsyncHost.open(
-            store, settings=setup.settings, provider_factory=setup.adapter_for, tools=WorkspaceTools()
+            store, settings=setup.settings, provider_factory=setup.adapter_for, tools=tools
         )
-        server = HttpServer(host, HttpConfig(workspaces=workspaces), sock, grace=args.grace)
+        server = HttpServer(host, HttpConfig(workspaces=workspaces), sock, grace=args.grace, tools=tools)
         print(
             f"cairn serve: serving {server.address} on the store {store} "
             f"(workspaces under {workspaces}); SIGTERM stops",

@@ -185,6 +185,11 @@ class Host:
                 journal.close()
             raise
 
+    @property
+    def settings(self) -> SessionSettings:
+        """What a new session starts with when `send` names no settings (tool schemas filled in)."""
+        return self._settings
+
     # -- the public calls ----------------------------------------------------------------
 
     def send(

@@ -15,6 +15,8 @@ the host is asked anything, so a refused request writes nothing.
 | `GET  /v1/sessions/{id}/events`        | Server-Sent Events after `Last-Event-ID` or `?after=` |
 | `GET  /v1/sessions/{id}/transcript`    | a page of what its user saw (`?after=SEQ&limit=N`)   |
 | `POST /v1/sessions/{id}/cancel`        | cancel its running turn (`turn-cancelled`)           |
+| `GET  /v1/sessions/{id}/tools`         | the client-tool calls its turn waits for             |
+| `POST /v1/sessions/{id}/tools/{call}`  | a client tool's result (`client_tools.py`)           |
 | `GET  /v1/sessions/{id}/context`       | its next request: figures and the messages shown     |
 | `GET  /v1/sessions/{id}/checkpoints`   | its checkpoints (without the summaries)              |
 | `POST /v1/sessions/{id}/compact`       | compact now (K4): the checkpoint, or why not         |
@@ -41,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from starlette.applications import Starlette
@@ -52,6 +54,7 @@ from starlette.routing import Route
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.host.async_turn import AsyncTurn
+from cairn.actors.http.client_tools import ClientTools, canonical_schema, schema_name
 from cairn.actors.http.feed import HEARTBEAT_S, SessionFeeds, session_events
 from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, convert, problem_of, read_json
 from cairn.actors.http.views import (
@@ -64,6 +67,7 @@ from cairn.actors.http.views import (
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import TurnResult, parse_position
 from cairn.actors.tokens import TokenCounter
+from cairn.actors.tools import ToolOutcome
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import CairnError
 from cairn.events.kinds import TurnStarted, UserMessage
@@ -100,7 +104,16 @@ class MessageBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     content: tuple[TextPart | ImagePart, ...] | None = None
     workspace: str | None = None
     settings: SessionSettings | None = None
+    #: a new session's tools that its client runs: tool schemas (JSON objects, each with a name)
+    client_tools: tuple[dict[str, Any], ...] | None = None
     mid_turn: str = "steer"
+
+
+class ToolResultBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`POST /v1/sessions/{id}/tools/{call}`: what the client's tool produced."""
+
+    content: str | tuple[TextPart | ImagePart, ...]
+    status: Literal["ok", "error"] = "ok"
 
 
 def result_body(result: TurnResult) -> dict[str, Any]:
@@ -113,9 +126,10 @@ def result_body(result: TurnResult) -> dict[str, Any]:
 class _Api:
     """The routes' shared parts: the host, the feeds, the settings."""
 
-    def __init__(self, host: AsyncHost, config: HttpConfig) -> None:
+    def __init__(self, host: AsyncHost, config: HttpConfig, tools: ClientTools | None) -> None:
         self.host = host
         self.config = config
+        self.tools = tools
         self.feeds = SessionFeeds()
         self.counter = TokenCounter()
 
@@ -158,13 +172,14 @@ class _Api:
             raise Problem(400, "BadBody", 'a message has either "text" or "content"')
         message = body.text if body.text is not None else body.content or ()
         key = request.headers.get("idempotency-key")
+        settings = self._with_client_tools(body)
         workspace, made = await self._workspace(sid, body.workspace)
         try:
             turn = await self.host.send(
                 sid,
                 message,
                 workspace=workspace,
-                settings=body.settings,
+                settings=settings,
                 idempotency_key=key,
                 mid_turn=body.mid_turn,  # type: ignore[arg-type]  # checked by the host (InputError)
             )
@@ -214,6 +229,23 @@ class _Api:
             raise Problem(409, "NoTurnRunning", f"session {sid} runs no turn this server started")
         turn.cancel(body.reason)
         return JSONResponse(result_body(await turn.result(None)))
+
+    async def waiting_tools(self, request: Request) -> Response:
+        sid = _session_id(request)
+        await self._known(sid)
+        calls = await self.host.waiting_tools(sid)
+        waiting = [{"call_id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+        return JSONResponse({"session": sid, "waiting": waiting})
+
+    async def tool_result(self, request: Request) -> Response:
+        sid = _session_id(request)
+        call_id = request.path_params["call"]
+        body: ToolResultBody = convert(
+            await read_json(request, limit=self.config.max_body_bytes), ToolResultBody, "a tool result"
+        )
+        await self._known(sid)
+        await self.host.resolve_tool(sid, call_id, ToolOutcome(content=body.content, status=body.status))
+        return JSONResponse({"session": sid, "call_id": call_id, "accepted": True})
 
     async def context(self, request: Request) -> Response:
         sid = _session_id(request)
@@ -269,6 +301,24 @@ class _Api:
         return JSONResponse({"session": sid, "turn_id": turn_id, "dismissed": True})
 
     # -- inside --------------------------------------------------------------------------------
+
+    def _with_client_tools(self, body: MessageBody) -> SessionSettings | None:
+        """The settings of a new session with its client tools added to the server's (`BadTools`, 400,
+        for a schema without a name, a name twice, or one of the server's own)."""
+        if not body.client_tools:
+            return body.settings
+        if self.tools is None:
+            raise Problem(400, "BadTools", "this server runs no client tools")
+        schemas = tuple(canonical_schema(schema) for schema in body.client_tools)
+        names = [schema_name(schema) for schema in schemas]
+        if not all(names) or len(set(names)) != len(names):
+            raise Problem(400, "BadTools", "every client tool has a name of its own (function.name or name)")
+        taken = sorted(self.tools.server_names.intersection(n for n in names if n))
+        if taken:
+            raise Problem(400, "BadTools", f"the server runs tools of these names itself: {', '.join(taken)}")
+        base = body.settings if body.settings is not None else self.host.host.settings
+        own = base.tool_schemas if body.settings is not None and base.tool_schemas else self.tools.schemas
+        return msgspec.structs.replace(base, tool_schemas=(*own, *schemas))
 
     async def _known(self, sid: str) -> None:
         """`UnknownSession` (404) for a session with no events, before the host is asked (asking
@@ -369,9 +419,14 @@ async def _problem(request: Request, exc: Exception) -> Response:
     raise exc
 
 
-def http_app(host: AsyncHost, config: HttpConfig) -> Starlette:
-    """The API over `host` (see the module doc); `app.state.feeds.close()` ends its streams."""
-    api = _Api(host, config)
+def http_app(host: AsyncHost, config: HttpConfig, tools: ClientTools | None = None) -> Starlette:
+    """The API over `host` (see the module doc); `app.state.feeds.close()` ends its streams.
+
+    `tools`: the host's executor when it is a `ClientTools` (sessions may then declare client
+    tools); its `journal` is set here."""
+    if tools is not None:
+        tools.journal = host.host.journal
+    api = _Api(host, config, tools)
     routes = [
         Route("/v1/health", api.health, methods=["GET"]),
         Route("/v1/sessions", api.sessions, methods=["GET"]),
@@ -380,6 +435,8 @@ def http_app(host: AsyncHost, config: HttpConfig) -> Starlette:
         Route("/v1/sessions/{session}/events", api.events, methods=["GET"]),
         Route("/v1/sessions/{session}/transcript", api.transcript, methods=["GET"]),
         Route("/v1/sessions/{session}/cancel", api.cancel, methods=["POST"]),
+        Route("/v1/sessions/{session}/tools", api.waiting_tools, methods=["GET"]),
+        Route("/v1/sessions/{session}/tools/{call}", api.tool_result, methods=["POST"]),
         Route("/v1/sessions/{session}/context", api.context, methods=["GET"]),
         Route("/v1/sessions/{session}/checkpoints", api.checkpoints, methods=["GET"]),
         Route("/v1/sessions/{session}/compact", api.compact, methods=["POST"]),

@@ -23,6 +23,7 @@ import uvicorn
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.http.app import HttpConfig, http_app
+from cairn.actors.http.client_tools import ClientTools
 
 
 class _Server(uvicorn.Server):
@@ -80,11 +81,17 @@ class HttpServer:
     or SIGTERM/SIGINT; the host is closed on the way out (see the module doc)."""
 
     def __init__(
-        self, host: AsyncHost, config: HttpConfig, sock: socket.socket, *, grace: float = 10.0
+        self,
+        host: AsyncHost,
+        config: HttpConfig,
+        sock: socket.socket,
+        *,
+        grace: float = 10.0,
+        tools: ClientTools | None = None,
     ) -> None:
         self.host = host
         self.sock = sock
-        self.app = http_app(host, config)
+        self.app = http_app(host, config, tools)
         settings = uvicorn.Config(
             self.app,
             lifespan="off",

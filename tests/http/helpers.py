@@ -22,6 +22,7 @@ import httpx
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.http.app import HttpConfig
+from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.serve import HttpServer, bind_socket
 from cairn.actors.provider.base import Provider
 
@@ -32,9 +33,16 @@ class ApiServer:
     """The API on `store`, served from a thread until `stop()` (see the module doc)."""
 
     def __init__(
-        self, store: Path, workspaces: Path, provider: Provider, *, heartbeat_s: float = 0.5
+        self,
+        store: Path,
+        workspaces: Path,
+        provider: Provider,
+        *,
+        heartbeat_s: float = 0.5,
+        tools: ClientTools | None = None,
     ) -> None:
         self.store = store
+        self._tools = tools
         self._opened: concurrent.futures.Future[HttpServer] = concurrent.futures.Future()
         self._provider = provider
         self._config = HttpConfig(workspaces=workspaces, heartbeat_s=heartbeat_s)
@@ -53,8 +61,8 @@ class ApiServer:
             raise
 
     async def _main(self) -> None:
-        host = await AsyncHost.open(self.store, provider=self._provider)
-        server = HttpServer(host, self._config, bind_socket("127.0.0.1:0"), grace=2.0)
+        host = await AsyncHost.open(self.store, provider=self._provider, tools=self._tools)
+        server = HttpServer(host, self._config, bind_socket("127.0.0.1:0"), grace=2.0, tools=self._tools)
         self._opened.set_result(server)
         await server.serve()
 
