@@ -81,9 +81,11 @@ class Deferred(msgspec.Struct, frozen=True, kw_only=True):
     outcome)`: a call a client runs, or one that needs a person's yes or no
     first (an approval pause). After `timeout_s` (None: the host's
     `HostConfig.deferred_timeout_s`) without one, the model gets an error
-    result saying no result came, and a late `resolve_tool` is refused. A
-    turn waiting for one does not survive a restart yet: it is marked
-    interrupted when its session is next loaded.
+    result saying no result came, and a late `resolve_tool` is refused. The
+    wait is recorded (`tool-deferred`) and survives a restart: a host stopped
+    meanwhile leaves the turn open in the log (its handles end `failed`, error
+    class `TurnSuspended`), and loading the session resumes the wait with
+    the time its timeout has left.
     """
 
     timeout_s: float | None = None

@@ -121,6 +121,17 @@ class TurnCancelled(EventBase, frozen=True, tag="turn-cancelled"):
     reason: str = ""
 
 
+class ToolDeferred(EventBase, frozen=True, tag="tool-deferred"):
+    """A tool's executor deferred the result of call `call_id` (`tools.Deferred`): the turn waits for
+    the host to post it (`Host.resolve_tool`, a client-side tool, an approval) for at most
+    `timeout_ms` from this record's time. A log that ends in such a wait is not an interrupted
+    turn: loading the session resumes the wait. Added later: older logs have none."""
+
+    call_id: str
+    tool_name: str
+    timeout_ms: Int64
+
+
 class TurnDismissed(EventBase, frozen=True, tag="turn-dismissed"):
     """The host dismissed an interrupted turn (`Host.dismiss_interrupted`): it is no longer one to
     continue. Nothing else changes: the fold keeps nothing of it. Added later: older logs have none."""
@@ -371,6 +382,7 @@ Event = (
     | AssistantMessage
     | Usage
     | ToolResult
+    | ToolDeferred
     | ProviderError
     | ContextSlimmed
     | Handoff
@@ -391,6 +403,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     AssistantMessage,
     Usage,
     ToolResult,
+    ToolDeferred,
     ProviderError,
     ContextSlimmed,
     Handoff,

@@ -62,6 +62,7 @@ from cairn.events.kinds import (
     SessionStarted,
     ShownCount,
     TokenCount,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -329,6 +330,9 @@ class _Fold:
     def _owner_changed(self, event: OwnerChanged, record: Record) -> None:
         pass
 
+    def _tool_deferred(self, event: ToolDeferred, record: Record) -> None:
+        pass  # the wait is read from the open turn's records when the session loads (`deferred`)
+
     def _turn_dismissed(self, event: TurnDismissed, record: Record) -> None:
         pass  # for `interrupted_turns` only: the context and the open turn are as they were
 
@@ -369,6 +373,7 @@ _APPLY: dict[type, Callable[[_Fold, Any, Record], None]] = {
     CheckpointCommitted: _Fold._checkpoint,
     OwnerChanged: _Fold._owner_changed,
     TurnDismissed: _Fold._turn_dismissed,
+    ToolDeferred: _Fold._tool_deferred,
 }
 assert set(_APPLY) == set(EVENT_TYPES), "every event kind needs a fold rule"
 

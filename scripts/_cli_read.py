@@ -29,6 +29,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -62,6 +63,8 @@ def describe(event: Event) -> str:
             return f"turn={event.turn_id} phase={event.phase} {event.error_class}"
         case TurnDismissed():
             return f"turn={event.turn_id} dismissed " + clip(event.reason, 60)
+        case ToolDeferred():
+            return f"{event.call_id} {event.tool_name} waits for its result (at most {event.timeout_ms} ms)"
         case TurnCancelled():
             return f"turn={event.turn_id} " + clip(event.reason, 60)
         case Request():

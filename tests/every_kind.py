@@ -4,7 +4,8 @@ The demo gives hand-offs, slimming, LLM and fallback checkpoints and a
 reactive recovery. `add_the_rest` adds, through the public API where a host
 would: a tool result kept as a blob and a failed turn (session `extra`), a
 turn the host cancelled while its tool ran (session `cancelled`), turns
-stopped mid-tool then continued, and dismissed (session `interrupted`), two forks,
+stopped mid-tool then continued, and dismissed (session `interrupted`), a call
+deferred for an approval, then answered (session `approved`), two forks,
 and the owner change a cluster host writes when it takes a session. The
 read-command and audit tests build on it, and fail when a new kind is
 missing from it, so they keep covering every kind.
@@ -13,11 +14,12 @@ missing from it, so they keep covering every kind.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from cairn import Host, HostConfig, demo
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
-from cairn.actors.tools import ToolInvocation, ToolOutcome
+from cairn.actors.tools import Deferred, ToolInvocation, ToolOutcome
 from cairn.events.kinds import EVENT_TYPES, OwnerChanged
 from cairn.events.model import ToolCall
 from cairn.store import Journal
@@ -85,9 +87,42 @@ def add_the_rest(root: Path) -> None:
         hold.release.set()
     _interrupt(root, config, then_continue=True)
     _interrupt(root, config, then_continue=False)
+    _approved(root, config)
     with Journal.open(root) as journal:  # what a cluster host writes when it takes a session
         taken = OwnerChanged(host_id="host-b", lease_revision=7, previous_host="host-a")
         journal.append("extra", [taken], expected_seq=journal.last_seq("extra"))
+
+
+class ApprovalTool:
+    """`deploy` waits for a person's yes (`Deferred`): the turn records `tool-deferred`."""
+
+    schemas = ('{"name":"deploy","parameters":{"type":"object"}}',)
+
+    def __init__(self) -> None:
+        self.deferred = threading.Event()
+
+    def __call__(self, invocation: ToolInvocation) -> ToolOutcome | Deferred:
+        self.deferred.set()
+        return Deferred(timeout_s=600)
+
+
+def _approved(root: Path, config: HostConfig) -> None:
+    """Session `approved`: a call deferred to the host (an approval pause), then its result posted."""
+    tools = ApprovalTool()
+    provider = ScriptedProvider(
+        turns=(
+            Reply(text="Deploying, once you say yes.", tool_calls=(ToolCall("d-1", "deploy", "{}"),)),
+            Reply(text="Deployed."),
+        )
+    )
+    with Host.open(root, provider=provider, tools=tools, settings=demo.SETTINGS, config=config) as host:
+        turn = host.send("approved", "deploy the site", workspace=root)
+        assert tools.deferred.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while not host.waiting_tools("approved"):  # the session takes the deferral by message
+            assert time.monotonic() < deadline, "the deploy call never waited"
+        host.resolve_tool("approved", "d-1", ToolOutcome(content="approved by ops", effect="write"))
+        assert turn.result(WAIT).ok
 
 
 def _interrupt(root: Path, config: HostConfig, *, then_continue: bool) -> None:

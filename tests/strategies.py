@@ -38,6 +38,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -182,6 +183,7 @@ def kind_strategies(
         ),
         "turn-cancelled": build(TurnCancelled, turn_id=ids, reason=text),
         "turn-dismissed": build(TurnDismissed, turn_id=ids, reason=text),
+        "tool-deferred": build(ToolDeferred, call_id=ids, tool_name=ids, timeout_ms=st.integers(0, 2**40)),
         "request": build(
             Request,
             request_id=ids,

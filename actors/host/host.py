@@ -40,6 +40,7 @@ Thread-safety: every method may be called from any thread.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -83,7 +84,7 @@ from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn, TurnResult
 from cairn.actors.tokens import load_encoding
 from cairn.actors.tools import ToolExecutor, ToolOutcome
-from cairn.events.codec import validate_session_id
+from cairn.events.codec import Record, validate_session_id
 from cairn.events.errors import InputError
 from cairn.events.model import Part, ToolCall
 from cairn.events.state import SessionState
@@ -184,6 +185,19 @@ class Host:
             if owns:
                 journal.close()
             raise
+
+    def add_record_listener(self, listener: Callable[[str, list[Record]], None]) -> Callable[[], None]:
+        """Call `listener(session, records)` after every append of every session, once the journal
+        acknowledged it (hidden records too), on the session's thread: it must return at once and
+        never block. Returns the function that removes it. For followers of a session's log (the
+        HTTP API's event streams) that must hear of what no turn handle of theirs carries."""
+        self._rt.record_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._rt.record_listeners.remove(listener)
+
+        return remove
 
     @property
     def settings(self) -> SessionSettings:

@@ -34,6 +34,7 @@ from cairn.actors.errors import SessionCrashed, ToolNotWaiting, TurnRunning, des
 from cairn.actors.provider.actor import ProviderDone, ProviderFailed, ProviderItem
 from cairn.actors.session import machine
 from cairn.actors.session.core import reply_error, reply_with
+from cairn.actors.session.deferred import DeferredWait
 from cairn.actors.session.inflight import JudgedFailure
 from cairn.actors.session.machine import (
     CancelAsked,
@@ -241,7 +242,10 @@ class SessionActor(TurnLoop):
                 self._run_tool(job, index, call)
             case machine.WaitForResult(job, index):
                 assert isinstance(cause, ToolDone) and isinstance(cause.outcome, Deferred)
-                self._wait_for_result(job, index, cause.outcome)
+                return self._wait_for_result(job, index, cause.outcome)
+            case machine.ResumeWait(job, index):
+                assert isinstance(cause, DeferredWait)
+                self._time_out(job, index, cause.left_ms(self._rt.clock_ms()) / 1000, cause.timeout_ms / 1000)
             case machine.AcceptResult():
                 assert isinstance(cause, ResolveTool)
                 reply_with(cause.reply, None)

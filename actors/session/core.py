@@ -39,6 +39,7 @@ from cairn.actors.errors import SessionStopped, describe_exception
 from cairn.actors.provider.actor import ProviderActor
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.counts import with_counts
+from cairn.actors.session.deferred import DeferredWait, deferred_wait
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.actors.session.idempotency import KeyedMessage
 from cairn.actors.session.inflight import PendingCompaction, TurnRun
@@ -134,6 +135,9 @@ class SessionCore(pykka.ThreadingActor):
         state = self._journal.load(self._sid)
         self._keys = None  # read again from the log when a keyed message needs them
         owed = interrupted_events(state, "the turn never finished: the process stopped or crashed")
+        wait = self._waiting_turn(state) if owed else None
+        if wait is not None:
+            owed = []  # not interrupted: it waits for a result from outside, resumed below
         if owed:
             records = self._journal.append(
                 self._sid, owed, expected_seq=state.last_seq, timeout=self._rt.append_timeout_s
@@ -142,7 +146,20 @@ class SessionCore(pykka.ThreadingActor):
         self._state = state
         prepare(state, self._view)  # the first request pays no more than any other (see prepare)
         self._loaded = True
+        if wait is not None:
+            self._resume_wait(wait)
         return state.last_seq
+
+    def _waiting_turn(self, state: SessionState) -> DeferredWait | None:
+        """The log's open turn if it waits for a deferred result and this actor can resume it now
+        (nothing else in flight), else None (then it is marked interrupted, as before)."""
+        if state.open_turn is None or self._run is not None or not isinstance(self._mode, Idle):
+            return None
+        return deferred_wait(self._journal.read(self._sid, state.open_turn.started_seq))
+
+    def _resume_wait(self, wait: DeferredWait) -> None:
+        """Resume the wait of the log's open turn (`TurnLoop._resume_wait`)."""
+        raise NotImplementedError
 
     def _settle(self) -> None:
         """Learn what became of an append that timed out, before writing anything else.
@@ -201,6 +218,11 @@ class SessionCore(pykka.ThreadingActor):
                 if not is_hidden_event(record.event):  # H6: never in the client stream
                     for handle in run.handles:
                         handle._publish(record)
+        for listener in self._rt.record_listeners:
+            try:
+                listener(self._sid, records)
+            except Exception as exc:  # a host's listener must not fail the session
+                log.warning("cairn: a record listener failed: %s", describe_exception(exc))
         return records
 
     def _try_persist(self, events: Sequence[EventBase], phase: FailedPhase) -> bool:
@@ -286,12 +308,20 @@ class SessionCore(pykka.ThreadingActor):
         return False
 
     def _abandon(self, reason: str, *, persist: bool, error_class: str = "interrupted") -> None:
-        """Resolve everything in flight (stop or crash): no handle or reply is left hanging."""
+        """Resolve everything in flight (stop or crash): no handle or reply is left hanging.
+
+        A turn waiting for a deferred result is not interrupted by a stop: the log keeps it
+        open (its `tool-deferred` says what it waits for) and the next load resumes the wait;
+        its handles end `failed` with error class `TurnSuspended`."""
+        suspended = isinstance(self._mode, AwaitingTools) and self._mode.deferred
         self._advance(Stopped())
         run = self._run
         if run is not None:
             run.cancel.set()
-            if persist:
+            if suspended:
+                error_class = "TurnSuspended"
+                reason = f"{reason}; the turn waits on in the log for its deferred tool result"
+            elif persist:
                 with contextlib.suppress(CairnError):  # else marked at the next load
                     self._persist(interrupted_events(self._state, reason))
             result = self._result("failed", "interrupted", error_class=error_class, error=reason, run=run)

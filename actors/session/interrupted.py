@@ -7,7 +7,9 @@ when the log still ends inside it (`open`: the process died and the session
 was not loaded since). It stays listed until it is continued
 (`Host.continue_turn`: a turn that `continues` it), dismissed
 (`Host.dismiss_interrupted`: `turn-dismissed`), or followed by another
-turn (the user has moved on). `interrupted_turn` is a pure fold over one session's
+turn (the user has moved on). A turn the log leaves waiting for a deferred
+tool result is not interrupted: loading its session resumes the wait
+(`deferred`). `interrupted_turn` is a pure fold over one session's
 records; `Host.interrupted_turns` and `cairn interrupted` run it per session
 (`actors.host.interrupted`), and the session actor before it continues or
 dismisses one.
@@ -20,6 +22,7 @@ from typing import Literal
 
 import msgspec
 
+from cairn.actors.session.deferred import WaitFold
 from cairn.events.codec import Record
 from cairn.events.kinds import (
     TurnCancelled,
@@ -68,7 +71,9 @@ def interrupted_turn(session: str, records: Iterable[Record]) -> InterruptedTurn
     waiting: dict[str, UserMessage] = {}  # user messages since the last turn began, by id
     current: InterruptedTurn | None = None
     steering: list[str] = []
+    deferred = WaitFold()
     for record in records:
+        deferred.take(record)
         event = record.event
         match event:
             case UserMessage():
@@ -113,5 +118,7 @@ def interrupted_turn(session: str, records: Iterable[Record]) -> InterruptedTurn
                     reason=event.error,
                 )
     if current is not None and current.state == "open":
+        if deferred.wait() is not None:
+            return None  # it waits for a deferred tool result: its session resumes it (`deferred`)
         current = msgspec.structs.replace(current, steering=tuple(steering))
     return current

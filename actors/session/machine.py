@@ -9,6 +9,7 @@ Between two of its messages a session actor is always in one of these modes
 | `Preparing`          | nothing: L1, the hand-off and the request are made | yes             |
 | `AwaitingProvider`   | the answer to request `request_id` (job `job`)     | yes             |
 | `AwaitingTools`      | the result of `calls[answered]` of job `job`       | yes             |
+|                      | (`deferred`: from outside; a load may resume it)   |                 |
 | `AwaitingRetry`      | the end of a transient error's wait (job `job`)    | yes             |
 | `AwaitingCompaction` | the compactor's answer to job `job`                | unless manual   |
 
@@ -185,6 +186,15 @@ class ToolWaits(msgspec.Struct, frozen=True):
     index: int
 
 
+class WaitResumed(msgspec.Struct, frozen=True):
+    """Loading found the log's open turn waiting for the deferred result of `calls[answered]`
+    (`deferred.deferred_wait`): the wait goes on, as job `job`."""
+
+    job: int
+    calls: tuple[ToolCall, ...]
+    answered: int
+
+
 class ToolResolved(msgspec.Struct, frozen=True):
     """The host posted the result of call `call_id` (`Host.resolve_tool`)."""
 
@@ -229,6 +239,7 @@ Happened = (
     | ErrorJudged
     | ToolEnded
     | ToolWaits
+    | WaitResumed
     | ToolResolved
     | RetryDue
     | CompactionAsked
@@ -285,6 +296,13 @@ class RunTool(msgspec.Struct, frozen=True):
 
 class WaitForResult(msgspec.Struct, frozen=True):
     """Start the deferred call's timeout: after it, an error outcome comes back as `ToolEnded`."""
+
+    job: int
+    index: int
+
+
+class ResumeWait(msgspec.Struct, frozen=True):
+    """Start a resumed wait's timeout with the time it has left (nothing is recorded again)."""
 
     job: int
     index: int
@@ -352,6 +370,7 @@ Effect = (
     | RecordResponse
     | RunTool
     | WaitForResult
+    | ResumeWait
     | AcceptResult
     | RefuseResult
     | RecordTool
@@ -420,6 +439,8 @@ def step(mode: Mode, happened: Happened) -> Step:
             answered,
         ):
             return AwaitingTools(job, calls, answered, True), (WaitForResult(job, index),)
+        case WaitResumed(job, calls, answered), Idle():
+            return AwaitingTools(job, calls, answered, True), (ResumeWait(job, answered),)
         case ToolResolved(call_id), AwaitingTools(job, calls, answered, True) if (
             calls[answered].id == call_id
         ):

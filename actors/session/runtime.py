@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cairn.actors.compactor.hooks import PreCompactionHook
 from cairn.actors.compactor.service import CompactionConfig
@@ -13,6 +13,7 @@ from cairn.actors.provider.retry import RetryPolicy
 from cairn.actors.tokens import Encoding
 from cairn.actors.tool_runner import ToolRunner
 from cairn.actors.tools import ToolExecutor
+from cairn.events.codec import Record
 from cairn.store.backend import JournalBackend
 
 
@@ -48,3 +49,6 @@ class Runtime:
     stop_timeout_s: float = 10.0
     #: how long a deferred tool call waits for `Host.resolve_tool` (`tools.Deferred`)
     deferred_timeout_s: float = 3_600.0
+    #: told `(session, records)` after every append of every session (`Host.add_record_listener`);
+    #: the list is the host's, added to while it runs
+    record_listeners: list[Callable[[str, list[Record]], None]] = field(default_factory=list)

@@ -35,6 +35,7 @@ from cairn.actors.session import machine, preparing
 from cairn.actors.session.admission import Admitting
 from cairn.actors.session.continuing import continuing, dismissal
 from cairn.actors.session.core import reply_error, reply_with
+from cairn.actors.session.deferred import DeferredWait
 from cairn.actors.session.handoff import handoff_failure_line
 from cairn.actors.session.images import inline_image_blobs
 from cairn.actors.session.inflight import JudgedFailure, TurnRun
@@ -71,7 +72,7 @@ from cairn.actors.session.turn import (
 from cairn.actors.tools import Deferred, ToolOutcome
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent
-from cairn.events.kinds import TurnStarted
+from cairn.events.kinds import ToolDeferred, TurnStarted
 from cairn.events.model import ToolCall
 
 log = logging.getLogger("cairn.session")
@@ -337,15 +338,35 @@ class TurnLoop(Admitting):
             return self.actor_ref.tell(outcome())
         tell_from_thread(self.actor_ref, outcome, name=f"cairn-tool-wait-{turn_id}")
 
-    def _wait_for_result(self, job: int, index: int, deferred: Deferred) -> None:
-        """A deferred call's timeout: after it, an error result comes back as `ToolDone`, unless the
-        host's result came first (then it is stale, `machine.step`)."""
+    def _wait_for_result(self, job: int, index: int, deferred: Deferred) -> bool:
+        """Record that the call waits (`tool-deferred`: a restart resumes the wait), then start its
+        timeout. False when the record failed: the turn failed in phase `tool`."""
+        run = self._run
+        assert run is not None and isinstance(self._mode, machine.AwaitingTools)
+        call = self._mode.calls[index]
+        limit = deferred.timeout_s if deferred.timeout_s is not None else self._rt.deferred_timeout_s
+        waits = ToolDeferred(call_id=call.id, tool_name=call.name, timeout_ms=round(limit * 1000))
+        if not self._try_persist([waits], "tool"):
+            return False
+        self._time_out(job, index, limit, limit)
+        return True
+
+    def _time_out(self, job: int, index: int, after_s: float, limit_s: float) -> None:
+        """After `after_s`, an error result for the call at `index` comes back as `ToolDone`, unless
+        the host's result came first (then it is stale, `machine.step`)."""
         run = self._run
         assert run is not None
-        limit = deferred.timeout_s if deferred.timeout_s is not None else self._rt.deferred_timeout_s
-        text = f"no result came for this tool call within {limit:g} s (it was deferred to the host)"
+        text = f"no result came for this tool call within {limit_s:g} s (it was deferred to the host)"
         timed_out = ToolDone(job, index, error_outcome(text))
-        tell_after(self.actor_ref, self._rt.sleep, limit, timed_out, name=f"cairn-deferred-{run.turn_id}")
+        tell_after(self.actor_ref, self._rt.sleep, after_s, timed_out, name=f"cairn-deferred-{run.turn_id}")
+
+    def _resume_wait(self, wait: DeferredWait) -> None:
+        """The log's open turn waits for a deferred result (`deferred.deferred_wait`): wait on, with
+        the time its timeout has left. No handle follows it: the host's `Turn` went with the process."""
+        run = TurnRun(wait.turn_id, [])
+        run.requests = wait.requests
+        self._run = run
+        self._advance(machine.WaitResumed(next(self._jobs), wait.calls, wait.answered), wait)
 
     def _record_tool(self, call: ToolCall, outcome: ToolOutcome) -> bool:
         """Persist one call's result; an outcome the log refuses (too large) becomes an error result.

@@ -18,6 +18,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -122,7 +123,7 @@ class TraceFold:
                 if record.pos < self.since:
                     return []
                 return self.spans.turn_spans(turn, record, event)
-            case OwnerChanged() | TurnDismissed():
+            case OwnerChanged() | TurnDismissed() | ToolDeferred():
                 pass  # a change of owner, a dismissal: not part of any trace
             case _:
                 assert_never(event)  # a new kind needs its place in the traces: mypy says so

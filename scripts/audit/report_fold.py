@@ -21,6 +21,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -163,6 +164,7 @@ class SessionFold:
                 | CompactionFailed()
                 | OwnerChanged()
                 | TurnDismissed()
+                | ToolDeferred()
             ):
                 pass  # not counted in the report's totals (failures: below)
             case _:

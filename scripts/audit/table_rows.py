@@ -23,6 +23,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -162,6 +163,8 @@ def body_row(event: Event) -> dict[str, Any]:
             return {"phase": event.phase, "error_class": event.error_class, "error": event.error}
         case TurnCancelled() | TurnDismissed():
             return {"reason": event.reason}
+        case ToolDeferred():
+            return msgspec.structs.asdict(event)
         case Request():
             fields = msgspec.structs.asdict(event)
             del fields["turn_id"]

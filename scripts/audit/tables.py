@@ -37,6 +37,7 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
     turn_failed           phase, error_class, error
     turn_cancelled        reason
     turn_dismissed        reason (turn_id: the interrupted turn dismissed)
+    tool_deferred         call_id, tool_name, timeout_ms int64 (a result the turn waits for)
     request               request_id, attempt int64, fingerprint, history_revision int64,
                           projected_tokens int64, phase, message_count int64, history_length int64,
                           model, fixed_tokens int64, projection_source, handoff_included bool,
@@ -116,6 +117,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "turn_failed": (("phase", STR), ("error_class", STR), ("error", STR)),
     "turn_cancelled": (("reason", STR),),
     "turn_dismissed": (("reason", STR),),
+    "tool_deferred": (("call_id", STR), ("tool_name", STR), ("timeout_ms", INT)),
     "request": (
         ("request_id", STR),
         ("attempt", INT),

@@ -46,6 +46,7 @@ from cairn.events.kinds import (
     ProviderError,
     Request,
     SessionStarted,
+    ToolDeferred,
     ToolResult,
     TurnCancelled,
     TurnCompleted,
@@ -225,6 +226,7 @@ def timeline_data(
                 | ToolResult()
                 | OwnerChanged()
                 | TurnDismissed()
+                | ToolDeferred()
             ):
                 pass  # no series or marker of the timeline
             case _:

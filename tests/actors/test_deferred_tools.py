@@ -22,6 +22,7 @@ from cairn.actors.tools import ToolInvocation
 from cairn.events.kinds import ToolResult
 from cairn.events.model import TextPart, ToolCall
 from tests.actors.helpers import WAIT, kinds, open_host, reopen_and_compare, scripted
+from tests.actors.helpers import Clock as MsClock
 from tests.actors.test_async_host import open_async
 
 
@@ -84,7 +85,10 @@ def test_an_approved_call_gets_the_hosts_result_and_the_turn_goes_on(tmp_path: P
     try:
         turn = host.send("s", "write the notes", workspace=tmp_path)
         assert waiting(host) == (WRITE,)
-        assert kinds(host.journal, "s")[-1] == "tool-result"  # the read's; the write waits
+        assert kinds(host.journal, "s")[-2:] == [
+            "tool-result",
+            "tool-deferred",
+        ]  # the read ran; the write waits
         host.resolve_tool("s", "w-1", ToolOutcome(content="approved: wrote 12 chars", effect="write"))
         result = turn.result(WAIT)
         assert result.ok and result.text == "Done with the notes."
@@ -260,3 +264,59 @@ def test_an_async_executor_that_hangs_is_cancelled_after_tool_timeout_s(tmp_path
             assert results[0].status == "error"
 
     asyncio.run(main())
+
+
+def test_a_wait_for_a_deferred_result_survives_a_restart_and_the_result_completes_the_turn(
+    tmp_path: Path,
+) -> None:
+    """Issue 25 point 2. The host closes while the write waits: the log keeps the turn open (a
+    `tool-deferred` last, no `turn-failed`), the handle ends `TurnSuspended`, and the turn is not
+    listed as interrupted. A new host loads the session, the call waits again, and the posted
+    result completes the turn: the read is not run again."""
+    store, tools = tmp_path / "store", NeedsApproval(timeout_s=600)
+    host = open_host(store, _provider(), tools=tools, sleep=Clock().sleep)
+    try:
+        turn = host.send("s", "write the notes", workspace=tmp_path)
+        assert waiting(host) == (WRITE,)
+    finally:
+        host.close()
+    suspended = turn.result(WAIT)
+    assert (suspended.phase, suspended.error_class) == ("interrupted", "TurnSuspended")
+    provider = scripted(Reply(text="Done with the notes."))
+    again = open_host(store, provider, tools=NeedsApproval(), sleep=Clock().sleep)
+    try:
+        assert kinds(again.journal, "s")[-1] == "tool-deferred"
+        assert again.interrupted_turns() == []
+        assert again.waiting_tools("s") == (WRITE,)  # loading resumed the wait
+        again.resolve_tool("s", "w-1", ToolOutcome(content="approved", effect="write"))
+        after = again.send("s", "and then?", workspace=tmp_path, mid_turn="queue")  # starts once it ends
+        assert after.result(WAIT).ok
+        done = kinds(again.journal, "s")
+        resumed = done[done.index("tool-deferred") + 1 :]
+        assert resumed[:4] == ["tool-result", "request", "assistant-message", "usage"]
+        assert resumed[4] == "turn-completed"
+        assert [r.call_id for r in _results(again)] == ["r-1", "w-1"]  # the read ran once
+    finally:
+        again.close()
+
+
+def test_a_deferred_wait_whose_time_ran_out_while_down_times_out_when_loaded(tmp_path: Path) -> None:
+    """The host was down past the call's timeout (60 s): loading the session resumes the wait with no
+    time left, so the model gets the timeout's error result at once and the turn goes on."""
+    store, clock = tmp_path / "store", MsClock()
+    host = open_host(store, _provider(), tools=NeedsApproval(timeout_s=60), clock=clock, sleep=Clock().sleep)
+    try:
+        host.send("s", "write the notes", workspace=tmp_path)
+        assert waiting(host) == (WRITE,)
+    finally:
+        host.close()
+    clock.advance(61_000)
+    again = open_host(store, scripted(Reply(text="It timed out.")), tools=NeedsApproval(), clock=clock)
+    try:
+        after = again.send("s", "so?", workspace=tmp_path, mid_turn="queue")
+        assert after.result(WAIT).ok
+        result = _results(again)[-1]
+        assert result.call_id == "w-1" and result.status == "error"
+        assert "no result came for this tool call within 60 s" in str(result.content)
+    finally:
+        again.close()

@@ -109,6 +109,7 @@ def n(value: int) -> str:
 def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> None:
     rows = {row["session"]: row for row in parse(reported / "index.html").rows("sessions")}
     assert sorted(rows) == [
+        "approved",
         BROKEN,
         "cancelled",
         "demo-1",
@@ -157,7 +158,7 @@ def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> No
 
 def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path) -> None:
     pages = sorted(reported.rglob("*.html"))
-    assert len(pages) == 2 + 11  # index, verify and one page per session
+    assert len(pages) == 2 + 12  # index, verify and one page per session
     targets: set[Path] = set()
     for page in pages:
         for tag, link in parse(page).links:
@@ -170,7 +171,7 @@ def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path)
     assert session_pages <= targets  # the index links every session's page
     # every picture is shown by a page, and is an SVG document
     pictures = {p.resolve() for p in (reported / "sessions").glob("*.svg")}
-    assert len(pictures) == 10 and pictures <= targets  # every sound session
+    assert len(pictures) == 11 and pictures <= targets  # every sound session
     for picture in pictures:
         assert ET.parse(picture).getroot().tag == "{http://www.w3.org/2000/svg}svg"
 
@@ -354,7 +355,7 @@ def test_a_former_report_is_replaced_and_a_link_inside_it_refused(pristine: Path
         p.name for p in (out / "sessions").iterdir()
     ) == sorted([f"{page_key('only')}.html", f"{page_key('only')}.svg"])
     assert report(pristine, out) == 1  # the same directory, now of the other store
-    assert len(list((out / "sessions").glob("*.html"))) == 11
+    assert len(list((out / "sessions").glob("*.html"))) == 12
     assert not (out / "sessions" / f"{page_key('only')}.html").exists()
     assert sorted(p.name for p in out.iterdir()) == [
         "cairn-report.json",
