@@ -50,6 +50,12 @@ def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
         help="serve the HTTP API on this address (127.0.0.1:8080; port 0: a free one) on the --store",
     )
     p.add_argument(
+        "--tenants",
+        default=None,
+        metavar="FILE",
+        help="with --http: the tenants file (bearer token hashes and limits); without it, loopback only",
+    )
+    p.add_argument(
         "--workspaces",
         default=None,
         metavar="DIR",
@@ -99,8 +105,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "cairn serve --http serves a local store (--store); with --nats it is not built yet"
             )
         return _serve_http(args)
-    if args.workspaces is not None:
-        raise UsageError("--workspaces goes with --http")
+    if args.workspaces is not None or args.tenants is not None:
+        raise UsageError("--workspaces and --tenants go with --http")
     if not args.nats:
         raise UsageError("cairn serve needs the cluster (--nats URL, or $CAIRN_NATS) or --http HOST:PORT")
     stop = threading.Event()
@@ -149,13 +155,17 @@ def _serve_http(args: argparse.Namespace) -> int:
     from cairn.actors.host.async_host import AsyncHost
     from cairn.actors.http.app import HttpConfig
     from cairn.actors.http.client_tools import ClientTools
-    from cairn.actors.http.serve import HttpServer, bind_socket
+    from cairn.actors.http.serve import HttpServer, bind_socket, is_loopback
+    from cairn.actors.http.tenants import Tenants
     from cairn.actors.tools import WorkspaceTools
     from cairn.demo.providers import openai_setup, scripted_setup
 
     store = Path(args.store)
     workspaces = Path(args.workspaces if args.workspaces is not None else "cairn-workspaces").resolve()
+    tenants = Tenants.load(args.tenants) if args.tenants is not None else None  # BadTenants: exit 2
     try:
+        if tenants is None and not is_loopback(args.http):
+            raise UsageError(f"without --tenants the API listens on loopback only, not {args.http}")
         sock = bind_socket(args.http)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -169,10 +179,16 @@ def _serve_http(args: argparse.Namespace) -> int:
         host = await AsyncHost.open(
             store, settings=setup.settings, provider_factory=setup.adapter_for, tools=tools
         )
-        server = HttpServer(host, HttpConfig(workspaces=workspaces), sock, grace=args.grace, tools=tools)
+        config = HttpConfig(workspaces=workspaces, tenants=tenants)
+        server = HttpServer(host, config, sock, grace=args.grace, tools=tools)
+        who = (
+            f"{len(tenants.tenants)} tenants of {args.tenants}"
+            if tenants is not None
+            else "no tenants file: loopback only, no tokens"
+        )
         print(
             f"cairn serve: serving {server.address} on the store {store} "
-            f"(workspaces under {workspaces}); SIGTERM stops",
+            f"(workspaces under {workspaces}; {who}); SIGTERM stops",
             flush=True,
         )
         await server.serve()

@@ -17,7 +17,8 @@ client's `Last-Event-ID`, or `?after=`, or 0):
    records once durable; at its end go back to 1 (a queued message's turn
    may follow);
 3. else wait for news of the session (`SessionFeeds.changed`: a turn
-   started, a compaction, a dismissal), sending a comment line every
+   started, any record appended, by whatever wrote it: `SessionFeeds.follow`
+   hears of every append of the host), sending a comment line every
    `heartbeat_s` so proxies keep the connection; then go back to 1.
 
 So a client that reconnects with the last id it saw gets everything after
@@ -34,23 +35,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
+from starlette.responses import StreamingResponse
+from starlette.types import Send
 
 from cairn.actors.host.async_turn import AsyncTurn
 from cairn.actors.host.client_view import client_view
+from cairn.actors.host.host import Host
 from cairn.actors.session.stream import Positioned, format_position, parse_position
 from cairn.events.codec import Record
 from cairn.store.backend import JournalBackend
 
 T = TypeVar("T")
 
+log = logging.getLogger("cairn.http")
+
 #: records read from the log per batch when catching up
 CATCH_UP_BATCH = 256
 #: seconds between comment lines on a quiet stream
 HEARTBEAT_S = 15.0
+#: how long one write to a stream's client may wait before the client is dropped
+WRITE_TIMEOUT_S = 30.0
 
 
 class SessionFeeds:
@@ -62,6 +71,7 @@ class SessionFeeds:
         self._turns: dict[str, list[AsyncTurn]] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._watching: set[asyncio.Task[None]] = set()
+        self._unfollow: Callable[[], None] | None = None
         self.closing = asyncio.Event()
 
     def started(self, session: str, turn: AsyncTurn) -> None:
@@ -99,8 +109,25 @@ class SessionFeeds:
         """An event set at the session's next news (take it before reading, so no news is missed)."""
         return self._changed.setdefault(session, asyncio.Event())
 
+    def follow(self, host: Host) -> None:
+        """Hear of every append of `host`'s sessions (once; call on the loop): a stream waiting for
+        news of a session wakes at its next record, whoever wrote it (a turn resumed after a restart,
+        a compaction, another caller of the host)."""
+        if self._unfollow is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def appended(session: str, records: list[Record]) -> None:  # on the session's thread
+            if session in self._changed and not loop.is_closed():
+                loop.call_soon_threadsafe(self.touched, session)
+
+        self._unfollow = host.add_record_listener(appended)
+
     def close(self) -> None:
         """The server stops: every stream ends."""
+        if self._unfollow is not None:
+            self._unfollow()
+            self._unfollow = None
         self.closing.set()
         for event in self._changed.values():
             event.set()
@@ -129,8 +156,10 @@ async def session_events(
     *,
     heartbeat_s: float = HEARTBEAT_S,
     images: bool = False,
+    shown: Callable[[dict[str, Any]], dict[str, Any]] = lambda view: view,
 ) -> AsyncIterator[bytes]:
-    """The SSE bytes of `session` after position `after` (see the module doc); ends at `feeds.close`."""
+    """The SSE bytes of `session` after position `after` (see the module doc); ends at `feeds.close`.
+    `shown` rewrites each view for the client (its own session ids, under a tenant)."""
     loop = asyncio.get_running_loop()
     at = parse_position(after)
     closing = asyncio.ensure_future(feeds.closing.wait())
@@ -143,12 +172,12 @@ async def session_events(
                     at = (record.seq, 0)
                     view = client_view(record, images=images)
                     if view is not None:
-                        yield sse(str(record.seq), record.kind, view)
+                        yield sse(str(record.seq), record.kind, shown(view))
                 if len(records) < CATCH_UP_BATCH:
                     break
             turn = feeds.running(session)
             if turn is not None:  # 2: the live turn
-                async for chunk in _follow(turn, at, closing, heartbeat_s, images):
+                async for chunk in _follow(turn, at, closing, heartbeat_s, images, shown):
                     if isinstance(chunk, tuple):
                         at = chunk
                     else:
@@ -162,7 +191,12 @@ async def session_events(
 
 
 async def _follow(
-    turn: AsyncTurn, at: tuple[int, int], closing: asyncio.Future[Any], heartbeat_s: float, images: bool
+    turn: AsyncTurn,
+    at: tuple[int, int],
+    closing: asyncio.Future[Any],
+    heartbeat_s: float,
+    images: bool,
+    shown: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> AsyncIterator[bytes | tuple[int, int]]:
     """The live items of `turn` after `at`: SSE bytes, each followed by its position as a tuple."""
     items = turn.stream(None, after=format_position(at))
@@ -183,7 +217,7 @@ async def _follow(
                 pending = None
                 view = client_view(positioned.item, images=images)
                 if view is not None:
-                    yield sse(positioned.position, str(view["kind"]), view)
+                    yield sse(positioned.position, str(view["kind"]), shown(view))
                 yield parse_position(positioned.position)
             elif closing in done:
                 return
@@ -205,3 +239,47 @@ async def _within(awaitable: Awaitable[T], seconds: float) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+class EventStream(StreamingResponse):
+    """An SSE response that drops a client which stops reading (issue 25 point 5).
+
+    uvicorn holds what the socket has not taken in its write buffer and, past
+    its high-water mark, makes each write wait: a client that stops reading
+    costs that buffer, never more, since the stream is pulled an event at a
+    time. A write that waits longer than `write_timeout_s` ends the response:
+    the connection is closed, a warning names the session, and the client may
+    resume with its last id. The turn goes on either way.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], *, session: str, write_timeout_s: float) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self.session = session
+        self.write_timeout_s = write_timeout_s
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+            try:
+                async with asyncio.timeout(self.write_timeout_s):
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            except TimeoutError:
+                log.warning(
+                    "cairn: dropped an event stream of session %s: its client read nothing for %g s",
+                    self.session,
+                    self.write_timeout_s,
+                )
+                return  # incomplete: uvicorn closes the connection (its own message is filtered)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _DroppedStreams(logging.Filter):
+    """uvicorn's error line for a response ended early: said better by `EventStream`'s warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing response" not in record.getMessage()
+
+
+logging.getLogger("uvicorn.error").addFilter(_DroppedStreams())

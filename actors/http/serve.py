@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import signal
 import socket
 import threading
@@ -56,18 +57,34 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:8080` for IPv6) as (host, port); `ValueError` for anything else."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host or int(port) > 65_535:
+        raise ValueError(f"--http takes HOST:PORT (127.0.0.1:8080), not {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `HOST:PORT` listens on loopback only (127.0.0.0/8, ::1, localhost)."""
+    host, _ = split_address(address)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def bind_socket(address: str) -> socket.socket:
     """A listening socket on `address` (`HOST:PORT`; port 0 picks a free one). `ValueError` for a bad
     address, `OSError` when it cannot be bound."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"--http takes HOST:PORT (127.0.0.1:8080), not {address!r}")
-    host = host.strip("[]")
+    host, port = split_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, int(port)))
+        sock.bind((host, port))
         sock.listen(2048)
     except OSError:
         sock.close()

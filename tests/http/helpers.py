@@ -24,6 +24,7 @@ from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.http.app import HttpConfig
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.serve import HttpServer, bind_socket
+from cairn.actors.http.tenants import Tenants
 from cairn.actors.provider.base import Provider
 
 WAIT_S = 30.0
@@ -40,12 +41,16 @@ class ApiServer:
         *,
         heartbeat_s: float = 0.5,
         tools: ClientTools | None = None,
+        tenants: Tenants | None = None,
+        write_timeout_s: float = 30.0,
     ) -> None:
         self.store = store
         self._tools = tools
         self._opened: concurrent.futures.Future[HttpServer] = concurrent.futures.Future()
         self._provider = provider
-        self._config = HttpConfig(workspaces=workspaces, heartbeat_s=heartbeat_s)
+        self._config = HttpConfig(
+            workspaces=workspaces, heartbeat_s=heartbeat_s, tenants=tenants, write_timeout_s=write_timeout_s
+        )
         self._thread = threading.Thread(target=self._run, name="api-server", daemon=True)
         self._thread.start()
         self.server = self._opened.result(WAIT_S)

@@ -326,3 +326,30 @@ def test_an_interrupted_turn_is_listed_then_continued_or_dismissed_over_http(tmp
         assert events[-1].data["reason"] == "not needed"
     finally:
         api.stop()
+
+
+def test_the_openapi_document_is_served_checked_in_and_names_every_route_and_only_those(
+    api: ApiServer,
+) -> None:
+    """Issue 25 point 6: the served document is the checked-in file, which is what `openapi.py` builds
+    (`python -m cairn.actors.http.openapi > actors/http/openapi.json` after a change), and its paths
+    and methods are exactly the app's routes."""
+    from starlette.routing import Route
+
+    from cairn.actors.http import openapi
+
+    served = api.client.get("/v1/openapi.json")
+    assert served.status_code == 200 and served.content == openapi.checked_in()
+    assert served.content.decode() == openapi.text(), "openapi.json is stale: write it again (module doc)"
+    document = served.json()
+    assert document["openapi"] == "3.1.0"
+    documented = {(path, method.upper()) for path, ops in document["paths"].items() for method in ops}
+    app = api.server.app
+    routes = {
+        (r.path, m) for r in app.routes if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"
+    }
+    assert documented == routes
+    for path, ops in document["paths"].items():
+        for op in ops.values():
+            named = {p["name"] for p in op["parameters"] if p["in"] == "path"}
+            assert named == {part[1:-1] for part in path.split("/") if part.startswith("{")}, path

@@ -140,3 +140,48 @@ def test_schema_names_are_read_from_both_schema_shapes() -> None:
     assert schema_name('{"name": "bare"}') == "bare"
     assert schema_name('{"type": "function", "function": {}}') is None
     assert schema_name("not json") is None and schema_name("[1]") is None
+
+
+def test_a_turn_waiting_for_its_client_survives_a_server_restart(tmp_path: Path) -> None:
+    """The server stops while the turn waits for get_weather: the log keeps the turn open (its last
+    record the `tool-deferred`), nothing is listed as interrupted, and after a restart the call still
+    waits; the client's result, posted to the new server, completes the turn, and a stream opened
+    after the restart follows it to its end (the records of a turn no request of this server started)."""
+    first = ApiServer(
+        tmp_path / "store", tmp_path / "ws", _weather_turn(), tools=ClientTools(WorkspaceTools())
+    )
+    try:
+        first.client.post("/v1/sessions/s1/messages", json={"text": "Weather?", "client_tools": [WEATHER]})
+        seen = read_sse(first.client, "/v1/sessions/s1/events", lambda e: e.event == "tool-deferred")
+        assert seen[-1].data["call_id"] == "c-weather" and seen[-1].data["tool_name"] == "get_weather"
+    finally:
+        first.stop()
+    provider = ScriptedProvider(turns=(Reply(text="It is sunny in Paris."),))
+    second = ApiServer(tmp_path / "store", tmp_path / "ws", provider, tools=ClientTools(WorkspaceTools()))
+    try:
+        assert second.client.get("/v1/interrupted").json() == {"interrupted": []}
+        assert [c["call_id"] for c in second.client.get("/v1/sessions/s1/tools").json()["waiting"]] == [
+            "c-weather"
+        ]
+
+        def post_result() -> None:
+            posted = second.client.post("/v1/sessions/s1/tools/c-weather", json={"content": "sunny"})
+            assert posted.status_code == 200, posted.text
+
+        rest = read_sse(
+            second.client,
+            "/v1/sessions/s1/events",
+            lambda e: e.event == "turn-completed",
+            headers={"Last-Event-ID": seen[-1].id},
+            on_open=post_result,
+        )
+        assert [e.event for e in rest] == [
+            "tool-result",
+            "request",
+            "assistant-message",
+            "usage",
+            "turn-completed",
+        ]
+        assert rest[2].data["text"] == "It is sunny in Paris."
+    finally:
+        second.stop()

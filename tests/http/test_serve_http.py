@@ -85,7 +85,10 @@ def test_cairn_serve_http_serves_the_demo_agent_and_stops_cleanly_on_sigterm(tmp
     [
         (["--http", "nowhere"], "--http takes HOST:PORT"),
         (["--http", "127.0.0.1:0", "--nats", "nats://127.0.0.1:4222"], "with --nats it is not built yet"),
-        (["--workspaces", "w", "--nats", "nats://127.0.0.1:4222"], "--workspaces goes with --http"),
+        (
+            ["--workspaces", "w", "--nats", "nats://127.0.0.1:4222"],
+            "--workspaces and --tenants go with --http",
+        ),
     ],
 )
 def test_cairn_serve_http_refuses_what_it_cannot_serve_with_exit_2(
