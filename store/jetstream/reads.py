@@ -70,6 +70,8 @@ class DirectReader:
         self._timeout_s = timeout_s
         self.messages = 0
         self.requests = 0
+        #: pages no replica answered (503), completed from the leader
+        self.unanswered = 0
 
     async def _request(self, api: str, request: dict[str, object]) -> Msg:
         """One request/reply, sent again while nobody answers (a leader being elected, a node
@@ -149,6 +151,11 @@ class DirectReader:
                 headers = msg.headers or {}
                 status = headers.get("Status")
                 if status in ("204", "404"):
+                    break
+                if status == "503":
+                    # no replica answered the direct get (seen under load, on a stream made moments
+                    # before: `cairn export` failed on it): the leader completes the page below
+                    self.unanswered += 1
                     break
                 if status:
                     raise ClusterError(f"direct get batch of {subject}: status {status}")
