@@ -37,6 +37,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     argv += ["--sessions", str(args.sessions)] if args.sessions is not None else []
     argv += ["--turns", str(args.turns)] if args.turns is not None else []
     argv += ["--cluster"] if args.cluster else []
+    argv += ["--http"] if args.http else []
     argv += ["--local-model"] if args.local_model else []
     return demo.main(argv + (["--json"] if args.json else []))
 
@@ -163,6 +164,11 @@ def _add_demo(
         "--cluster",
         action="store_true",
         help="on a 3-node NATS cluster with 3 hosts, through a host SIGKILL and a node stop",
+    )
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="through the HTTP API from client processes, across a server SIGKILL and restart",
     )
     p.add_argument(
         "--provider",
@@ -293,7 +299,7 @@ def _add_bench(
         "--only",
         default=None,
         help="comma-separated suites (default: store, context, respawn, compaction, quality, turns, "
-        "asyncloop) (long, only when named or with --long: hosts, audit, cluster, model)",
+        "asyncloop, http) (long, only when named or with --long: hosts, audit, cluster, model)",
     )
     p.add_argument(
         "--provider",

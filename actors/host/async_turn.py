@@ -204,6 +204,28 @@ class AsyncTurn:
         """Whether the turn's end has reached the loop."""
         return self._ended is not None
 
+    def taken_after(self, position: tuple[int, int]) -> list[tuple[tuple[int, int], StreamItem]]:
+        """The items that reached the loop past `position` (as `parse_position` gives it), each with
+        its position, at once and without waiting: for a reader that sends them on in one batch."""
+        index = bisect.bisect_right(self._positions, position)
+        return list(zip(self._positions[index:], self._items[index:], strict=True))
+
+    def first_seq(self) -> int | None:
+        """The seq of the turn's first record that reached the loop (None: none yet). The turn's items
+        hold every record of the session from there on, while it runs."""
+        return self._positions[0][0] if self._positions else None
+
+    async def wait_past(self, position: tuple[int, int]) -> None:
+        """Return once an item past `position` or the turn's end has reached the loop."""
+        wake = asyncio.Event()
+        self._readers.add(wake)
+        try:
+            while self._ended is None and (not self._positions or self._positions[-1] <= position):
+                wake.clear()
+                await wake.wait()
+        finally:
+            self._readers.discard(wake)
+
     def cancel(self, reason: str = "") -> None:
         """`Turn.cancel`: stop the turn (it ends `cancelled`); returns at once, never blocks the loop.
 

@@ -152,6 +152,7 @@ class SessionRoutes(ApiBase):
             heartbeat_s=self.config.heartbeat_s,
             images=flag(request, "images"),
             shown=caller.shown,
+            viewer=caller.prefix,
         )
         return EventStream(stream, session=sid, write_timeout_s=self.config.write_timeout_s)
 

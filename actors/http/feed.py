@@ -33,7 +33,6 @@ A stream ends when the client goes or the server stops (`SessionFeeds.close`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -46,7 +45,7 @@ from starlette.types import Send
 from cairn.actors.host.async_turn import AsyncTurn
 from cairn.actors.host.client_view import client_view
 from cairn.actors.host.host import Host
-from cairn.actors.session.stream import Positioned, format_position, parse_position
+from cairn.actors.session.stream import StreamItem, format_position, parse_position
 from cairn.events.codec import Record
 from cairn.store.backend import JournalBackend
 
@@ -58,6 +57,10 @@ log = logging.getLogger("cairn.http")
 CATCH_UP_BATCH = 256
 #: seconds between comment lines on a quiet stream
 HEARTBEAT_S = 15.0
+#: the most bytes of one write of a stream's waiting items (an item larger than this goes alone)
+BATCH_BYTES = 64 * 1024
+#: the most bytes of encoded live items kept for the streams that send them (`SessionFeeds.encoded`)
+ENCODED_BYTES = 16 * 1024 * 1024
 #: how long one write to a stream's client may wait before the client is dropped
 WRITE_TIMEOUT_S = 30.0
 
@@ -72,6 +75,10 @@ class SessionFeeds:
         self._changed: dict[str, asyncio.Event] = {}
         self._watching: set[asyncio.Task[None]] = set()
         self._unfollow: Callable[[], None] | None = None
+        #: each session's last seq, as `follow` heard of it (absent: not heard of since)
+        self.heads: dict[str, int] = {}
+        self._encoded: dict[tuple[str, tuple[int, int], bool, str], bytes] = {}
+        self._encoded_bytes = 0
         self.closing = asyncio.Event()
 
     def started(self, session: str, turn: AsyncTurn) -> None:
@@ -118,10 +125,23 @@ class SessionFeeds:
         loop = asyncio.get_running_loop()
 
         def appended(session: str, records: list[Record]) -> None:  # on the session's thread
+            self.heads[session] = records[-1].seq  # before the wake-up, which reads it
             if session in self._changed and not loop.is_closed():
                 loop.call_soon_threadsafe(self.touched, session)
 
         self._unfollow = host.add_record_listener(appended)
+
+    def encoded(self, key: tuple[str, tuple[int, int], bool, str], make: Callable[[], bytes]) -> bytes:
+        """The SSE bytes of one live item as one kind of viewer sees it (`key`: session, position,
+        images, the viewer's id prefix), made once for all the streams that send it: a session's
+        streams all send the same items. The oldest go past `ENCODED_BYTES` in all."""
+        found = self._encoded.get(key)
+        if found is None:
+            found = self._encoded[key] = make()
+            self._encoded_bytes += len(found)
+            while self._encoded_bytes > ENCODED_BYTES and self._encoded:
+                self._encoded_bytes -= len(self._encoded.pop(next(iter(self._encoded))))
+        return found
 
     def close(self) -> None:
         """The server stops: every stream ends."""
@@ -157,16 +177,23 @@ async def session_events(
     heartbeat_s: float = HEARTBEAT_S,
     images: bool = False,
     shown: Callable[[dict[str, Any]], dict[str, Any]] = lambda view: view,
+    viewer: str = "",
 ) -> AsyncIterator[bytes]:
     """The SSE bytes of `session` after position `after` (see the module doc); ends at `feeds.close`.
-    `shown` rewrites each view for the client (its own session ids, under a tenant)."""
+    `shown` rewrites each view for the client (its own session ids, under a tenant), the same for
+    every stream of the same `viewer` (the tenant's id prefix)."""
     loop = asyncio.get_running_loop()
     at = parse_position(after)
     closing = asyncio.ensure_future(feeds.closing.wait())
     try:
         while not feeds.closing.is_set():
             news = feeds.changed(session)
-            while True:  # 1: the log
+            while True:  # 1: the log (not read when nothing was appended past what was sent, or
+                # when the running turn holds all of it: a session's streams all wake at a new turn)
+                head, turn = feeds.heads.get(session), feeds.running(session)
+                first = turn.first_seq() if turn is not None else None
+                if (head is not None and head <= at[0]) or (first is not None and first <= at[0] + 1):
+                    break
                 records = await loop.run_in_executor(None, _read, journal, session, at[0])
                 for record in records:
                     at = (record.seq, 0)
@@ -177,7 +204,8 @@ async def session_events(
                     break
             turn = feeds.running(session)
             if turn is not None:  # 2: the live turn
-                async for chunk in _follow(turn, at, closing, heartbeat_s, images, shown):
+                encode = _Encoder(feeds, session, images, shown, viewer)
+                async for chunk in _follow(turn, at, closing, heartbeat_s, encode):
                     if isinstance(chunk, tuple):
                         at = chunk
                     else:
@@ -190,45 +218,67 @@ async def session_events(
         closing.cancel()
 
 
+class _Encoder:
+    """A live item's SSE bytes for one stream's viewer, through the feeds' shared cache."""
+
+    def __init__(
+        self,
+        feeds: SessionFeeds,
+        session: str,
+        images: bool,
+        shown: Callable[[dict[str, Any]], dict[str, Any]],
+        viewer: str,
+    ) -> None:
+        self.feeds, self.session, self.images, self.shown, self.viewer = feeds, session, images, shown, viewer
+
+    def __call__(self, position: tuple[int, int], item: StreamItem) -> bytes:
+        def make() -> bytes:
+            view = client_view(item, images=self.images)
+            if view is None:
+                return b""
+            return sse(format_position(position), str(view["kind"]), self.shown(view))
+
+        return self.feeds.encoded((self.session, position, self.images, self.viewer), make)
+
+
 async def _follow(
     turn: AsyncTurn,
     at: tuple[int, int],
     closing: asyncio.Future[Any],
     heartbeat_s: float,
-    images: bool,
-    shown: Callable[[dict[str, Any]], dict[str, Any]],
+    encode: _Encoder,
 ) -> AsyncIterator[bytes | tuple[int, int]]:
-    """The live items of `turn` after `at`: SSE bytes, each followed by its position as a tuple."""
-    items = turn.stream(None, after=format_position(at))
-    pending: asyncio.Future[Positioned] | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(items))
-            done, _ = await asyncio.wait(
-                {pending, closing}, timeout=heartbeat_s, return_when="FIRST_COMPLETED"
-            )
-            if pending in done:
-                try:
-                    positioned = pending.result()
-                except StopAsyncIteration:
-                    pending = None
-                    return
-                pending = None
-                view = client_view(positioned.item, images=images)
-                if view is not None:
-                    yield sse(positioned.position, str(view["kind"]), shown(view))
-                yield parse_position(positioned.position)
-            elif closing in done:
-                return
-            else:
-                yield HEARTBEAT
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending  # the generator is not running any more: it can be closed
-        await items.aclose()
+    """The live items of `turn` after `at`: SSE bytes, then the position they reach as a tuple.
+
+    What reached the loop meanwhile goes in as few writes as it can (a turn's deltas come in bursts,
+    and a session's streams all wake together), each of at most `BATCH_BYTES` (or one item, if
+    larger), so that a client that stopped reading holds up one write, not the rest of the turn."""
+    while True:
+        batch = turn.taken_after(at)
+        if batch:
+            parts: list[bytes] = []
+            size = 0
+            for position, item in batch:
+                part = encode(position, item)
+                parts.append(part)
+                size += len(part)
+                at = position
+                if size >= BATCH_BYTES:
+                    break
+            if size:
+                yield b"".join(parts)
+            yield at
+            continue
+        if turn.done():
+            return
+        waiting = asyncio.ensure_future(turn.wait_past(at))
+        done, _ = await asyncio.wait({waiting, closing}, timeout=heartbeat_s, return_when="FIRST_COMPLETED")
+        if waiting not in done:
+            waiting.cancel()
+        if closing in done:
+            return
+        if not done:
+            yield HEARTBEAT
 
 
 async def _within(awaitable: Awaitable[T], seconds: float) -> bool:

@@ -47,6 +47,7 @@ DEFAULT = {
     "quality": "cairn.bench.quality",
     "turns": "cairn.bench.turns",
     "asyncloop": "cairn.bench.asyncloop",
+    "http": "cairn.bench.http",
 }
 #: the long suites: only with `--only NAME` or `--long`
 LONG = {

@@ -3,9 +3,12 @@
     cairn demo [--store DIR] [--sessions N] [--turns M] [--provider scripted|openai|anthropic] [--json]
     cairn demo --local-model [--store DIR] [--sessions 2] [--turns 8] [--json]
     cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
+    cairn demo --http [--store DIR] [--sessions 4] [--turns 6] [--json]
 
 (`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
-with 3 host processes, through a host SIGKILL and a node stop: `cluster`.)
+with 3 host processes, through a host SIGKILL and a node stop: `cluster`.
+`--http`: through the HTTP API from client processes, across a server
+SIGKILL and restart: `http_demo`.)
 
 One host runs N sessions at once (default 8), M turns each (default 12). Every
 session is a scripted coding agent working with real tools (list, read, grep,
@@ -176,7 +179,24 @@ def _parser() -> argparse.ArgumentParser:
         help="on a 3-node NATS cluster with 3 host processes, through a host SIGKILL and a node stop "
         "(scripted provider; see cairn.demo.cluster)",
     )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="through the HTTP API from client processes, across a server SIGKILL and restart "
+        "(scripted provider; see cairn.demo.http_demo)",
+    )
     return parser
+
+
+def _main_http(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`cairn demo --http`: the scripted provider only (`cairn.demo.http_demo`)."""
+    if args.local_model or args.provider != "scripted" or args.cluster:
+        parser.error("--http runs the scripted provider on one local server (no --local-model, --cluster)")
+    if (args.sessions is not None and args.sessions < 1) or (args.turns is not None and args.turns < 1):
+        parser.error("--sessions and --turns must be at least 1")
+    from cairn.demo.http_demo import main_http
+
+    return main_http(args.store, args.sessions, args.turns, as_json=args.json)
 
 
 def _main_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -196,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.http:
+        return _main_http(parser, args)
     if args.cluster:
         return _main_cluster(parser, args)
     if args.local_model and args.provider not in ("scripted", "openai"):

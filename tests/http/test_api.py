@@ -353,3 +353,28 @@ def test_the_openapi_document_is_served_checked_in_and_names_every_route_and_onl
         for op in ops.values():
             named = {p["name"] for p in op["parameters"] if p["in"] == "path"}
             assert named == {part[1:-1] for part in path.split("/") if part.startswith("{")}, path
+
+
+def test_a_resent_idempotency_key_after_a_restart_answers_the_first_turn_from_the_log(tmp_path: Path) -> None:
+    """Issue 25 point 3: a client whose connection dropped sends again with its key to a restarted
+    server: the first turn's result comes back from the log and nothing is recorded or run twice; the
+    same key with another body is 409."""
+    headers = {"Idempotency-Key": "k-1"}
+    first = ApiServer(tmp_path / "store", tmp_path / "ws", Holding())
+    try:
+        done = first.client.post(
+            "/v1/sessions/s1/messages?wait=true", json={"text": "hi"}, headers=headers
+        ).json()
+    finally:
+        first.stop()
+    holding = Holding()
+    second = ApiServer(tmp_path / "store", tmp_path / "ws", holding)
+    try:
+        again = second.client.post("/v1/sessions/s1/messages?wait=true", json={"text": "hi"}, headers=headers)
+        assert again.status_code == 200 and again.json()["turn_id"] == done["turn_id"]
+        assert again.json()["last_seq"] == done["last_seq"] and holding.inner.calls == 0  # nothing ran
+        other = second.client.post("/v1/sessions/s1/messages", json={"text": "bye"}, headers=headers)
+        assert other.status_code == 409 and other.json()["code"] == "IdempotencyKeyReused"
+        assert second.client.get("/v1/sessions/s1").json()["last_seq"] == done["last_seq"]
+    finally:
+        second.stop()

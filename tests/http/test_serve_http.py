@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import concurrent.futures
-import os
-import re
+import json
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,37 +14,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cairn.demo.http_demo import Server
 from tests.http.helpers import sse_events
 
 WAIT_S = 30.0
 
 
-def _serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str, float]:
+def _serve(tmp_path: Path) -> tuple[subprocess.Popen[str], str, float]:
     began = time.monotonic()
-    argv = [
-        sys.executable,
-        "-m",
-        "cairn.cli",
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-        "--store",
-        str(tmp_path / "store"),
-    ]
-    proc = subprocess.Popen(
-        [*argv, "--workspaces", str(tmp_path / "ws"), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        line = pool.submit(proc.stdout.readline).result(WAIT_S)  # type: ignore[union-attr]
-    found = re.search(r"serving (http://127\.0\.0\.1:\d+) ", line)
-    if found is None:
-        proc.kill()
-        raise AssertionError(f"cairn serve did not start: {line!r} {proc.communicate(timeout=10)[1][-3000:]}")
-    return proc, found.group(1), time.monotonic() - began
+    server = Server(tmp_path)
+    server.start()
+    assert server.proc is not None
+    return server.proc, server.url, time.monotonic() - began
 
 
 def test_cairn_serve_http_serves_the_demo_agent_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -58,17 +39,18 @@ def test_cairn_serve_http_serves_the_demo_agent_and_stops_cleanly_on_sigterm(tmp
             assert client.get("/v1/health").json() == {"ok": True}
             done = client.post("/v1/sessions/demo-1/messages?wait=true", json={"text": "List the files."})
             assert done.status_code == 200 and done.json()["ok"], done.text
-            assert (tmp_path / "ws" / "demo-1").is_dir()
+            assert (tmp_path / "workspaces" / "demo-1").is_dir()
             with client.stream("GET", "/v1/sessions/demo-1/events") as stream:
                 events = sse_events(stream.iter_lines())
                 assert next(events).event == "session-started"
                 proc.send_signal(signal.SIGTERM)
                 rest = list(events)  # the stream ends: the server closed it
             assert rest and rest[-1].event == "turn-completed"
-        out, err = proc.communicate(timeout=WAIT_S)
+        out, _ = proc.communicate(timeout=WAIT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = (tmp_path / "server.log").read_text()  # the server's stderr
     assert proc.returncode == 0, err[-3000:]
     assert "cairn serve: stopped; the store is closed" in out and "Traceback" not in err
     verify = subprocess.run(
@@ -102,3 +84,31 @@ def test_cairn_serve_http_refuses_what_it_cannot_serve_with_exit_2(
     )
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_readmes_curl_examples_work_as_printed(tmp_path: Path) -> None:
+    """Issue 25 point 6: the README's `curl` lines, run as printed against `cairn serve --http` (its
+    port put in for 8080; the two that stream end after 3 s, as a user's Ctrl-C would)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## The HTTP API", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    commands = [c.split("  #", 1)[0] for c in block.replace("\\\n", " ").splitlines() if c.startswith("curl")]
+    assert len(commands) == 5
+    proc, url, _ = _serve(tmp_path)
+    try:
+        outputs = []
+        for command in commands:
+            argv = shlex.split(command.replace("localhost:8080", url.removeprefix("http://")))
+            if "-sN" in argv:
+                argv[1:1] = ["--max-time", "3"]
+            ran = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            assert ran.returncode in ((0, 28) if "-sN" in argv else (0,)), (command, ran.stderr)
+            outputs.append(ran.stdout)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(WAIT_S)
+    assert json.loads(outputs[0])["status"] in ("accepted", "completed")
+    assert "event: session-started" in outputs[1] and "event: turn-completed" in outputs[1]
+    assert outputs[2].startswith("id: 5\n")  # after Last-Event-ID 4
+    assert json.loads(outputs[3])["ok"] is True
+    assert json.loads(outputs[4])["entries"][0]["item"]["kind"] == "user-message"

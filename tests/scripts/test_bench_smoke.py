@@ -75,3 +75,16 @@ def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -
     # 4 s), whether it was under way at the kill or began just after it (seen: 0.0 s when only the
     # calls under way at the instant of the kill counted, those few being acknowledged before it)
     assert stall["target"] == "< 12 s" and stall["value"] >= 1.0, stall
+
+
+def test_the_http_bench_runs_small() -> None:
+    """The HTTP suite's two parts, small: a few turns each way, 60 streams on 6 sessions (times are the
+    bench's to judge; here only that it runs and reports every figure with a number)."""
+    from cairn.bench import http
+
+    overhead = http.turn_overhead(turns=3, rounds=1)
+    streams = http.many_streams(streams=60, sessions=6)
+    names = [overhead.name, *(f.name for f in streams)]
+    assert names == ["http.turn_added_p50_ms", "http.stream_memory_kib", "http.event_latency_p99_ms"]
+    assert all(isinstance(f.value, float) and f.target for f in (overhead, *streams))
+    assert "arrivals on 60 streams" in streams[1].detail

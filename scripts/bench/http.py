@@ -1,0 +1,313 @@
+"""The HTTP API's cost (issue 25 point 7): a turn through HTTP and SSE against the same turn in process,
+and 1,000 event streams open at once on one server.
+
+Usage: python -m cairn.bench.http [--quick] [--json]
+
+- **turn overhead**: the same scripted turn (a tool call, then a reply in
+  deltas) through an `AsyncHost` in this process, and through the API
+  served by uvicorn in a thread of this process, read by an httpx client
+  as a host would (the session's event stream held open, each message
+  posted and read there to its `turn-completed`; the 202 answers once the
+  message is recorded). The two alternate run by run (`interleave`); each run
+  is `turns` turns, one after the other; a run's figure is its median turn.
+  Judged: the median over the pairs of (HTTP - in process), at most 2 ms.
+- **1,000 streams**: `cairn serve --http` as a child process with the
+  demo's scripted agent; 50 sessions, 20 event streams open on each (raw
+  sockets, parsed here), then one turn on every session. Judged: the
+  server's resident memory per open stream (its RSS with the streams open
+  and caught up, less before, over 1,000) at most 64 KiB; the time from a
+  record's append (its `ts`) to its arrival at a client, p99 over every
+  record every stream received, at most 50 ms.
+
+`--quick`: 20 turns per run, 3 pairs; full: 50 turns, 7 pairs. The stream
+part is the same in both (one run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cairn.bench._figure import Figure, unavailable
+from cairn.bench._measure import LoadMeter, interleave
+
+QUICK = {"turns": 20, "rounds": 3}
+FULL = {"turns": 50, "rounds": 7}
+STREAMS, SESSIONS = 1_000, 50
+#: the judged bounds
+ADDED_P50_MS = 2.0
+STREAM_KIB = 64.0
+LATENCY_P99_MS = 50.0
+WAIT_S = 60.0
+
+
+def _turn_provider() -> Any:
+    from cairn import Reply, ScriptedProvider
+    from cairn.events.model import ToolCall
+
+    def agent(request: Any) -> Any:
+        if request.messages and request.messages[-1].role == "tool":
+            return Reply(text="I read it; nothing in there needs a change. Done for now.")
+        call = ToolCall(f"call-{len(request.messages)}", "read", '{"path": "src/app.py"}')
+        return Reply(text="Let me read the file first.", tool_calls=(call,))
+
+    return ScriptedProvider(responder=agent, chunk_chars=12, keep_requests=False)
+
+
+def _read_tool(invocation: Any) -> Any:
+    from cairn import ToolOutcome
+
+    return ToolOutcome(content="nothing to see here", effect="read")
+
+
+class TurnRuns:
+    """The two measures of the turn overhead: each returns its run's median turn, in ms."""
+
+    def __init__(self, root: Path, turns: int) -> None:
+        from cairn.actors.host.async_host import AsyncHost
+        from cairn.actors.http.app import HttpConfig
+        from cairn.actors.http.serve import HttpServer, bind_socket
+
+        self.turns = turns
+        self.root = root
+        (root / "ws").mkdir()
+        opened: list[Any] = []
+        ready = threading.Event()
+
+        async def serve() -> None:
+            host = await AsyncHost.open(root / "served", provider=_turn_provider(), tools=_read_tool)
+            server = HttpServer(host, HttpConfig(workspaces=root / "ws"), bind_socket("127.0.0.1:0"), grace=1)
+            opened.append(server)
+            ready.set()
+            await server.serve()
+
+        self.thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+        self.thread.start()
+        if not ready.wait(WAIT_S):
+            raise RuntimeError("the API server did not start")
+        self.server = opened[0]
+        self.loop = asyncio.new_event_loop()
+        self.host = self.loop.run_until_complete(
+            AsyncHost.open(root / "local", provider=_turn_provider(), tools=_read_tool)
+        )
+        self.client = self._client()
+        self.sent = 0
+
+    def _client(self) -> Any:
+        import httpx
+
+        return httpx.AsyncClient(base_url=self.server.address, timeout=WAIT_S)
+
+    def in_process(self) -> float:
+        async def run() -> list[float]:
+            times = []
+            for _ in range(self.turns):
+                began = time.perf_counter()
+                turn = await self.host.send("s", "have a look at src/app.py", workspace=self.root / "ws")
+                async for _item in turn.events():
+                    pass
+                if not (await turn.result()).ok:
+                    raise RuntimeError("an in-process turn failed")
+                times.append(time.perf_counter() - began)
+            return times
+
+        return statistics.median(self.loop.run_until_complete(run())) * 1000
+
+    def via_http(self) -> float:
+        """A run's median turn over HTTP: the session's stream held open, each message posted and read
+        to its `turn-completed` there (the session is made, untimed, by the first run)."""
+
+        async def run() -> list[float]:
+            if not self.sent:
+                first = await self.client.post("/v1/sessions/s/messages?wait=true", json={"text": "hello"})
+                if first.status_code != 200:
+                    raise RuntimeError(f"first send: {first.status_code} {first.text}")
+                self.sent = 1
+            last = (await self.client.get("/v1/sessions/s")).json()["last_seq"]
+            times = []
+            async with self.client.stream("GET", f"/v1/sessions/s/events?after={last}") as stream:
+                lines = stream.aiter_lines()
+                for _ in range(self.turns):
+                    began = time.perf_counter()
+                    posted = await self.client.post("/v1/sessions/s/messages", json={"text": "have a look"})
+                    if posted.status_code != 202:
+                        raise RuntimeError(f"send: {posted.status_code} {posted.text}")
+                    async for line in lines:
+                        if line == "event: turn-completed":
+                            break
+                    times.append(time.perf_counter() - began)
+            return times
+
+        return statistics.median(self.loop.run_until_complete(run())) * 1000
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.run_until_complete(self.host.close())
+        self.loop.close()
+        self.server.stop()
+        self.thread.join(WAIT_S)
+
+
+def turn_overhead(turns: int, rounds: int) -> Figure:
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-http-"))
+    runs = TurnRuns(root, turns)
+    try:
+        runs.in_process(), runs.via_http()  # warm-up: imports, the first spawn, the connection
+        with LoadMeter() as load:
+            values = interleave([("in_process", runs.in_process), ("http", runs.via_http)], rounds)
+    finally:
+        runs.close()
+        shutil.rmtree(root, ignore_errors=True)
+    added = [h - p for h, p in zip(values["http"], values["in_process"], strict=True)]
+    median = statistics.median(added)
+    local, http = statistics.median(values["in_process"]), statistics.median(values["http"])
+    detail = (
+        f"a turn's median, HTTP+SSE less in process, in {rounds} alternating pairs of {turns} turns: "
+        f"{', '.join(f'{a:.2f}' for a in added)} ms (in process {local:.2f} ms, HTTP {http:.2f} ms)"
+    )
+    return Figure.measured(
+        "http.turn_added_p50_ms",
+        round(median, 2),
+        "ms",
+        detail,
+        load,
+        target=f"<= {ADDED_P50_MS:g} ms",
+        met=median <= ADDED_P50_MS,
+    )
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        found = re.search(r"^VmRSS:\s+(\d+) kB", status.read(), flags=re.M)
+    if found is None:
+        raise RuntimeError("no VmRSS in /proc")
+    return int(found.group(1))
+
+
+class _Stream:
+    """One raw SSE connection: the chunked body parsed here, each record's arrival timed."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int, sid: str, after: int) -> _Stream:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET /v1/sessions/{sid}/events?after={after} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"stream of {sid}: {head[:60]!r}")
+        return cls(reader, writer)
+
+    async def until_completed(self, latencies: list[float]) -> None:
+        while True:
+            size = int((await self.reader.readline()).strip(), 16)
+            chunk = await self.reader.readexactly(size + 2)
+            arrived_ms = time.time() * 1000
+            for line in chunk.split(b"\n"):
+                if line.startswith(b"data: {") and b'"ts":' in line:
+                    latencies.append(arrived_ms - json.loads(line[6:])["ts"])
+            if b"event: turn-completed" in chunk:
+                return
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _streams_run(port: int, pid: int, streams_n: int, sessions: int) -> tuple[float, list[float]]:
+    import httpx
+
+    sids = [f"s{n:02d}" for n in range(sessions)]
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S) as client:
+        last = {}
+        for sid in sids:
+            done = await client.post(
+                f"/v1/sessions/{sid}/messages?wait=true", json={"text": "List the files."}
+            )
+            last[sid] = done.json()["last_seq"]
+        before = _rss_kib(pid)
+        streams = []
+        for n in range(streams_n):
+            sid = sids[n % sessions]
+            streams.append((sid, await _Stream.open(port, sid, last[sid])))
+        await asyncio.sleep(1.0)  # the streams caught up (nothing to catch up) and wait for news
+        per_stream = (_rss_kib(pid) - before) / streams_n
+        latencies: list[float] = []
+        reading = [asyncio.ensure_future(stream.until_completed(latencies)) for _, stream in streams]
+        await asyncio.gather(
+            *(client.post(f"/v1/sessions/{sid}/messages", json={"text": "Again."}) for sid in sids)
+        )
+        await asyncio.wait_for(asyncio.gather(*reading), WAIT_S)
+        for _, stream in streams:
+            stream.close()
+    return per_stream, latencies
+
+
+def many_streams(streams: int = STREAMS, sessions: int = SESSIONS) -> list[Figure]:
+    from cairn.demo.http_demo import Server
+
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-http-streams-"))
+    server = Server(root)
+    try:
+        server.start()
+        assert server.proc is not None
+        with LoadMeter() as load:
+            per_stream, latencies = asyncio.run(_streams_run(server.port, server.proc.pid, streams, sessions))
+    finally:
+        server.end()
+        shutil.rmtree(root, ignore_errors=True)
+    ordered = sorted(latencies)
+    p50 = ordered[len(ordered) // 2]
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return [
+        Figure.measured(
+            "http.stream_memory_kib",
+            round(per_stream, 1),
+            "KiB",
+            f"the server's RSS per open event stream, {streams} streams on {sessions} sessions",
+            load,
+            target=f"<= {STREAM_KIB:g} KiB",
+            met=per_stream <= STREAM_KIB,
+        ),
+        Figure.measured(
+            "http.event_latency_p99_ms",
+            round(p99, 1),
+            "ms",
+            f"from a record's append (its ts) to a client, over {len(ordered)} arrivals on {streams} streams "
+            f"while {sessions} turns ran at once; p50 {p50:.1f} ms, max {ordered[-1]:.1f} ms",
+            load,
+            target=f"<= {LATENCY_P99_MS:g} ms",
+            met=p99 <= LATENCY_P99_MS,
+        ),
+    ]
+
+
+def run(quick: bool) -> list[Figure]:
+    try:
+        import httpx  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        return [unavailable("http", f"needs the http extra and httpx: {exc}")]
+    shape = QUICK if quick else FULL
+    return [turn_overhead(shape["turns"], shape["rounds"]), *many_streams()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this suite alone, with the report and flags of `cairn bench`."""
+    from cairn import bench
+
+    return bench.main(sys.argv[1:] if argv is None else argv, suite="http")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
