@@ -5,7 +5,7 @@ Usage: python -m cairn.bench.http [--quick] [--json]
 
 - **turn overhead**: the same scripted turn (a tool call, then a reply in
   deltas) through an `AsyncHost` in this process, and through the API
-  served by uvicorn in a thread of this process, read by an httpx client
+  served by uvicorn in a process of its own (`http_child`), read from here by an httpx client
   as a host would (the session's event stream held open, each message
   posted and read there to its `turn-completed`; the 202 answers once the
   message is recorded). The two alternate run by run (`interleave`); each run
@@ -30,9 +30,9 @@ import json
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ LATENCY_P99_MS = 50.0
 WAIT_S = 60.0
 
 
-def _turn_provider() -> Any:
+def turn_provider() -> Any:
     from cairn import Reply, ScriptedProvider
     from cairn.events.model import ToolCall
 
@@ -63,7 +63,7 @@ def _turn_provider() -> Any:
     return ScriptedProvider(responder=agent, chunk_chars=12, keep_requests=False)
 
 
-def _read_tool(invocation: Any) -> Any:
+def read_tool(invocation: Any) -> Any:
     from cairn import ToolOutcome
 
     return ToolOutcome(content="nothing to see here", effect="read")
@@ -74,30 +74,20 @@ class TurnRuns:
 
     def __init__(self, root: Path, turns: int) -> None:
         from cairn.actors.host.async_host import AsyncHost
-        from cairn.actors.http.app import HttpConfig
-        from cairn.actors.http.serve import HttpServer, bind_socket
 
         self.turns = turns
         self.root = root
         (root / "ws").mkdir()
-        opened: list[Any] = []
-        ready = threading.Event()
-
-        async def serve() -> None:
-            host = await AsyncHost.open(root / "served", provider=_turn_provider(), tools=_read_tool)
-            server = HttpServer(host, HttpConfig(workspaces=root / "ws"), bind_socket("127.0.0.1:0"), grace=1)
-            opened.append(server)
-            ready.set()
-            await server.serve()
-
-        self.thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
-        self.thread.start()
-        if not ready.wait(WAIT_S):
-            raise RuntimeError("the API server did not start")
-        self.server = opened[0]
+        argv = [sys.executable, "-m", "cairn.bench.http_child", str(root / "served"), str(root / "ws")]
+        self.child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.child.stdout.readline() if self.child.stdout is not None else ""
+        if not line.startswith("serving http://"):
+            self.child.kill()
+            raise RuntimeError(f"the API server did not start: {line!r}")
+        self.address = line.split()[1]
         self.loop = asyncio.new_event_loop()
         self.host = self.loop.run_until_complete(
-            AsyncHost.open(root / "local", provider=_turn_provider(), tools=_read_tool)
+            AsyncHost.open(root / "local", provider=turn_provider(), tools=read_tool)
         )
         self.client = self._client()
         self.sent = 0
@@ -105,7 +95,7 @@ class TurnRuns:
     def _client(self) -> Any:
         import httpx
 
-        return httpx.AsyncClient(base_url=self.server.address, timeout=WAIT_S)
+        return httpx.AsyncClient(base_url=self.address, timeout=WAIT_S)
 
     def in_process(self) -> float:
         async def run() -> list[float]:
@@ -153,8 +143,8 @@ class TurnRuns:
         self.loop.run_until_complete(self.client.aclose())
         self.loop.run_until_complete(self.host.close())
         self.loop.close()
-        self.server.stop()
-        self.thread.join(WAIT_S)
+        self.child.terminate()
+        self.child.wait(WAIT_S)
 
 
 def turn_overhead(turns: int, rounds: int) -> Figure:
