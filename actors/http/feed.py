@@ -73,7 +73,6 @@ class SessionFeeds:
     def __init__(self) -> None:
         self._turns: dict[str, list[AsyncTurn]] = {}
         self._changed: dict[str, asyncio.Event] = {}
-        self._watching: set[asyncio.Task[None]] = set()
         self._unfollow: Callable[[], None] | None = None
         #: each session's last seq, as `follow` heard of it (absent: not heard of since)
         self.heads: dict[str, int] = {}
@@ -82,19 +81,12 @@ class SessionFeeds:
         self.closing = asyncio.Event()
 
     def started(self, session: str, turn: AsyncTurn) -> None:
-        """`turn` (from a send or a continue) is the session's: its streams follow it, and are woken
-        again at its end (a stream that read the log just before the turn's last records, and found
-        the turn ended, would otherwise wait for news that never comes)."""
+        """`turn` (from a send or a continue) is the session's: its streams follow it. (A stream that
+        read the log just before the turn's last records, then found the turn ended, hears of those
+        records through `follow`, like any append.)"""
         turns = [t for t in self._turns.get(session, ()) if not t.done() and t is not turn]
         turns.append(turn)
         self._turns[session] = turns
-        watch = asyncio.ensure_future(self._wake_at_end(session, turn))
-        self._watching.add(watch)
-        watch.add_done_callback(self._watching.discard)
-        self.touched(session)
-
-    async def _wake_at_end(self, session: str, turn: AsyncTurn) -> None:
-        await turn.result(None)
         self.touched(session)
 
     def touched(self, session: str) -> None:
@@ -152,8 +144,6 @@ class SessionFeeds:
         for event in self._changed.values():
             event.set()
         self._changed.clear()
-        for watch in self._watching:
-            watch.cancel()
 
 
 def sse(position: str, kind: str, data: dict[str, Any]) -> bytes:
