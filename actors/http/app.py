@@ -59,7 +59,7 @@ from cairn.actors.http.client_tools import ClientTools, canonical_schema, schema
 from cairn.actors.http.feed import EventStream, session_events
 from cairn.actors.http.openapi import checked_in
 from cairn.actors.http.operations import OperationRoutes
-from cairn.actors.http.problems import Problem, convert, problem_of, read_json
+from cairn.actors.http.problems import Problem, problem_of
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import parse_position
 from cairn.events.errors import CairnError
@@ -106,7 +106,7 @@ class SessionRoutes(ApiBase):
         limit = self.config.max_body_bytes
         if caller.tenant.max_message_bytes:
             limit = min(limit, caller.tenant.max_message_bytes)
-        body: MessageBody = convert(await read_json(request, limit=limit), MessageBody, "a message")
+        body = await self.body(request, MessageBody, "a message", limit=limit)
         wait = flag(request, "wait")
         if (body.text is None) == (body.content is None):
             raise Problem(400, "BadBody", 'a message has either "text" or "content"')
@@ -166,9 +166,7 @@ class SessionRoutes(ApiBase):
 
     async def cancel(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
-        body: ReasonBody = convert(
-            await read_json(request, limit=self.config.max_body_bytes), ReasonBody, "cancel"
-        )
+        body = await self.body(request, ReasonBody, "cancel")
         turn = self.feeds.running(sid)
         if turn is None:
             raise Problem(

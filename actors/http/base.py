@@ -14,7 +14,7 @@ import asyncio
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 from starlette.requests import Request
@@ -23,7 +23,7 @@ from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.host.async_turn import AsyncTurn
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.feed import HEARTBEAT_S, WRITE_TIMEOUT_S, SessionFeeds
-from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, problem_of
+from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, convert, problem_of, read_json
 from cairn.actors.http.tenants import NOBODY, Tenant, Tenants, TurnRate
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import TurnResult
@@ -32,6 +32,8 @@ from cairn.events.codec import validate_session_id
 from cairn.events.errors import CairnError
 from cairn.events.kinds import TurnStarted, UserMessage
 from cairn.events.model import ImagePart, TextPart
+
+T = TypeVar("T")
 
 #: how long a send waits for its message to be recorded before answering 202 without its seq
 ACCEPT_WAIT_S = 30.0
@@ -169,6 +171,12 @@ class ApiBase:
                 401, "Unauthorized", "a bearer token of a tenant is needed", {"WWW-Authenticate": "Bearer"}
             )
         return Caller(tenant)
+
+    async def body(self, request: Request, kind: type[T], what: str, *, limit: int | None = None) -> T:
+        """The request's JSON body as `kind`, read up to `limit` (default `max_body_bytes`): 413, 415
+        or 400 (`problems.read_json`, `problems.convert`) before anything else is done."""
+        value = await read_json(request, limit=self.config.max_body_bytes if limit is None else limit)
+        return cast(T, convert(value, kind, what))
 
     def session_of(self, request: Request) -> tuple[Caller, str]:
         """The caller and the store's id of the session the path names."""

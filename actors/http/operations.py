@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cairn.actors.http.base import ApiBase, ForkBody, ReasonBody, ToolResultBody, flag, refused_or
-from cairn.actors.http.problems import convert, read_json
+from cairn.actors.http.problems import read_json
 from cairn.actors.http.views import (
     checkpoint_records,
     checkpoints_body,
@@ -33,9 +33,7 @@ class OperationRoutes(ApiBase):
     async def tool_result(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
         call_id = request.path_params["call"]
-        body: ToolResultBody = convert(
-            await read_json(request, limit=self.config.max_body_bytes), ToolResultBody, "a tool result"
-        )
+        body = await self.body(request, ToolResultBody, "a tool result")
         await self.known(caller, sid)
         await self.host.resolve_tool(sid, call_id, ToolOutcome(content=body.content, status=body.status))
         return JSONResponse({"session": caller.name(sid), "call_id": call_id, "accepted": True})
@@ -68,7 +66,7 @@ class OperationRoutes(ApiBase):
 
     async def fork(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
-        body: ForkBody = convert(await read_json(request, limit=self.config.max_body_bytes), ForkBody, "fork")
+        body = await self.body(request, ForkBody, "fork")
         target = caller.sid(body.target)
         await self.known(caller, sid)
         last_seq = await self.host.fork(sid, target)
@@ -97,9 +95,7 @@ class OperationRoutes(ApiBase):
     async def dismiss(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
         turn_id = request.path_params["turn"]
-        body: ReasonBody = convert(
-            await read_json(request, limit=self.config.max_body_bytes), ReasonBody, "dismiss"
-        )
+        body = await self.body(request, ReasonBody, "dismiss")
         await self.known(caller, sid)
         await self.host.dismiss_interrupted(sid, turn_id, body.reason)
         self.feeds.touched(sid)
