@@ -284,7 +284,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _request_summary(session: str, request: AssembledRequest) -> dict[str, Any]:
     """The next request's figures: sizes per part, the projection, and the pipeline's thresholds."""
-    snap = request.snapshot
+    from cairn.actors.session.request import budget_figures
+
     return {
         "session": session,
         "model": request.model,
@@ -300,12 +301,7 @@ def _request_summary(session: str, request: AssembledRequest) -> dict[str, Any]:
             "handoff": request.parts.handoff,
             "total": request.parts.total,
         },
-        "projected_tokens": request.projection.tokens,
-        "projection_source": request.projection.source,
-        "input_budget": snap.input_budget,
-        "handoff_threshold": snap.handoff_threshold,
-        "compaction_threshold": snap.compaction_threshold,
-        "phase": snap.phase,
+        **budget_figures(request),
         "cache_breakpoints": list(request.cache_breakpoints),
     }
 

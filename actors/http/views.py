@@ -16,7 +16,7 @@ import msgspec
 from cairn.actors.host.client_view import client_view
 from cairn.actors.host.interrupted import InterruptedTurn
 from cairn.actors.session.manual import CompactResult
-from cairn.actors.session.request import AssembledRequest
+from cairn.actors.session.request import AssembledRequest, budget_figures
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
 from cairn.events.model import text_of
@@ -25,7 +25,6 @@ from cairn.store.backend import JournalBackend
 
 def next_request_body(session: str, request: AssembledRequest, counter: TokenCounter) -> dict[str, Any]:
     """The next request's figures and the messages a client may see of it, with their local counts."""
-    snap = request.snapshot
     shown = [
         {
             "index": index,
@@ -47,12 +46,7 @@ def next_request_body(session: str, request: AssembledRequest, counter: TokenCou
         "handoff_included": request.handoff_included,
         "history_revision": request.history_revision,
         "parts": msgspec.to_builtins(request.parts),
-        "projected_tokens": request.projection.tokens,
-        "projection_source": request.projection.source,
-        "input_budget": snap.input_budget,
-        "handoff_threshold": snap.handoff_threshold,
-        "compaction_threshold": snap.compaction_threshold,
-        "phase": snap.phase,
+        **budget_figures(request),
         "messages": shown,
     }
 

@@ -16,6 +16,7 @@ baseline the next projection starts from (P3, P6).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -96,6 +97,20 @@ def assemble(
         ),
         cache_breakpoints=cache_breakpoints(messages, history_start=len(profile.system)),
     )
+
+
+def budget_figures(assembled: AssembledRequest) -> dict[str, Any]:
+    """The request's projection and the budget it is judged against, as JSON-ready figures (what
+    `cairn context` and the HTTP API's next-request view both show)."""
+    snap = assembled.snapshot
+    return {
+        "projected_tokens": assembled.projection.tokens,
+        "projection_source": assembled.projection.source,
+        "input_budget": snap.input_budget,
+        "handoff_threshold": snap.handoff_threshold,
+        "compaction_threshold": snap.compaction_threshold,
+        "phase": snap.phase,
+    }
 
 
 def request_event(assembled: AssembledRequest, *, request_id: str, turn_id: str, attempt: int = 1) -> Request:
