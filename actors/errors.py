@@ -30,6 +30,11 @@ class TurnTimeout(HostTimeout):
     """A turn gave no result (or no next event) within the timeout; it may still finish."""
 
 
+class SessionUnavailable(HostError):
+    """On a cluster: the host holding the session did not answer an operation on it, and its lease
+    did not end within the wait (a hung host's lease ends within its TTL: ask again)."""
+
+
 class SessionCrashed(HostError):
     """The session's actor failed on a bug; it is rebuilt from its log on its next message."""
 
@@ -53,6 +58,10 @@ class NotInterrupted(InputError):
 
 class TurnRunning(InputError):
     """The session is running a turn, and what was asked needs it idle."""
+
+
+class NoTurnRunning(InputError):
+    """A cancel named a session that runs no turn (on the host asked: a cluster's holder)."""
 
 
 class SessionExists(InputError):

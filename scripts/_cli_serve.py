@@ -14,7 +14,10 @@ close; exit 0. Exit 2 when it cannot start (no cluster at the URL, a bad
 host id or TTL, a provider that is not configured).
 
 `--http HOST:PORT` serves the HTTP API (`cairn.actors.http`) on the local
-store of `--store` (made when missing), with the same provider and tools;
+store of `--store` (made when missing), or, with `--nats URL`, as one host
+of that cluster (it serves cluster clients too; an operation on a session
+another host holds is run by that host: `actors/http/places.py`), with the
+same provider and tools;
 sessions work in folders under `--workspaces` (default
 `./cairn-workspaces`). It prints `cairn serve: serving http://HOST:PORT ...`
 once it takes requests (port 0 picks a free port, which the line names);
@@ -47,7 +50,8 @@ def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
         "--http",
         default=None,
         metavar="HOST:PORT",
-        help="serve the HTTP API on this address (127.0.0.1:8080; port 0: a free one) on the --store",
+        help="serve the HTTP API on this address (127.0.0.1:8080; port 0: a free one) on the --store, "
+        "or as a host of the --nats cluster",
     )
     p.add_argument(
         "--tenants",
@@ -94,16 +98,11 @@ def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT (see the module doc)."""
-    from cairn.actors.cluster import ClusterHost, ClusterNames
     from cairn.actors.tools import WorkspaceTools
     from cairn.demo.providers import openai_setup, scripted_setup
     from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
 
     if args.http is not None:
-        if args.nats:
-            raise UsageError(
-                "cairn serve --http serves a local store (--store); with --nats it is not built yet"
-            )
         return _serve_http(args)
     if args.workspaces is not None or args.tenants is not None:
         raise UsageError("--workspaces and --tenants go with --http")
@@ -113,23 +112,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     previous = _on_signals(stop)
     try:
         setup = scripted_setup() if args.provider == "scripted" else openai_setup()
-        names = ClusterNames.named(args.nats_layout) if args.nats_layout else ClusterNames()
         ttl = args.lease_ttl if args.lease_ttl is not None else DEFAULT_TTL_S
         try:
-            host = ClusterHost.open(
-                args.nats,
-                host_id=args.host_id,
-                names=names,
-                ttl_s=ttl,
-                settings=setup.settings,
-                provider_factory=setup.adapter_for,
-                tools=WorkspaceTools(),
-            )
-        except Exception as exc:
+            host = _open_cluster(args, setup, WorkspaceTools())
+        except BaseException:
             setup.close()
-            if isinstance(exc, ValueError):  # bad host id, TTL: InputError (a ValueError)
-                raise
-            warn(f"cairn serve: cannot serve on {args.nats}: {type(exc).__name__}: {exc}")
+            raise
+        if host is None:
+            setup.close()
             return EXIT_USAGE
         print(f"cairn serve: host {host.host_id} serving on {args.nats} (lease TTL {ttl} s)", flush=True)
         stop.wait()
@@ -148,14 +138,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve_http(args: argparse.Namespace) -> int:
-    """The HTTP API on the local store until SIGTERM/SIGINT (see the module doc)."""
+    """The HTTP API on the local store, or as a host of the cluster (`--nats`), until SIGTERM/SIGINT
+    (see the module doc)."""
     import asyncio
+    import concurrent.futures
     from pathlib import Path
 
-    from cairn.actors.host.async_host import AsyncHost
+    from cairn.actors.host.async_host import DEFAULT_WORKERS, AsyncHost
     from cairn.actors.http.app import HttpConfig
     from cairn.actors.http.client_tools import ClientTools
-    from cairn.actors.http.serve import HttpServer, bind_socket, is_loopback
+    from cairn.actors.http.serve import HttpServer
     from cairn.actors.http.tenants import Tenants
     from cairn.actors.tools import WorkspaceTools
     from cairn.demo.providers import openai_setup, scripted_setup
@@ -163,34 +155,34 @@ def _serve_http(args: argparse.Namespace) -> int:
     store = Path(args.store)
     workspaces = Path(args.workspaces if args.workspaces is not None else "cairn-workspaces").resolve()
     tenants = Tenants.load(args.tenants) if args.tenants is not None else None  # BadTenants: exit 2
-    try:
-        if tenants is None and not is_loopback(args.http):
-            raise UsageError(f"without --tenants the API listens on loopback only, not {args.http}")
-        sock = bind_socket(args.http)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        warn(f"cairn serve: cannot listen on {args.http}: {exc}")
+    sock = _listen(args.http, loopback_only=tenants is None)
+    if sock is None:
         return EXIT_USAGE
     setup = scripted_setup() if args.provider == "scripted" else openai_setup()
 
+    tools = ClientTools(WorkspaceTools())  # the workspace tools here, a session's client tools there
+    cluster = None
+    try:
+        if args.nats and (cluster := _open_cluster(args, setup, tools)) is None:
+            return EXIT_USAGE
+    finally:
+        if args.nats and cluster is None:  # not opened: said, or raised (a bad host id)
+            sock.close()
+            setup.close()
+
     async def serve() -> None:
-        tools = ClientTools(WorkspaceTools())  # the workspace tools here, a session's client tools there
-        host = await AsyncHost.open(
-            store, settings=setup.settings, provider_factory=setup.adapter_for, tools=tools
-        )
+        if cluster is not None:
+            host = AsyncHost(cluster.host, concurrent.futures.ThreadPoolExecutor(DEFAULT_WORKERS))
+            where = f"the cluster {args.nats} as host {cluster.host_id}"
+        else:
+            host = await AsyncHost.open(
+                store, settings=setup.settings, provider_factory=setup.adapter_for, tools=tools
+            )
+            where = f"the store {store}"
         config = HttpConfig(workspaces=workspaces, tenants=tenants)
-        server = HttpServer(host, config, sock, grace=args.grace, tools=tools)
-        who = (
-            f"{len(tenants.tenants)} tenants of {args.tenants}"
-            if tenants is not None
-            else "no tenants file: loopback only, no tokens"
-        )
-        print(
-            f"cairn serve: serving {server.address} on the store {store} "
-            f"(workspaces under {workspaces}; {who}); SIGTERM stops",
-            flush=True,
-        )
+        server = HttpServer(host, config, sock, grace=args.grace, tools=tools, cluster=cluster)
+        about = _about(workspaces, tenants, args.tenants)
+        print(f"cairn serve: serving {server.address} on {where} ({about}); SIGTERM stops", flush=True)
         await server.serve()
 
     try:
@@ -198,8 +190,60 @@ def _serve_http(args: argparse.Namespace) -> int:
     finally:
         sock.close()
         setup.close()
-    print("cairn serve: stopped; the store is closed", flush=True)
+    if cluster is not None:
+        print(f"cairn serve: host {cluster.host_id} stopped; leases released", flush=True)
+    else:
+        print("cairn serve: stopped; the store is closed", flush=True)
     return EXIT_OK
+
+
+def _about(workspaces: Any, tenants: Any, tenants_file: str | None) -> str:
+    """The start line's words on the workspaces and the tenants."""
+    who = (
+        f"{len(tenants.tenants)} tenants of {tenants_file}"
+        if tenants
+        else "no tenants file: loopback only, no tokens"
+    )
+    return f"workspaces under {workspaces}; {who}"
+
+
+def _listen(address: str, *, loopback_only: bool) -> Any:
+    """The listening socket of `--http` (None, said, when it cannot be bound; `UsageError` for a bad
+    address, or one that is not loopback without tenants)."""
+    from cairn.actors.http.serve import bind_socket, is_loopback
+
+    try:
+        if loopback_only and not is_loopback(address):
+            raise UsageError(f"without --tenants the API listens on loopback only, not {address}")
+        return bind_socket(address)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        warn(f"cairn serve: cannot listen on {address}: {exc}")
+        return None
+
+
+def _open_cluster(args: argparse.Namespace, setup: Any, tools: Any) -> Any:
+    """The `ClusterHost` of `--nats` for the HTTP API (None, said, when the cluster cannot be reached)."""
+    from cairn.actors.cluster import ClusterHost, ClusterNames
+    from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
+
+    names = ClusterNames.named(args.nats_layout) if args.nats_layout else ClusterNames()
+    try:
+        return ClusterHost.open(
+            args.nats,
+            host_id=args.host_id,
+            names=names,
+            ttl_s=args.lease_ttl if args.lease_ttl is not None else DEFAULT_TTL_S,
+            settings=setup.settings,
+            provider_factory=setup.adapter_for,
+            tools=tools,
+        )
+    except ValueError:  # a bad host id or TTL: InputError (a ValueError)
+        raise
+    except Exception as exc:
+        warn(f"cairn serve: cannot serve on {args.nats}: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _on_signals(stop: threading.Event) -> dict[signal.Signals, Any]:

@@ -57,6 +57,7 @@ from cairn.actors.cluster.frames import (
 )
 from cairn.actors.cluster.idle import SessionUse, release_idle
 from cairn.actors.cluster.names import ClusterNames, checked_host_id, default_host_id
+from cairn.actors.cluster.op_port import OpPort
 from cairn.actors.cluster.opening import open_parts
 from cairn.actors.cluster.outbox import BEAT_S, Outbox
 from cairn.actors.cluster.ownership import Ownership
@@ -70,6 +71,7 @@ from cairn.actors.cluster.routing import (
     after_forward,
     route,
 )
+from cairn.actors.cluster.watch import SessionWatch
 from cairn.actors.errors import TurnTimeout, describe_exception
 from cairn.actors.host import Host, HostConfig
 from cairn.actors.provider.base import Provider
@@ -119,20 +121,24 @@ class ClusterHost:
         self.ownership = ownership
         self.journal = journal
         self.stats = ClusterStats()
-        self._loop = loop
-        self._nc = nc
-        self._bucket = bucket
+        self.loop = loop
+        self.nc = nc
+        self.bucket = bucket
         self._beat_s = beat_s
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cairn-cluster")
         self._lock = threading.Lock()
         self._inflight: set[Turn] = set()
         self._subs: dict[str, Subscription] = {}
-        self._use = SessionUse()
-        self._forwarder = Forwarder(
+        self.use = SessionUse()
+        self.forwarder = Forwarder(
             loop, nc, bucket, names, self.host_id, max_wait_s=max_wait_s, stopping=lambda: self._closing
         )
         self._closing = False
         self._closed = threading.Event()
+        #: operations on sessions wherever they are held (`op_port`): a front end's, other hosts'
+        self.ops = OpPort(self)
+        #: news of any host's appends to the sessions a front end streams
+        self.watch = SessionWatch(loop, nc, names.layout)
         self._stop_sweep = threading.Event()
         self._sweeper: threading.Thread | None = None
         if release_idle_s is not None and release_idle_s > 0:
@@ -211,15 +217,16 @@ class ClusterHost:
         """Subscribe: clients' messages (queue group) and this host's forwarded ones."""
         self._subscribe("turn", self.names.turn_wildcard, self._on_turn, queue=self.names.queue)
         self._subscribe("host", self.names.host_subject(self.host_id), self._on_forward)
+        self._subscribe("ops", self.names.ops_subject(self.host_id), self.ops.on_request)
 
     def _subscribe(self, key: str, subject: str, cb: Callable[[Msg], Any], queue: str = "") -> None:
         async def subscribe() -> Subscription:
-            sub = await self._nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=-1)
-            await self._nc.flush()
+            sub = await self.nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=-1)
+            await self.nc.flush()
             return sub
 
         if key not in self._subs:
-            self._subs[key] = self._loop.call(subscribe(), 30.0)
+            self._subs[key] = self.loop.call(subscribe(), 30.0)
 
     def stop_accepting(self) -> None:
         """Take no more clients' messages (forwarded ones for sessions held here are still served)."""
@@ -229,7 +236,7 @@ class ClusterHost:
         sub = self._subs.pop(key, None)
         if sub is not None:
             try:
-                self._loop.call(_unsubscribe(self._nc, sub), 10.0)
+                self.loop.call(_unsubscribe(self.nc, sub), 10.0)
             except Exception as exc:
                 log.warning("cairn: unsubscribing %s: %s", key, exc)
 
@@ -237,7 +244,7 @@ class ClusterHost:
         """A client's message (on the loop): routed on a worker thread."""
         if not msg.reply:
             return  # nowhere to answer: not a cairn client
-        self._submit(self._serve_client, msg.data, msg.reply)
+        self.submit(self._serve_client, msg.data, msg.reply)
 
     async def _on_forward(self, msg: Msg) -> None:
         """Another host's forward (on the loop): answered here at once, served on a worker thread."""
@@ -246,22 +253,31 @@ class ClusterHost:
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
         sid = forwarded.request.sid
-        taken = not self._closing and self._use.try_enter(sid)
+        taken = not self._closing and self.use.try_enter(sid)
         if taken and not self.ownership.holds(sid):
-            self._use.leave(sid)
+            self.use.leave(sid)
             taken = False
         if msg.reply:
-            await self._nc.publish(msg.reply, encode(ForwardAnswer(taken=taken, host_id=self.host_id)))
-        if taken and not self._submit(self._serve_forwarded, forwarded):
-            self._use.leave(sid)
+            await self.nc.publish(msg.reply, encode(ForwardAnswer(taken=taken, host_id=self.host_id)))
+        if taken and not self.submit(self._serve_forwarded, forwarded):
+            self.use.leave(sid)
 
     def _serve_forwarded(self, forwarded: Forwarded) -> None:
         try:
-            self._serve(forwarded.request, Outbox(self._loop, self._nc, forwarded.reply_to, self._beat_s))
+            self._serve(forwarded.request, Outbox(self.loop, self.nc, forwarded.reply_to, self._beat_s))
         finally:
-            self._use.leave(forwarded.request.sid)
+            self.use.leave(forwarded.request.sid)
 
-    def _submit(self, fn: Callable[..., None], *args: Any) -> bool:
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message the cluster's servers take."""
+        return int(self.nc.max_payload)
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> bool:
         try:
             self._pool.submit(fn, *args)
         except RuntimeError:  # the pool is shut down: closing
@@ -272,14 +288,14 @@ class ClusterHost:
 
     def _serve_client(self, data: bytes, reply_to: str) -> None:
         """Route one client's message (Rule 1 and 2 of `routing`); every failure answered with a frame."""
-        outbox = Outbox(self._loop, self._nc, reply_to, self._beat_s)
+        outbox = Outbox(self.loop, self.nc, reply_to, self._beat_s)
         try:
             request = decode_request(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self._refuse(outbox, "InputError", f"not a cairn turn request: {exc}")
             return
         try:
-            with self._use.using(request.sid):
+            with self.use.using(request.sid):
                 self._route(request, outbox)
         except Exception as exc:
             log.warning("cairn: routing a message of %r failed: %s", request.sid, describe_exception(exc))
@@ -293,7 +309,7 @@ class ClusterHost:
                 self._refuse(outbox, "HostClosed", f"host {self.host_id} is closing; send again")
                 return
             holds = self.ownership.holds(sid)
-            decision = route(holds, Vacant() if holds else self._bucket.observe(sid), self.host_id)
+            decision = route(holds, Vacant() if holds else self.bucket.observe(sid), self.host_id)
             match decision:
                 case Serve():
                     self._serve(request, outbox)
@@ -301,19 +317,19 @@ class ClusterHost:
                 case Claim():
                     try:
                         if self.ownership.claim(sid, previous) is not None:
-                            self._count("claimed")
+                            self.count("claimed")
                     except LeaseHeld:
                         continue  # another host took it first: route again
                     self._serve(request, outbox)
                     return
                 case Forward():
-                    outcome = self._forwarder.forward(decision, request, outbox.reply_to)
+                    outcome = self.forwarder.forward(decision, request, outbox.reply_to)
                     match after_forward(outcome, decision):
                         case Done():
-                            self._count("forwarded")
+                            self.count("forwarded")
                             return
                         case AwaitRelease() as awaited:
-                            self._forwarder.await_release(sid, awaited)
+                            self.forwarder.await_release(sid, awaited)
                             previous = awaited.holder
         self._refuse(
             outbox, "RoutingFailed", f"session {sid}: no host could take it after {MAX_ROUTES} tries"
@@ -336,18 +352,19 @@ class ClusterHost:
             return
         with self._lock:
             self._inflight.add(turn)
+        self.ops.track(turn)
         try:
-            self._count("served")
+            self.count("served")
             outbox.stream(turn, self.host_id, float(self.ownership.ttl_s))
         finally:
             with self._lock:
                 self._inflight.discard(turn)
 
     def _refuse(self, outbox: Outbox, error_class: str, message: str) -> None:
-        self._count("refused")
+        self.count("refused")
         outbox.refuse(error_class, message)
 
-    def _count(self, what: str) -> None:
+    def count(self, what: str) -> None:
         with self._lock:
             setattr(self.stats, what, getattr(self.stats, what) + 1)
 
@@ -357,7 +374,7 @@ class ClusterHost:
         """Release the leases of sessions held here with no live actor and no message in flight (`idle`)."""
         if self._closing:
             return 0
-        return release_idle(self.ownership, self.host.live_sessions, self._use)
+        return release_idle(self.ownership, self.host.live_sessions, self.use)
 
     def _sweep(self, every_s: float) -> None:
         while not self._stop_sweep.wait(every_s):
@@ -379,7 +396,7 @@ class ClusterHost:
             if self._closing:
                 return
             self._closing = True
-            running = list(self._inflight)
+            running = list(self._inflight.union(self.ops.turns()))
         self._stop_sweep.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=30)
@@ -393,12 +410,14 @@ class ClusterHost:
             self._pool.shutdown(wait=True)
             self.ownership.close(release=True)
             self._unsubscribe("host")
+            self._unsubscribe("ops")
+            self.watch.close()
         finally:
             try:
-                self._loop.call(self._nc.drain(), 30.0)
+                self.loop.call(self.nc.drain(), 30.0)
             except Exception as exc:
                 log.warning("cairn: closing the serving connection: %s", exc)
-            self._loop.close()
+            self.loop.close()
             self.journal.close()
             self._closed.set()
 

@@ -41,14 +41,18 @@ class SessionUse:
     @contextlib.contextmanager
     def using(self, sid: str) -> Iterator[None]:
         """Hold `sid` in use for the block (after any release of it ended)."""
-        with self._cond:
-            while sid in self._releasing:
-                self._cond.wait()
-            self._using[sid] += 1
+        self.enter(sid)
         try:
             yield
         finally:
             self.leave(sid)
+
+    def enter(self, sid: str) -> None:
+        """Hold `sid` in use (after any release of it ended); `leave` it after."""
+        with self._cond:
+            while sid in self._releasing:
+                self._cond.wait()
+            self._using[sid] += 1
 
     def try_enter(self, sid: str) -> bool:
         """Hold `sid` in use unless it is being released (never waits); `leave` it after."""

@@ -5,6 +5,8 @@
 | `<prefix>.turn.<session token>` | every host, in queue group     | a client's `TurnRequest`, its reply |
 |                                 | `<prefix>-hosts` (one gets it) | subject the client's inbox          |
 | `<prefix>.host.<host id>.turn`  | that host only                 | a `Forwarded` from another host     |
+| `<prefix>.host.<host id>.ops`   | that host only                 | an `OpRequest` on a session it      |
+|                                 |                                | holds (`actors.host.ops`), its answer   |
 
 The session token is `store.jetstream.names.session_token` (reversible, one
 subject token, never a wildcard); a host id is 1-64 of `A-Za-z0-9_-` (a
@@ -71,3 +73,7 @@ class ClusterNames:
     def host_subject(self, host_id: str) -> str:
         """Where other hosts forward a message to host `host_id`."""
         return f"{self.prefix}.host.{checked_host_id(host_id)}.turn"
+
+    def ops_subject(self, host_id: str) -> str:
+        """Where other hosts ask host `host_id` to run an operation on a session it holds."""
+        return f"{self.prefix}.host.{checked_host_id(host_id)}.ops"

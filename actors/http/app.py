@@ -46,6 +46,8 @@ streams here, the operations on a session in `operations.py`.
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -54,11 +56,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cairn.actors.host.async_host import AsyncHost
+from cairn.actors.host.ops import CancelOp, SendOp
 from cairn.actors.http.base import ApiBase, HttpConfig, MessageBody, ReasonBody, flag, int_param, refused_or
 from cairn.actors.http.client_tools import ClientTools, canonical_schema, schema_name
 from cairn.actors.http.feed import EventStream, session_events
 from cairn.actors.http.openapi import checked_in
 from cairn.actors.http.operations import OperationRoutes
+from cairn.actors.http.places import LocalPlaces
 from cairn.actors.http.problems import Problem, problem_of
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import parse_position
@@ -84,7 +88,7 @@ class SessionRoutes(ApiBase):
     async def session(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
         await self.known(caller, sid)
-        state = await self.host.state(sid)
+        state, here = await self.places.state(sid)
         info = state.info
         if info is None:
             raise Problem(404, "UnknownSession", f"no session {caller.name(sid)} in the store")
@@ -97,7 +101,7 @@ class SessionRoutes(ApiBase):
             "last_seq": state.last_seq,
             "epoch": state.epoch,
             "open_turn": state.open_turn.turn_id if state.open_turn is not None else None,
-            "turn_running": self.feeds.running(sid) is not None,
+            "turn_running": self.feeds.running(sid) is not None or (not here and state.open_turn is not None),
         }
         return JSONResponse(caller.shown(about))
 
@@ -115,7 +119,8 @@ class SessionRoutes(ApiBase):
         settings = self._with_client_tools(body)
         self.admit_turn(caller, sid)
         workspace, made = await self.workspace(caller, sid, body.workspace)
-        try:
+
+        async def here() -> Response:
             turn = await self.host.send(
                 sid,
                 message,
@@ -124,15 +129,29 @@ class SessionRoutes(ApiBase):
                 idempotency_key=key,
                 mid_turn=body.mid_turn,  # type: ignore[arg-type]  # checked by the host (InputError)
             )
+            self.feeds.started(sid, turn)
+            self.places.track(sid, turn)
+            if wait:
+                return JSONResponse(caller.result(refused_or(await turn.result(None))))
+            answer = await self.accepted(caller, sid, turn, queued=body.mid_turn == "queue")
+            return JSONResponse(answer, status_code=202)
+
+        op = SendOp(
+            content=message,
+            workspace=str(workspace) if workspace is not None else None,
+            settings=settings,
+            idempotency_key=key,
+            mid_turn=body.mid_turn,
+            wait=wait,
+        )
+        try:
+            return await self.places.on_holder(
+                sid, op, here, lambda done: self.remote_accepted(caller, sid, done, wait=wait)
+            )
         except BaseException:
             if made is not None:  # a refused message leaves no folder behind either
                 made.rmdir()
             raise
-        self.feeds.started(sid, turn)
-        if wait:
-            return JSONResponse(caller.result(refused_or(await turn.result(None))))
-        answer = await self.accepted(caller, sid, turn, queued=body.mid_turn == "queue")
-        return JSONResponse(answer, status_code=202)
 
     async def events(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
@@ -154,6 +173,7 @@ class SessionRoutes(ApiBase):
             shown=caller.shown,
             viewer=caller.prefix,
         )
+        stream = self.places.watched(sid, self.feeds, stream)
         return EventStream(stream, session=sid, write_timeout_s=self.config.write_timeout_s)
 
     async def transcript(self, request: Request) -> Response:
@@ -168,12 +188,21 @@ class SessionRoutes(ApiBase):
         caller, sid = self.session_of(request)
         body = await self.body(request, ReasonBody, "cancel")
         turn = self.feeds.running(sid)
-        if turn is None:
-            raise Problem(
-                409, "NoTurnRunning", f"session {caller.name(sid)} runs no turn this server started"
-            )
-        turn.cancel(body.reason)
-        return JSONResponse(caller.result(await turn.result(None)))
+        if turn is not None:
+            turn.cancel(body.reason)
+            return JSONResponse(caller.result(await turn.result(None)))
+
+        async def here() -> Response:  # a turn of this server that the API did not start, or none
+            found = self.places.running(sid)
+            if found is None:
+                raise Problem(409, "NoTurnRunning", f"session {caller.name(sid)} runs no turn")
+            found.cancel(body.reason)
+            ended = await asyncio.get_running_loop().run_in_executor(None, found.result, None)
+            return JSONResponse(caller.result(ended))
+
+        return await self.places.on_holder(
+            sid, CancelOp(reason=body.reason), here, lambda ended: JSONResponse(caller.result(ended))
+        )
 
     def _with_client_tools(self, body: MessageBody) -> SessionSettings | None:
         """The settings of a new session with its client tools added to the server's (`BadTools`, 400,
@@ -209,14 +238,17 @@ async def _problem(request: Request, exc: Exception) -> Response:
     raise exc
 
 
-def http_app(host: AsyncHost, config: HttpConfig, tools: ClientTools | None = None) -> Starlette:
+def http_app(
+    host: AsyncHost, config: HttpConfig, tools: ClientTools | None = None, places: LocalPlaces | None = None
+) -> Starlette:
     """The API over `host` (see the module doc); `app.state.feeds.close()` ends its streams.
 
     `tools`: the host's executor when it is a `ClientTools` (sessions may then declare client
-    tools); its `journal` is set here."""
+    tools); its `journal` is set here. `places`: where operations on a session run (default
+    `LocalPlaces`: on `host`; `ClusterPlaces` on a cluster)."""
     if tools is not None:
         tools.journal = host.host.journal
-    api = _Api(host, config, tools)
+    api = _Api(host, config, tools, places)
     routes = [
         Route("/v1/health", api.health, methods=["GET"]),
         Route("/v1/openapi.json", api.openapi, methods=["GET"]),

@@ -14,15 +14,17 @@ import asyncio
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.host.async_turn import AsyncTurn
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.feed import HEARTBEAT_S, WRITE_TIMEOUT_S, SessionFeeds
+from cairn.actors.http.places import LocalPlaces
 from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, convert, problem_of, read_json
 from cairn.actors.http.tenants import NOBODY, Tenant, Tenants, TurnRate
 from cairn.actors.session.settings import SessionSettings
@@ -32,6 +34,9 @@ from cairn.events.codec import validate_session_id
 from cairn.events.errors import CairnError
 from cairn.events.kinds import TurnStarted, UserMessage
 from cairn.events.model import ImagePart, TextPart
+
+if TYPE_CHECKING:
+    from cairn.actors.host.ops import Accepted
 
 T = TypeVar("T")
 
@@ -152,8 +157,16 @@ def int_param(request: Request, name: str, default: int) -> int:
 class ApiBase:
     """The routes' shared parts: the host, the feeds, the settings, the tenants' turn rates."""
 
-    def __init__(self, host: AsyncHost, config: HttpConfig, tools: ClientTools | None) -> None:
+    def __init__(
+        self,
+        host: AsyncHost,
+        config: HttpConfig,
+        tools: ClientTools | None,
+        places: LocalPlaces | None = None,
+    ) -> None:
         self.host = host
+        #: where operations on a session run: here, or on a cluster's holder of it
+        self.places = places if places is not None else LocalPlaces(host)
         self.config = config
         self.tools = tools
         self.feeds = SessionFeeds()
@@ -234,24 +247,51 @@ class ApiBase:
     async def accepted(self, caller: Caller, sid: str, turn: AsyncTurn, *, queued: bool) -> dict[str, Any]:
         """202's body: where the turn's events begin in the session's stream, once its message is
         recorded (not waited for when queued behind a running turn)."""
-        name = caller.name(sid)
-        answer: dict[str, Any] = {"session": name, "status": "accepted", "message_seq": None, "turn_id": None}
+        message_seq: int | None = None
+        turn_id: str | None = None
         if not queued:
             try:
                 async with asyncio.timeout(ACCEPT_WAIT_S):
                     async for item in turn.events(None):
                         event = getattr(item, "event", None)
                         if isinstance(event, UserMessage):
-                            answer["message_seq"] = item.seq  # type: ignore[union-attr]
+                            message_seq = item.seq  # type: ignore[union-attr]
                         elif isinstance(event, TurnStarted):
-                            answer["turn_id"] = event.turn_id
-                        if answer["message_seq"] is not None and not isinstance(event, UserMessage):
+                            turn_id = event.turn_id
+                        if message_seq is not None and not isinstance(event, UserMessage):
                             break
             except TimeoutError:
                 pass
-        if turn.done():
-            result = refused_or(await turn.result(None))
-            answer.update(status=result.status, result=caller.result(result))
-        if answer["message_seq"] is not None:
-            answer["events"] = f"/v1/sessions/{name}/events?after={answer['message_seq'] - 1}"
-        return answer
+        result = await turn.result(None) if turn.done() else None
+        return accepted_body(caller, sid, message_seq, turn_id, result)
+
+    def remote_accepted(self, caller: Caller, sid: str, accepted: Accepted, *, wait: bool) -> Response:
+        """The answer to a send (or continue) that the session's holder on a cluster ran: 202 as
+        `accepted`'s, or the result (`wait`)."""
+        if wait:
+            assert accepted.result is not None
+            return JSONResponse(caller.result(refused_or(accepted.result)))
+        return JSONResponse(
+            accepted_body(caller, sid, accepted.message_seq, accepted.turn_id, accepted.result),
+            status_code=202,
+        )
+
+
+def accepted_body(
+    caller: Caller, sid: str, message_seq: int | None, turn_id: str | None, result: TurnResult | None
+) -> dict[str, Any]:
+    """202's body: the message's seq and turn (None: not known yet), the result when the turn ended,
+    and where the turn's events begin in the session's stream."""
+    name = caller.name(sid)
+    answer: dict[str, Any] = {
+        "session": name,
+        "status": "accepted",
+        "message_seq": message_seq,
+        "turn_id": turn_id,
+    }
+    if result is not None:
+        ended = refused_or(result)
+        answer.update(status=ended.status, result=caller.result(ended))
+    if message_seq is not None:
+        answer["events"] = f"/v1/sessions/{name}/events?after={message_seq - 1}"
+    return answer

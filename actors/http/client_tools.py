@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cairn.actors.tools import Deferred, ToolExecutor, ToolInvocation, ToolOutcome
-from cairn.events.kinds import SessionStarted
+from cairn.events.kinds import OwnerChanged, SessionStarted
 from cairn.store.backend import JournalBackend
 
 
@@ -87,7 +87,10 @@ class ClientTools:
     def _declared(self, session: str) -> tuple[str, ...]:
         if self.journal is None:
             return ()
-        first = next(iter(self.journal.read(session, 1, 1)), None)
+        # the first record, past the fences a cluster's host writes when it takes the session
+        first = next(
+            (r for r in self.journal.read(session, 1) if not isinstance(r.event, OwnerChanged)), None
+        )
         return (
             first.event.tool_schemas if first is not None and isinstance(first.event, SessionStarted) else ()
         )

@@ -95,6 +95,12 @@ class SessionFeeds:
         if event is not None:
             event.set()
 
+    def heard(self, session: str, seq: int) -> None:
+        """Another host stored record `seq` of the session (on a cluster: `places.ClusterPlaces`)."""
+        if seq > self.heads.get(session, 0):
+            self.heads[session] = seq
+        self.touched(session)
+
     def running(self, session: str) -> AsyncTurn | None:
         """The earliest turn of the session the API started that has not ended."""
         turns = [t for t in self._turns.get(session, ()) if not t.done()]

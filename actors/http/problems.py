@@ -15,7 +15,8 @@ module's: `BadJson`, `BodyTooLarge`, `NotFound`, `MethodNotAllowed`), and a
 |        | `ToolNotWaiting`, `IdempotencyKeyReused`, `NoTurnRunning`                |
 | 413    | `BodyTooLarge`                                                           |
 | 415    | `NotJson` (a body that does not say `application/json`)                  |
-| 503    | `StorageFailed`, `HostClosed`, `HostBusy`                                |
+| 503    | `StorageFailed`, `HostClosed`, `HostBusy`, `SessionUnavailable` (a hung  |
+|        | holder on a cluster), every other host error                             |
 | 504    | `HostTimeout` and `TurnTimeout`                                          |
 
 A request is checked whole (its body, its arguments) before anything is
@@ -31,10 +32,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cairn.actors.errors import (
-    HostBusy,
-    HostClosed,
+    HostError,
     HostTimeout,
     NotInterrupted,
+    NoTurnRunning,
     SessionExists,
     ToolNotWaiting,
     TurnRunning,
@@ -48,8 +49,9 @@ PROBLEM_TYPE = "application/problem+json"
 #: the largest request body the API reads, by default (images travel inline as base64)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
-_CONFLICTS = (TurnRunning, NotInterrupted, SessionExists, WorkspaceMismatch, ToolNotWaiting)
-_UNAVAILABLE = (StorageFailed, HostClosed, HostBusy)
+_CONFLICTS = (TurnRunning, NotInterrupted, SessionExists, WorkspaceMismatch, ToolNotWaiting, NoTurnRunning)
+#: every other `HostError` too (a cluster's: `SessionUnavailable`, `ClusterUnavailable`)
+_UNAVAILABLE = (StorageFailed, HostError)
 
 
 class Problem(Exception):

@@ -4,7 +4,10 @@ On the signal: the listening socket closes (no new requests), every open
 event stream ends (`SessionFeeds.close`: a client reconnects with its last
 id to another server or this one restarted), requests in flight get up to
 `grace` seconds to finish, then the host closes (a turn still running ends
-interrupted, in the log) and `serve_http` returns. uvicorn's own signal
+interrupted, in the log) and `serve_http` returns. On a cluster (`cluster`:
+the server is that `ClusterHost`'s front end, `places.ClusterPlaces`), the
+cluster host closes first: its turns get `grace` too, then every lease it
+holds is released, so another host takes its sessions at once. uvicorn's own signal
 handling is replaced: it re-raises the signal after shutting down, which
 would end the process by the signal instead of by a clean exit.
 """
@@ -19,12 +22,17 @@ import socket
 import threading
 from collections.abc import Callable, Generator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.http.app import HttpConfig, http_app
 from cairn.actors.http.client_tools import ClientTools
+from cairn.actors.http.places import ClusterPlaces
+
+if TYPE_CHECKING:
+    from cairn.actors.cluster.cluster_host import ClusterHost
 
 
 class _Server(uvicorn.Server):
@@ -107,10 +115,14 @@ class HttpServer:
         *,
         grace: float = 10.0,
         tools: ClientTools | None = None,
+        cluster: ClusterHost | None = None,
     ) -> None:
         self.host = host
         self.sock = sock
-        self.app = http_app(host, config, tools)
+        self.cluster = cluster
+        self.grace = grace
+        places = ClusterPlaces(host, cluster) if cluster is not None else None
+        self.app = http_app(host, config, tools, places)
         settings = uvicorn.Config(
             self.app,
             lifespan="off",
@@ -136,6 +148,8 @@ class HttpServer:
         try:
             await self._server.serve(sockets=[self.sock])
         finally:
+            if self.cluster is not None:  # turns in flight end, then every lease is released
+                await asyncio.get_running_loop().run_in_executor(None, self.cluster.close, self.grace)
             await self.host.close()
 
     def stop(self) -> None:

@@ -55,14 +55,17 @@ class Server:
     """`cairn serve --http` as a child process on `root/store` and `root/workspaces`, its stderr appended
     to `root/server.log`; port 0 takes a free one, which a restart keeps (`url`, once started)."""
 
-    def __init__(self, root: Path, port: int = 0) -> None:
+    def __init__(self, root: Path, port: int = 0, *, cluster: tuple[str, ...] = ()) -> None:
         self.root, self.port = root, port
+        #: `cairn serve`'s options of a cluster (`--nats URL`, ...) to serve instead of `root/store`
+        self.cluster = cluster
         self.url = ""
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
         argv = [sys.executable, "-m", "cairn.cli", "serve", "--http", f"127.0.0.1:{self.port}"]
-        argv += ["--store", str(self.root / "store"), "--workspaces", str(self.root / "workspaces")]
+        argv += list(self.cluster) or ["--store", str(self.root / "store")]
+        argv += ["--workspaces", str(self.root / "workspaces")]
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "server.log", "a", encoding="utf-8")  # noqa: SIM115 (the child keeps it)
         self.proc = subprocess.Popen(

@@ -66,7 +66,7 @@ def test_cairn_serve_http_serves_the_demo_agent_and_stops_cleanly_on_sigterm(tmp
     ("argv", "said"),
     [
         (["--http", "nowhere"], "--http takes HOST:PORT"),
-        (["--http", "127.0.0.1:0", "--nats", "nats://127.0.0.1:4222"], "with --nats it is not built yet"),
+        (["--http", "127.0.0.1:0", "--nats", "nats://127.0.0.1:1"], "cairn serve: cannot serve on"),
         (
             ["--workspaces", "w", "--nats", "nats://127.0.0.1:4222"],
             "--workspaces and --tenants go with --http",
