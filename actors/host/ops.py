@@ -108,10 +108,19 @@ Op = (
 
 
 class OpRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Run `op` on session `sid` (sent to the host believed to hold it)."""
+    """Run `op` on session `sid` (sent to the host believed to hold it); the answer goes to `reply_to`
+    (the request's own reply is an `OpAck` at once)."""
 
     sid: str
     op: Op
+    reply_to: str
+
+
+class OpAck(msgspec.Struct, frozen=True, kw_only=True):
+    """The holder's first reply, at once: `taken` (it runs the op, its `OpAnswer` follows) or not (it
+    does not hold the session: place it again)."""
+
+    taken: bool
 
 
 class OpAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,9 +157,10 @@ VALUE_TYPES: dict[type[Any], Any] = {
 
 _request_decoder = msgspec.json.Decoder(OpRequest)
 _answer_decoder = msgspec.json.Decoder(OpAnswer)
+_ack_decoder = msgspec.json.Decoder(OpAck)
 
 
-def encode(frame: OpRequest | OpAnswer) -> bytes:
+def encode(frame: OpRequest | OpAck | OpAnswer) -> bytes:
     return msgspec.json.encode(frame)
 
 
@@ -160,6 +170,10 @@ def decode_request(data: bytes) -> OpRequest:
 
 def decode_answer(data: bytes) -> OpAnswer:
     return _answer_decoder.decode(data)
+
+
+def decode_ack(data: bytes) -> OpAck:
+    return _ack_decoder.decode(data)
 
 
 def value_of(op: Op, answer: OpAnswer) -> Any:

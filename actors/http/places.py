@@ -100,18 +100,34 @@ class ClusterPlaces(LocalPlaces):
         timeout_s = LONG_ASK_TIMEOUT_S if long else ASK_TIMEOUT_S
         previous: str | None = None
         for _ in range(MAX_PLACINGS):
-            await self._blocking(use.enter, sid)
+            await self._entered(sid)
             try:
-                holder = await self._blocking(ports.place, sid, previous)
-                if holder is None:
+                forward = await self._blocking(ports.place, sid, previous)
+                if forward is None:
                     return await here()
             finally:
                 use.leave(sid)
-            done, value = await self._blocking(ports.run_remote, holder, sid, op, timeout_s)
+            done, value = await self._blocking(ports.run_remote, forward, sid, op, timeout_s)
             if done:
                 return there(value)
-            previous = holder
+            previous = forward.holder
         raise SessionUnavailable(f"session {sid}: no host answered for it after {MAX_PLACINGS} tries")
+
+    async def _entered(self, sid: str) -> None:
+        """`sid` held in use (not released while an operation on it runs here); `leave` it after. A
+        request cancelled meanwhile leaves it again once the wait for a release of it is over."""
+        use = self.cluster.use
+        entering = asyncio.get_running_loop().run_in_executor(None, use.enter, sid)
+        try:
+            await asyncio.shield(entering)
+        except asyncio.CancelledError:
+
+            def left(done: asyncio.Future[None]) -> None:
+                if done.exception() is None:
+                    use.leave(sid)
+
+            entering.add_done_callback(left)
+            raise
 
     async def state(self, sid: str) -> tuple[SessionState, bool]:
         if self.cluster.ownership.holds(sid):

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -264,3 +265,38 @@ def test_cairn_serve_http_on_a_cluster_serves_one_session_from_two_processes_and
             server.end()
     err = (tmp_path / "p1" / "server.log").read_text()
     assert "Traceback" not in err, err[-3000:]
+
+
+def test_a_session_whose_server_hangs_is_taken_by_the_server_asked_once_its_lease_ends(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A holder that stops answering (SIGSTOP): the other server's send waits for its lease to end
+    (TTL 3 s here), claims the session and runs the turn; the holder, woken, has lost it."""
+    layout = fresh_names().prefix.removeprefix("cairn-")
+    options = ("--nats", cluster.urls[0], "--nats-layout", layout, "--lease-ttl", "3")
+    servers = [Server(tmp_path / name, cluster=(*options, "--host-id", name)) for name in ("h1", "h2")]
+    try:
+        for server in servers:
+            server.start()
+        one, two = (httpx.Client(base_url=s.url, timeout=WAIT_S) for s in servers)
+        with one, two:
+            made = one.post("/v1/sessions/demo-1/messages?wait=true", json={"text": "List the files."})
+            assert made.status_code == 200 and made.json()["ok"], made.text
+            assert servers[0].proc is not None
+            servers[0].proc.send_signal(signal.SIGSTOP)
+            began = time.monotonic()
+            taken = two.post("/v1/sessions/demo-1/messages?wait=true", json={"text": "And again."})
+            took = time.monotonic() - began
+            servers[0].proc.send_signal(signal.SIGCONT)
+            assert taken.status_code == 200 and taken.json()["ok"], taken.text
+            print(f"the send to a hung holder's session completed after {took:.1f} s (TTL 3 s)")
+            assert took < 25.0
+            events = read_sse(
+                two, "/v1/sessions/demo-1/events", lambda e: e.data.get("seq") == taken.json()["last_seq"]
+            )
+            assert [e.event for e in events].count("turn-completed") == 2
+        for server in servers:
+            assert server.signal(signal.SIGTERM) == 0
+    finally:
+        for server in servers:
+            server.end()
