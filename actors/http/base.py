@@ -194,6 +194,7 @@ class ApiBase:
     def session_of(self, request: Request) -> tuple[Caller, str]:
         """The caller and the store's id of the session the path names."""
         caller = self.caller(request)
+        self.feeds.follow(self.host.host)  # once: from then on `heads` knows every append's session
         return caller, caller.sid(request.path_params["session"])
 
     def admit_turn(self, caller: Caller, sid: str) -> None:
@@ -220,6 +221,10 @@ class ApiBase:
             raise Problem(404, "UnknownSession", f"no session {caller.name(sid)} in the store")
 
     async def exists(self, sid: str) -> bool:
+        """Whether the session has events: known without a read when the host appended to it since
+        this server began (`SessionFeeds.heads`), else read from the log (on a thread)."""
+        if self.feeds.heads.get(sid):
+            return True
         journal = self.host.host.journal
         return await asyncio.get_running_loop().run_in_executor(None, journal.last_seq, sid) > 0
 
