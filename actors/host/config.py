@@ -55,6 +55,10 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     - `deferred_timeout_s`: how long a turn waits for the result of a call
       whose executor returned `Deferred` (and `Host.resolve_tool` posts),
       unless the `Deferred` says; past it the model gets an error result.
+    - `stop_timeout_s`: how long stopping a session waits for its actor, and
+      closing the host for all of them together (10 s): a turn whose provider
+      hangs holds its session's stop that long, then is left behind (ended
+      interrupted); closing stops every session at once.
     - `max_tool_output_chars`: the text of one tool result kept in the log
       (the first and last halves, after a line saying how much was cut;
       the model sees X1's preview of that); None keeps every result whole
@@ -76,8 +80,13 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     append_timeout_s: float = 30.0
     max_tool_output_chars: int | None = MAX_STORED_OUTPUT_CHARS
     deferred_timeout_s: float = 3_600.0
+    stop_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if not 0 < self.stop_timeout_s < math.inf:
+            raise InputError(
+                f"stop_timeout_s must be a finite number of seconds over 0, not {self.stop_timeout_s}"
+            )
         if not 0 < self.deferred_timeout_s < math.inf:
             raise InputError(
                 f"deferred_timeout_s must be a finite number of seconds over 0, not {self.deferred_timeout_s}"

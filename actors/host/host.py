@@ -451,7 +451,8 @@ class Host:
         return read_page(self.journal, session, after=after, limit=limit, images=images)
 
     def close(self) -> None:
-        """Stop every session actor (most recently used first), then close the store. Idempotent."""
+        """Stop every session actor (all at once: `HostConfig.stop_timeout_s` bounds the wait for them
+        together), then close the store. Idempotent."""
         if not self._registry.close():
             return
         with self._lock:

@@ -63,6 +63,7 @@ def runtime_for(
         append_timeout_s=config.append_timeout_s,
         max_tool_output_chars=config.max_tool_output_chars,
         deferred_timeout_s=config.deferred_timeout_s,
+        stop_timeout_s=config.stop_timeout_s,
     )
 
 

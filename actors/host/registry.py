@@ -204,8 +204,7 @@ class Registry:
             for entry in victims:
                 self._mark_stopping(entry)
             self.stats.passivated_idle += len(victims)
-        for entry in victims:
-            self._stop_entry(entry)
+        self._stop_entries(victims)
         return len(victims)
 
     @property
@@ -230,8 +229,7 @@ class Registry:
                 for entry in entries:
                     self._mark_stopping(entry)
                 starting = any(e.state == "starting" for e in self._entries.values())
-            for entry in entries:
-                self._stop_entry(entry)
+            self._stop_entries(entries)
             if not entries and not starting:
                 return True
             if not entries:
@@ -305,15 +303,30 @@ class Registry:
 
     def _stop_entry(self, entry: Entry) -> None:
         """Stop an entry marked `stopping` (outside the lock), then drop it from the registry."""
-        if entry.ref is not None:
+        self._stop_entries([entry])
+
+    def _stop_entries(self, entries: list[Entry]) -> None:
+        """Stop entries marked `stopping` (outside the lock) all at once, waiting at most the stop
+        timeout for all of them together (a turn held by a hung provider delays its own session's
+        stop, not the others'), then drop them from the registry."""
+        stopping: list[tuple[Entry, pykka.Future[Any] | None]] = []
+        for entry in entries:
             try:
-                entry.ref.stop(block=True, timeout=self._rt.stop_timeout_s)
+                stopping.append((entry, entry.ref.stop(block=False) if entry.ref is not None else None))
             except Exception as exc:
                 log.warning("cairn: a session actor did not stop cleanly: %s", type(exc).__name__)
-        with self._cond:
-            if self._entries.get(entry.sid) is entry:
-                del self._entries[entry.sid]
-            self._cond.notify_all()
+                stopping.append((entry, None))
+        deadline = time.monotonic() + self._rt.stop_timeout_s
+        for entry, stopped in stopping:
+            if stopped is not None:
+                try:
+                    stopped.get(timeout=max(0.0, deadline - time.monotonic()))
+                except Exception as exc:
+                    log.warning("cairn: a session actor did not stop cleanly: %s", type(exc).__name__)
+            with self._cond:
+                if self._entries.get(entry.sid) is entry:
+                    del self._entries[entry.sid]
+                self._cond.notify_all()
 
     def _sweep(self, interval: float) -> None:
         while not self._stop_sweep.wait(interval):

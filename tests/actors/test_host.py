@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from cairn.actors.session import turn_loop as session_actor
 from cairn.actors.session.stream import Turn
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
+from cairn.events.errors import InputError
 from cairn.events.kinds import (
     CheckpointCommitted,
     Handoff,
@@ -400,3 +403,40 @@ def test_a_host_its_embedder_drops_without_closing_does_not_hang_the_interpreter
     assert "leaving" in done.stdout
     with Host.open(tmp_path / "store") as host:
         assert host.journal.last_seq("dropped") > 0
+
+
+class _Hung:
+    """A provider whose turns stream one delta, then hang until `release` (at most `WAIT` s)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def stream(self, request: object) -> Iterator[TextDelta]:
+        yield TextDelta("thinking ")
+        self.entered.release()
+        self.release.wait(WAIT)
+
+
+def test_close_stops_every_session_at_once_so_hung_providers_cost_one_stop_timeout(tmp_path: Path) -> None:
+    """Four turns held by a provider that never answers: closing waits the stop timeout (2 s here) for
+    all of them together, not once per session (8 s), and every handle ends interrupted."""
+    hung = _Hung()
+    host = Host.open(tmp_path / "store", provider=hung, config=HostConfig(stop_timeout_s=2.0, sweep=False))
+    turns = [host.send(f"s{n}", "hello", workspace=tmp_path) for n in range(4)]
+    for _ in turns:
+        assert hung.entered.acquire(timeout=WAIT)
+    began = time.monotonic()
+    host.close()
+    took = time.monotonic() - began
+    hung.release.set()
+    assert took < 6.0, f"closing took {took:.1f} s: the sessions were stopped one after another"
+    for turn in turns:
+        result = turn.result(WAIT)
+        assert result.status == "failed" and result.phase == "interrupted"
+
+
+def test_a_stop_timeout_that_is_not_a_finite_positive_number_is_refused() -> None:
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(InputError, match="stop_timeout_s"):
+            HostConfig(stop_timeout_s=bad)
