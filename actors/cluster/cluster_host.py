@@ -64,15 +64,11 @@ from cairn.actors.cluster.ownership import Ownership
 from cairn.actors.cluster.routing import (
     MAX_ROUTES,
     AwaitRelease,
-    Claim,
     Done,
-    Forward,
-    Serve,
     after_forward,
-    route,
 )
 from cairn.actors.cluster.watch import SessionWatch
-from cairn.actors.errors import TurnTimeout, describe_exception
+from cairn.actors.errors import SessionUnavailable, TurnTimeout, describe_exception
 from cairn.actors.host import Host, HostConfig
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.settings import SessionSettings
@@ -81,8 +77,7 @@ from cairn.actors.tools import ToolExecutor
 from cairn.events.errors import CairnError
 from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.lease_bucket import LeaseBucket
-from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S, Vacant
-from cairn.store.jetstream.leases import LeaseHeld
+from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
 from cairn.store.jetstream.loop import LoopThread
 
 log = logging.getLogger("cairn.cluster")
@@ -308,29 +303,21 @@ class ClusterHost:
             if self._closing:
                 self._refuse(outbox, "HostClosed", f"host {self.host_id} is closing; send again")
                 return
-            holds = self.ownership.holds(sid)
-            decision = route(holds, Vacant() if holds else self.bucket.observe(sid), self.host_id)
-            match decision:
-                case Serve():
-                    self._serve(request, outbox)
+            try:
+                forward = self.ops.place(sid, previous)  # None: served here (claimed if nobody held it)
+            except SessionUnavailable:
+                break
+            if forward is None:
+                self._serve(request, outbox)
+                return
+            outcome = self.forwarder.forward(forward, request, outbox.reply_to)
+            match after_forward(outcome, forward):
+                case Done():
+                    self.count("forwarded")
                     return
-                case Claim():
-                    try:
-                        if self.ownership.claim(sid, previous) is not None:
-                            self.count("claimed")
-                    except LeaseHeld:
-                        continue  # another host took it first: route again
-                    self._serve(request, outbox)
-                    return
-                case Forward():
-                    outcome = self.forwarder.forward(decision, request, outbox.reply_to)
-                    match after_forward(outcome, decision):
-                        case Done():
-                            self.count("forwarded")
-                            return
-                        case AwaitRelease() as awaited:
-                            self.forwarder.await_release(sid, awaited)
-                            previous = awaited.holder
+                case AwaitRelease() as awaited:
+                    self.forwarder.await_release(sid, awaited)
+                    previous = awaited.holder
         self._refuse(
             outbox, "RoutingFailed", f"session {sid}: no host could take it after {MAX_ROUTES} tries"
         )

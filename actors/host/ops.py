@@ -253,29 +253,38 @@ def run_op(
             return host.state(sid)
 
 
+class Opening:
+    """A turn's opening as its stream shows it: the seq of the message that started it and the turn's
+    id. `take` each item in order; it says True once both are known (the item after the message)."""
+
+    def __init__(self) -> None:
+        self.message_seq: int | None = None
+        self.turn_id: str | None = None
+
+    def take(self, item: object) -> bool:
+        event = getattr(item, "event", None)
+        if isinstance(event, UserMessage):
+            if self.message_seq is None:
+                self.message_seq = item.seq  # type: ignore[attr-defined]
+            return False
+        if isinstance(event, TurnStarted) and self.turn_id is None:
+            self.turn_id = event.turn_id
+        return self.message_seq is not None
+
+
 def accepted(turn: Turn, *, wait: bool, queued: bool) -> Accepted:
     """What the asker answers its client: the message's seq and turn id once recorded (not waited for
     when queued behind a running turn), and the result when the turn ended or `wait`."""
-    seq: int | None = None
-    turn_id: str | None = None
+    opening = Opening()
     if not queued and not wait:
         try:
             for item in turn.events(ACCEPT_WAIT_S):
-                event = getattr(item, "event", None)
-                if isinstance(event, UserMessage):
-                    seq = item.seq  # type: ignore[union-attr]
-                elif isinstance(event, TurnStarted):
-                    turn_id = event.turn_id
-                if seq is not None and not isinstance(event, UserMessage):
+                if opening.take(item):
                     break
         except CairnError:  # TurnTimeout: answered without them
             pass
     result = turn.result(None) if wait else (turn.result(0) if turn.done() else None)
     if wait:
         for item in turn.events(0):
-            event = getattr(item, "event", None)
-            if isinstance(event, UserMessage) and seq is None:
-                seq = item.seq  # type: ignore[union-attr]
-            elif isinstance(event, TurnStarted) and turn_id is None:
-                turn_id = event.turn_id
-    return Accepted(message_seq=seq, turn_id=turn_id, result=result)
+            opening.take(item)
+    return Accepted(message_seq=opening.message_seq, turn_id=opening.turn_id, result=result)

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.host.async_turn import AsyncTurn
+from cairn.actors.host.ops import Opening
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.feed import HEARTBEAT_S, WRITE_TIMEOUT_S, SessionFeeds
 from cairn.actors.http.places import LocalPlaces
@@ -32,7 +33,6 @@ from cairn.actors.session.stream import TurnResult
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import validate_session_id
 from cairn.events.errors import CairnError
-from cairn.events.kinds import TurnStarted, UserMessage
 from cairn.events.model import ImagePart, TextPart
 
 if TYPE_CHECKING:
@@ -252,23 +252,17 @@ class ApiBase:
     async def accepted(self, caller: Caller, sid: str, turn: AsyncTurn, *, queued: bool) -> dict[str, Any]:
         """202's body: where the turn's events begin in the session's stream, once its message is
         recorded (not waited for when queued behind a running turn)."""
-        message_seq: int | None = None
-        turn_id: str | None = None
+        opening = Opening()
         if not queued:
             try:
                 async with asyncio.timeout(ACCEPT_WAIT_S):
                     async for item in turn.events(None):
-                        event = getattr(item, "event", None)
-                        if isinstance(event, UserMessage):
-                            message_seq = item.seq  # type: ignore[union-attr]
-                        elif isinstance(event, TurnStarted):
-                            turn_id = event.turn_id
-                        if message_seq is not None and not isinstance(event, UserMessage):
+                        if opening.take(item):
                             break
             except TimeoutError:
                 pass
         result = await turn.result(None) if turn.done() else None
-        return accepted_body(caller, sid, message_seq, turn_id, result)
+        return accepted_body(caller, sid, opening.message_seq, opening.turn_id, result)
 
     def remote_accepted(self, caller: Caller, sid: str, accepted: Accepted, *, wait: bool) -> Response:
         """The answer to a send (or continue) that the session's holder on a cluster ran: 202 as
