@@ -91,6 +91,8 @@ _WHERE: dict[str, str] = {
     "Deferred": "cairn.actors.tools",
     "ToolError": "cairn.actors.tools",
     "WorkspaceTools": "cairn.actors.tools",
+    "McpTools": "cairn.actors.mcp_tools",
+    "McpServer": "cairn.actors.mcp_tools",
     # records of the log
     "Record": "cairn.events.codec",
     "Event": "cairn.events.kinds",
@@ -190,6 +192,8 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.host.client_view import client_view as client_view
     from cairn.actors.host.transcript import TranscriptEntry as TranscriptEntry
     from cairn.actors.host.transcript import TranscriptPage as TranscriptPage
+    from cairn.actors.mcp_tools import McpServer as McpServer
+    from cairn.actors.mcp_tools import McpTools as McpTools
     from cairn.actors.provider.anthropic_messages import AnthropicProvider as AnthropicProvider
     from cairn.actors.provider.base import Finished as Finished
     from cairn.actors.provider.base import Provider as Provider

@@ -24,7 +24,7 @@ ACTOR_RANKS = {
     "cluster": 4,
     "http": 5,
 }  # lowest first
-ACTOR_LEAVES = {"budget_rule", "errors", "tokens", "tools", "workspace_fs", "placement"}
+ACTOR_LEAVES = {"budget_rule", "errors", "tokens", "tools", "workspace_fs", "placement", "mcp_tools"}
 
 
 def module_name(path: Path) -> str:
