@@ -28,9 +28,12 @@ result by the X rules, as for any tool.
 
 Servers start when the executor is made, all at once (`start_timeout_s`
 each); one that cannot start is left out with a warning, and tried again
-in the background with back-off (1 s doubling to 60 s), as one that
-crashes later is: its calls meanwhile get an error result saying so. A
-call that outlives `call_timeout_s` gets an error result. When a server
+in the background with back-off (1 s doubling to 60 s while it keeps
+failing to start). A server whose connection breaks (it crashed, or wrote
+what is not JSON-RPC) or that lets a call outlive `call_timeout_s` (it may
+hold the next ones too) gives that call an error result at once or at the
+timeout, and is started again after 1 s; its calls meanwhile get an error
+result saying it is not running. When a server
 says its tools changed, they are listed again: calls follow the new list at
 once (a session's schemas are those it began with). `close()` ends every
 server (a stdio server's process is ended with it; one whose parent dies
@@ -123,6 +126,8 @@ class _Running:
         self.started = asyncio.Event()
         self.failure = ""
         self.stop = asyncio.Event()
+        #: set by a call that found the connection broken (made anew for each connection)
+        self.broken = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
 
@@ -185,12 +190,34 @@ class McpTools:
         return msgspec.structs.replace(outcome_of(result), effect=effect)
 
     async def _call(self, tool: _Tool, arguments: dict[str, Any]) -> Any:
+        """The server's result; a broken connection (the server crashed, wrote what is not JSON-RPC,
+        or let a call time out) also makes its supervisor start it again."""
+        from mcp.shared.exceptions import MCPError
+
         running = self._servers[tool.server]
         client = running.client
         if client is None:
             raise _Unavailable(f"MCP server {tool.server} is not running: {running.failure or 'starting'}")
-        async with asyncio.timeout(self.call_timeout_s):
-            return await client.call_tool(tool.remote, arguments, read_timeout_seconds=self.call_timeout_s)
+        try:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await client.call_tool(
+                    tool.remote, arguments, read_timeout_seconds=self.call_timeout_s
+                )
+        except TimeoutError:
+            running.broken.set()  # a server that let a call hang may hold the next ones: start it again
+            raise
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise  # the server's answer to this call
+            running.broken.set()
+            raise _Unavailable(
+                f"MCP server {tool.server} stopped (its connection closed); it is restarted"
+            ) from None
+        except (OSError, EOFError, RuntimeError) as exc:  # the transport broke (the SDK's stream errors)
+            running.broken.set()
+            raise _Unavailable(
+                f"MCP server {tool.server} broke: {type(exc).__name__}; it is restarted"
+            ) from None
 
     # -- the servers' lives ---------------------------------------------------------------------------
 
@@ -211,12 +238,13 @@ class McpTools:
         while not running.stop.is_set():
             try:
                 await self._serve(running)
-                wait = RESTART_FIRST_S
             except Exception as exc:
-                running.failure = f"{type(exc).__name__}: {exc}"[:500]
+                running.failure = _reason(exc)
                 log.warning("cairn: MCP server %s stopped: %s", running.spec.name, running.failure)
             finally:
                 with self._lock:
+                    if running.client is not None:  # it ran: the back-off starts again
+                        wait = RESTART_FIRST_S
                     running.client = None
                 running.started.set()  # a failed start is an outcome too (`_start_all` waits for it)
             if running.stop.is_set():
@@ -230,6 +258,7 @@ class McpTools:
         from mcp import Client
 
         changed = asyncio.Event()
+        running.broken = asyncio.Event()
 
         async def on_message(message: Any) -> None:
             if type(message).__name__ == "ToolListChangedNotification":
@@ -242,11 +271,12 @@ class McpTools:
                 running.failure = ""
             running.started.set()
             while not running.stop.is_set():
-                stop = asyncio.ensure_future(running.stop.wait())
-                relist = asyncio.ensure_future(changed.wait())
-                await asyncio.wait({stop, relist}, return_when=asyncio.FIRST_COMPLETED)
-                stop.cancel()
-                relist.cancel()
+                waits = [asyncio.ensure_future(e.wait()) for e in (running.stop, changed, running.broken)]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for wait in waits:
+                    wait.cancel()
+                if running.broken.is_set():
+                    raise _Unavailable("its connection broke")
                 if changed.is_set():
                     changed.clear()
                     await self._list(running, client)
@@ -298,6 +328,17 @@ class McpTools:
 
 class _Unavailable(Exception):
     """A call to a server that is not running."""
+
+
+#: the JSON-RPC error code the SDK gives a request whose connection closed
+CONNECTION_CLOSED = -32000
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a server stopped, in a line: the first error inside the SDK's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def _transport(spec: McpServer) -> Any:
