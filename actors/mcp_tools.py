@@ -23,8 +23,10 @@ each call goes to its server and back as a `ToolOutcome`:
 A tool's effect is `read` when the server annotates it `readOnlyHint`,
 else `write` (a tool the server says nothing about is taken to change
 something, so snipping keeps its results longer); the read-only ones are
-the executor's `read_only` names. cairn budgets what the model sees of a
-result by the X rules, as for any tool.
+the executor's `read_only` names. Every outcome names the server and the
+tool's own name there (`server`, `server_tool`), which the call's
+`tool-result` records. cairn budgets what the model sees of a result by the
+X rules, as for any tool.
 
 Servers start when the executor is made, all at once (`start_timeout_s`
 each); one that cannot start is left out with a warning, and tried again
@@ -175,19 +177,19 @@ class McpTools:
         tool = self._tools().get(invocation.name)
         if tool is None:
             return ToolOutcome(content=f"no MCP tool named {invocation.name!r}", status="error")
-        effect: ToolEffect = "read" if tool.read_only else "write"
         arguments = invocation.arguments()  # ToolError (shown to the model) when not a JSON object
         try:
-            result = self._loop.call(self._call(tool, arguments), self.call_timeout_s + 5)
+            outcome = outcome_of(self._loop.call(self._call(tool, arguments), self.call_timeout_s + 5))
         except TimeoutError:
             why = f"MCP server {tool.server} did not answer within {self.call_timeout_s:g} s"
-            return ToolOutcome(content=why, status="error", effect=effect)
+            outcome = ToolOutcome(content=why, status="error")
         except _Unavailable as exc:
-            return ToolOutcome(content=str(exc), status="error", effect=effect)
+            outcome = ToolOutcome(content=str(exc), status="error")
         except Exception as exc:  # the SDK's errors: the server refused or broke the call
             why = f"MCP server {tool.server}, tool {tool.remote}: {type(exc).__name__}: {exc}"
-            return ToolOutcome(content=why[:2_000], status="error", effect=effect)
-        return msgspec.structs.replace(outcome_of(result), effect=effect)
+            outcome = ToolOutcome(content=why[:2_000], status="error")
+        effect: ToolEffect = "read" if tool.read_only else "write"
+        return msgspec.structs.replace(outcome, effect=effect, server=tool.server, server_tool=tool.remote)
 
     async def _call(self, tool: _Tool, arguments: dict[str, Any]) -> Any:
         """The server's result; a broken connection (the server crashed, wrote what is not JSON-RPC,

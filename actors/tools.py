@@ -65,12 +65,17 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     `effect` None means: `read` for the session's read-only tools, else
     `write`. `files` lists the files read, written or deleted (for W1).
+    `server` names what ran the call when it is not the host itself (an MCP
+    server, `McpTools`), and `server_tool` the tool's own name there; both
+    are recorded in the call's `tool-result`, for audit.
     """
 
     content: str | tuple[Part, ...]
     status: ToolStatus = "ok"
     effect: ToolEffect | None = None
     files: tuple[FileAccess, ...] = ()
+    server: str | None = None
+    server_tool: str | None = None
 
 
 class Deferred(msgspec.Struct, frozen=True, kw_only=True):

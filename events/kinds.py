@@ -229,6 +229,10 @@ class ToolResult(EventBase, frozen=True, tag="tool-result"):
     tokens: TokenCount | UnsetType = UNSET
     #: for a result too large to show whole, the count of what is shown instead (added later, like `tokens`)
     shown_tokens: ShownCount | UnsetType = UNSET
+    #: what ran the call when not the host itself (an MCP server's name), and the tool's name there
+    #: (added later, like `tokens`; absent for the host's own tools)
+    server: str | UnsetType = UNSET
+    server_tool: str | UnsetType = UNSET
 
 
 class ProviderError(EventBase, frozen=True, tag="provider-error"):

@@ -83,7 +83,10 @@ def describe(event: Event) -> str:
                 f"total={event.total_tokens}{reads}{writes}"
             )
         case ToolResult():
-            return f"{event.tool_name} {event.status}/{event.effect} chars={event.original_chars}"
+            via = (
+                "" if event.server is UNSET else f" (server {event.server}, tool {event.server_tool or '?'})"
+            )
+            return f"{event.tool_name}{via} {event.status}/{event.effect} chars={event.original_chars}"
         case ProviderError():
             return f"{event.request_id} {event.error_class} delivered={event.output_delivered}"
         case ContextSlimmed():

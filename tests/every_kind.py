@@ -32,13 +32,16 @@ CANCEL_REASON = "the user pressed stop"
 
 
 class BigTool:
-    """`big` returns BIG chars: a result kept in the blob store."""
+    """`big` returns BIG chars: a result kept in the blob store, as an MCP server's tool would."""
 
     schemas = ('{"name":"big","parameters":{"type":"object"}}',)
     read_only = ("big",)
 
     def __call__(self, invocation: ToolInvocation) -> ToolOutcome:
-        return ToolOutcome(content="x" * (BIG - 20) + " end of big output\n")
+        # as an MCP server's tool comes back (`McpTools`): the result names the server and its tool
+        return ToolOutcome(
+            content="x" * (BIG - 20) + " end of big output\n", server="bigs", server_tool="make_big"
+        )
 
 
 class HoldTool:

@@ -235,6 +235,8 @@ def tool_result_event(
         original_chars=original,
         truncated=rendered is not message,
         files=outcome.files,
+        server=UNSET if outcome.server is None else outcome.server,
+        server_tool=UNSET if outcome.server_tool is None else outcome.server_tool,
     )
     return event, used + shown
 

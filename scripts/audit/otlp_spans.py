@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.events.codec import Record
 from cairn.events.kinds import (
@@ -192,6 +193,9 @@ class SpanMaker:
                 "cairn.seq": record.seq,
             }
         )
+        if event.server is not UNSET:  # an MCP server's tool: which server, and its name there
+            attributes["cairn.tool.server"] = clean(event.server)
+            attributes["cairn.tool.server_tool"] = clean(str(event.server_tool or ""))
         if self.content:
             attributes["gen_ai.tool.call.result"] = clean(_content_text(event.content))
         call = turn.calls.get(event.call_id)

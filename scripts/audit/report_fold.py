@@ -7,6 +7,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
+from msgspec import UNSET
+
 from cairn.audit.table_rows import TurnFold
 from cairn.audit.timeline import Timeline, timeline_data
 from cairn.events.codec import Record
@@ -100,6 +102,9 @@ class SessionFold:
     checkpoints: list[CheckpointRow] = field(default_factory=list)
     failure_counts: dict[str, int] = field(default_factory=dict)
     failures: list[FailureRow] = field(default_factory=list)
+    #: per tool, by (server, the tool's name there, its name to the model): [calls, errors]; a host's
+    #: own tools have server "" and their name twice (at most MAX_ROWS tools)
+    tools: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     _turns: TurnFold = field(default_factory=TurnFold)
 
     @property
@@ -153,11 +158,12 @@ class SessionFold:
                             event.replacement_tokens,
                         )
                     )
+            case ToolResult():
+                self._count_tool(event)
             case (
                 UserMessage()
                 | TurnFailed()
                 | Request()
-                | ToolResult()
                 | ProviderError()
                 | ContextSlimmed()
                 | Handoff()
@@ -170,6 +176,18 @@ class SessionFold:
             case _:
                 assert_never(event)  # a new kind must be placed here: mypy says so
         self._count_failure(record, turn)
+
+    def _count_tool(self, event: ToolResult) -> None:
+        server = "" if event.server is UNSET else event.server
+        remote = event.tool_name if event.server_tool is UNSET else event.server_tool
+        key = (server, remote, event.tool_name)
+        counts = self.tools.get(key)
+        if counts is None:
+            if len(self.tools) >= MAX_ROWS:
+                return
+            counts = self.tools[key] = [0, 0]
+        counts[0] += 1
+        counts[1] += event.status == "error"
 
     def _count_failure(self, record: Record, turn: str | None) -> None:
         failure = _failure(record.event)

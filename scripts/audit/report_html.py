@@ -193,6 +193,23 @@ def _checkpoints_html(fold: SessionFold) -> str:
     )
 
 
+def _tools_html(fold: SessionFold) -> str:
+    """The tools the session's turns called: who ran each (an MCP server, or the host), calls, errors."""
+    if not fold.tools:
+        return "<p>none</p>\n"
+    rows = (
+        [
+            _td(server or "(the host)"),
+            _td(remote),
+            _td(shown),
+            _td(calls, number=True),
+            _td(errors, number=True, css="bad" if errors else ""),
+        ]
+        for (server, remote, shown), (calls, errors) in sorted(fold.tools.items())
+    )
+    return _table(("server", "tool", "name to the model", "calls", "errors"), rows, "tools")
+
+
 def _failures_html(fold: SessionFold) -> str:
     if not fold.failures:
         return "<p>none</p>\n"
@@ -262,6 +279,8 @@ def session_page(entry: SessionEntry) -> str:
         + f'<img class="timeline" src="{entry.key}.svg" alt="timeline of {esc(title)}">\n'
         + f"<h2>checkpoints ({fold.checkpoint_count:,})</h2>\n"
         + _checkpoints_html(fold)
+        + f"<h2>tools ({sum(calls for calls, _ in fold.tools.values()):,} calls)</h2>\n"
+        + _tools_html(fold)
         + f"<h2>failures ({fold.failure_count:,})</h2>\n"
         + _failures_html(fold)
         + verify

@@ -201,6 +201,8 @@ def body_row(event: Event) -> dict[str, Any]:
                 "blobs": _count(event.content, BlobPart),
                 "files_json": _json(event.files),
                 "content_json": _json(event.content),
+                "server": None if event.server is UNSET else event.server,
+                "server_tool": None if event.server_tool is UNSET else event.server_tool,
             }
         case ContextSlimmed():
             return {

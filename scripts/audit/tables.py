@@ -50,7 +50,9 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
                           cached_prompt_tokens (cache reads), cache_write_tokens (int64,
                           null when the provider gave none)
     tool_result           call_id, tool_name, status, effect, text, original_chars int64,
-                          truncated bool, blobs int64, files_json, content_json
+                          truncated bool, blobs int64, files_json, content_json, server and
+                          server_tool (the MCP server that ran it and the tool's name there;
+                          null for the host's own tools)
     provider_error        request_id, error_class, output_delivered bool, message,
                           status_code int64, retry_after_ms int64, retry_wait_ms int64
     context_slimmed       mode, removed_count int64, tokens_saved int64, marker_id, marker_text,
@@ -169,6 +171,8 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("blobs", INT),
         ("files_json", JSON),
         ("content_json", JSON),
+        ("server", STR),
+        ("server_tool", STR),
     ),
     "provider_error": (
         ("request_id", STR),

@@ -384,3 +384,19 @@ def test_tables_come_from_a_local_store_only(tmp_path: Path, capsys: pytest.Capt
     assert cli.main(argv) == 2
     assert "--format reads a local store" in capsys.readouterr().err
     assert not to.exists()
+
+
+def test_a_result_of_a_servers_tool_names_the_server_and_its_tool_and_the_hosts_own_name_none(
+    exported: Path,
+) -> None:
+    """Issue 26 point 3: `tool_result.server` and `server_tool` (the every-kind store's `big` comes back
+    as an MCP server's tool does); null for the host's own tools."""
+    named = sql(
+        f"select distinct tool_name, server, server_tool from {t(exported, 'tool_result')} "
+        "where server is not null"
+    )
+    assert named == [("big", "bigs", "make_big")]
+    unnamed = sql(
+        f"select count(*) from {t(exported, 'tool_result')} where server is null and server_tool is null"
+    )
+    assert unnamed[0][0] > 0

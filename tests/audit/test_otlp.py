@@ -774,3 +774,13 @@ def test_the_fold_exports_only_what_closes_at_since_or_later() -> None:
     spans = [span for record in _records(events) for span in fold.add(record)]
     assert [(s.category, s.attributes.get("cairn.turn.id")) for s in spans] == [("turn", "t5")]
     assert fold.open_turns == 1
+
+
+def test_a_servers_tool_span_names_the_server_and_its_tool(received: list[ExportTraceServiceRequest]) -> None:
+    """Issue 26 point 3: the every-kind store's `big` comes back as an MCP server's tool does."""
+    tools = [s for s in spans_of(received) if op(s) == "execute_tool"]
+    named = {(s.attributes["gen_ai.tool.name"], s.attributes.get("cairn.tool.server")) for s in tools}
+    assert ("big", "bigs") in named and all(server in (None, "bigs") for _, server in named)
+    assert {s.attributes["cairn.tool.server_tool"] for s in tools if "cairn.tool.server" in s.attributes} == {
+        "make_big"
+    }

@@ -27,6 +27,7 @@ from cairn.events.kinds import (
     CompactionFailed,
     ProviderError,
     SessionStarted,
+    ToolResult,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -217,6 +218,18 @@ def test_each_session_page_lists_its_checkpoints_and_failures_from_the_log(
                 ]
             else:
                 assert "failures" not in page.tables
+            results = [r.event for r in records if isinstance(r.event, ToolResult)]
+            if results:  # issue 26 point 3: who ran each tool (an MCP server, or the host), with counts
+                expected = Counter(
+                    (e.server or "(the host)", e.server_tool or e.tool_name, e.tool_name) for e in results
+                )
+                shown = {
+                    (row["server"], row["tool"], row["name to the model"]): row["calls"]
+                    for row in page.rows("tools")
+                }
+                assert shown == {key: n(count) for key, count in expected.items()}
+            else:
+                assert "tools" not in page.tables
             facts = {row[0]: row[1] for row in page.tables["facts"]}
             assert facts["events"] == f"{n(len(records))} (seq 1..{n(records[-1].seq)})"
             (img,) = [link for tag, link in page.links if tag == "img"]

@@ -111,6 +111,7 @@ def test_a_session_with_mcp_tools_runs_them_and_records_their_results(
     assert "fs__read_text_file" in (started.read_only_tools or ())
     found = [r.event for r in records if isinstance(r.event, ToolResult)]
     assert [(t.tool_name, t.status, t.effect) for t in found] == [("fs__read_text_file", "ok", "read")]
+    assert (found[0].server, found[0].server_tool) == ("fs", "read_text_file")  # for audit (point 3)
     assert "Python 3.11" in str(found[0].content)
     log = "\n".join(str(r.event) for r in records)
     assert "s3cret" not in log  # the server's environment never reaches the log

@@ -213,3 +213,17 @@ def test_jq_reads_the_log_as_json_lines(store: Path) -> None:
     )
     listed: Any = kinds.stdout.decode().split()
     assert kinds.returncode == 0 and {"handoff", "context-slimmed", "checkpoint-committed"} <= set(listed)
+
+
+def test_log_names_the_server_and_its_tool_of_a_servers_tool_result(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26 point 3: `cairn log` shows which server ran a call, and the tool's name there."""
+    code, out, err = run(capsys, "log", "extra", "--store", str(store), "--kind", "tool-result")
+    assert code == 0 and "Traceback" not in err, err
+    assert "big (server bigs, tool make_big) ok/" in out
+    code, out, err = run(capsys, "log", "extra", "--store", str(store), "--kind", "tool-result", "--json")
+    named = [json.loads(line) for line in out.splitlines() if '"bigs"' in line]
+    assert named and all(
+        '"server": "bigs"' in json.dumps(n) and '"server_tool": "make_big"' in json.dumps(n) for n in named
+    )
