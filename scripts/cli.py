@@ -38,6 +38,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     argv += ["--turns", str(args.turns)] if args.turns is not None else []
     argv += ["--cluster"] if args.cluster else []
     argv += ["--http"] if args.http else []
+    argv += ["--mcp"] if args.mcp else []
     argv += ["--local-model"] if args.local_model else []
     return demo.main(argv + (["--json"] if args.json else []))
 
@@ -169,6 +170,11 @@ def _add_demo(
         "--http",
         action="store_true",
         help="through the HTTP API from client processes, across a server SIGKILL and restart",
+    )
+    p.add_argument(
+        "--mcp",
+        action="store_true",
+        help="the sessions' tools from the MCP reference filesystem server (Node's npx; the mcp extra)",
     )
     p.add_argument(
         "--provider",

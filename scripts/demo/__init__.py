@@ -4,11 +4,13 @@
     cairn demo --local-model [--store DIR] [--sessions 2] [--turns 8] [--json]
     cairn demo --cluster [--store DIR] [--sessions 12] [--turns 6] [--json]
     cairn demo --http [--store DIR] [--sessions 4] [--turns 6] [--json]
+    cairn demo --mcp [--store DIR] [--sessions N] [--turns M] [--json]
 
 (`--cluster`: the same agent's sessions on a 3-node NATS JetStream cluster
 with 3 host processes, through a host SIGKILL and a node stop: `cluster`.
 `--http`: through the HTTP API from client processes, across a server
-SIGKILL and restart: `http_demo`.)
+SIGKILL and restart: `http_demo`. `--mcp`: the sessions' tools are the MCP
+reference filesystem server's, run with Node through `npx`: `mcp`.)
 
 One host runs N sessions at once (default 8), M turns each (default 12). Every
 session is a scripted coding agent working with real tools (list, read, grep,
@@ -180,6 +182,12 @@ def _parser() -> argparse.ArgumentParser:
         "(scripted provider; see cairn.demo.cluster)",
     )
     parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="the sessions' tools from the MCP reference filesystem server (Node's npx; the mcp extra); "
+        "scripted provider",
+    )
+    parser.add_argument(
         "--http",
         action="store_true",
         help="through the HTTP API from client processes, across a server SIGKILL and restart "
@@ -216,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.mcp and (args.http or args.cluster):
+        parser.error("--mcp runs on one local host (no --http, --cluster)")
     if args.http:
         return _main_http(parser, args)
     if args.cluster:
@@ -232,7 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = None
     try:
         placed = placement.place_from_env()  # left to the OS, unless CAIRN_CPU asks for one CPU or batch
-        if args.local_model:
+        if args.mcp:
+            if args.local_model or args.provider != "scripted":
+                parser.error("--mcp runs the scripted provider (no --local-model, --provider)")
+            from cairn.demo.mcp import mcp_setup
+
+            setup = mcp_setup(Path(args.store))
+        elif args.local_model:
             server = _local_server(args.sessions)
             setup = openai_setup(server.environ(max_output_tokens=LocalPreset.max_output_tokens))
         else:

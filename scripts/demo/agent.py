@@ -6,6 +6,7 @@ import json
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from cairn import SessionSettings
@@ -45,9 +46,16 @@ class DemoAgent:
     """
 
     def __init__(
-        self, sid: str, *, overflow_at: int | None, measure: Callable[[ProviderRequest], int]
+        self,
+        sid: str,
+        *,
+        overflow_at: int | None,
+        measure: Callable[[ProviderRequest], int],
+        mcp_workspace: Path | None = None,
     ) -> None:
         self.sid = sid
+        #: the session's workspace when its tools are the MCP filesystem server's (`cairn demo --mcp`)
+        self.mcp_workspace = mcp_workspace
         self.steps: dict[str, int] = {}
         self.overflow_at = overflow_at
         self.measure = measure
@@ -75,6 +83,8 @@ class DemoAgent:
         handoff = request.messages[-1].meta.origin == "handoff"
 
         def call(name: str, arguments: dict[str, str]) -> tuple[ToolCall, ...]:
+            if self.mcp_workspace is not None:
+                name, arguments = mcp_call(self.mcp_workspace, name, arguments)
             return (ToolCall(f"{tag}-s{step}", name, json.dumps(arguments)),)
 
         if step == 0:
@@ -143,13 +153,32 @@ class DemoAgent:
         return "\n".join(lines)
 
 
-def provider_for(sid: str) -> ScriptedProvider:
+def mcp_call(workspace: Path, name: str, arguments: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The agent's call of `name` (list, read, grep, write; paths relative to the workspace) as a call
+    of the MCP reference filesystem server's tools (prefixed `fs__`; absolute paths). It has no
+    search of contents: the grep step finds the Python files by name instead."""
+    where = str(workspace / arguments.get("path", "."))
+    match name:
+        case "list":
+            return "fs__list_directory", {"path": where}
+        case "read":
+            return "fs__read_text_file", {"path": where}
+        case "grep":
+            return "fs__search_files", {"path": where, "pattern": "*.py"}
+        case "write":
+            return "fs__write_file", {"path": where, "content": arguments["content"]}
+    raise ValueError(f"the demo agent has no tool {name!r}")
+
+
+def provider_for(sid: str, mcp_workspaces: Path | None = None) -> ScriptedProvider:
     """The scripted model of one demo session (with its injected fault, if it has one).
 
     It counts prompt tokens as cairn does (cl100k), so its usage agrees with
     the local estimate; the fifth session's provider rejects one request once
     the prompt passes 60 % of the window. A session not named `<...>-N`
-    (e.g. one a client sends to `cairn serve`) gets no injected fault.
+    (e.g. one a client sends to `cairn serve`) gets no injected fault. With
+    `mcp_workspaces` (`cairn demo --mcp`) its tools are the MCP filesystem
+    server's, on the session's folder there (`mcp_call`).
     """
     tail = sid.rsplit("-", 1)[-1]
     index = int(tail) if tail.isascii() and tail.isdigit() else 0
@@ -165,7 +194,12 @@ def provider_for(sid: str) -> ScriptedProvider:
     overflow = window * 6 // 10 if index == REACTIVE_SESSION and window else None
     return ScriptedProvider(
         summaries=summaries,
-        responder=DemoAgent(sid, overflow_at=overflow, measure=measure),
+        responder=DemoAgent(
+            sid,
+            overflow_at=overflow,
+            measure=measure,
+            mcp_workspace=None if mcp_workspaces is None else mcp_workspaces / sid,
+        ),
         context_window=SETTINGS.context_window,
         chunk_chars=48,
         prompt_tokens=measure,

@@ -135,7 +135,7 @@ def _run_live(
     host = Host.open(
         store,
         settings=settings,
-        tools=WorkspaceTools(),
+        tools=setup.tools if setup.tools is not None else WorkspaceTools(),
         config=HostConfig(max_live_sessions=max(sessions, 8)),
         provider_factory=setup.adapter_for,
         fsync=fsync,
@@ -215,7 +215,7 @@ def _replay_reports(store: Path, setup: Setup, live: LiveRun, *, fsync: FsyncFn)
     reopened = Host.open(
         store,
         settings=settings,
-        tools=WorkspaceTools(),
+        tools=setup.tools if setup.tools is not None else WorkspaceTools(),
         config=HostConfig(sweep=False),
         provider_factory=setup.adapter_for,
         fsync=fsync,

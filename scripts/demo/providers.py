@@ -12,6 +12,7 @@ from cairn import SessionSettings
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.budget import budget_for
 from cairn.actors.tokens import TokenCounter
+from cairn.actors.tools import ToolExecutor
 from cairn.demo.agent import SETTINGS, provider_for
 from cairn.demo.errors import DemoSetupError
 from cairn.demo.tasks import attachment_tokens, grown_task, task_text
@@ -33,6 +34,8 @@ class Setup:
     wait_s: float = 120.0
     endpoint: str = ""
     close: Callable[[], None] = lambda: None
+    #: the sessions' tools (None: `WorkspaceTools`; `cairn demo --mcp`: the MCP filesystem server's)
+    tools: ToolExecutor | None = None
 
 
 def scripted_setup() -> Setup:

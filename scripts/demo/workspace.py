@@ -30,6 +30,7 @@ def make_workspace(path: Path, index: int) -> None:
         return
     (path / "src").mkdir(parents=True)
     (path / "tests").mkdir()
+    (path / "notes").mkdir()  # where the agent writes its notes (the MCP filesystem server makes no folders)
     (path / "README.md").write_text(
         f"# demo shop {index}\n\nModules: {', '.join(MODULES)}.\nRun the tests with pytest.\n"
     )
