@@ -83,3 +83,27 @@ def json_line(encoded: bytes | str) -> str:
     if line.isascii() and line.isprintable():
         return line
     return _NON_ASCII.sub(_json_escape, line)
+
+
+def cairn_program() -> str:
+    """How to run this cairn from the current folder, as a shell word: `cairn` when that is the one on
+    PATH, else the path of this environment's `cairn` script (`.venv/bin/cairn` for whoever followed
+    the README without activating the venv), else `python -m cairn.cli` with this interpreter.
+    Commands the demos print for the user to run next start with it, so they run as printed."""
+    import os
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "cairn"
+    on_path = shutil.which("cairn")
+    if on_path is not None and script.exists() and Path(on_path).resolve() == script.resolve():
+        return "cairn"
+    if script.exists():
+        try:
+            shown = os.path.relpath(script)
+        except ValueError:  # another drive (Windows)
+            shown = str(script)
+        shown = shown if os.sep in shown else f".{os.sep}{shown}"
+        return shlex.quote(shown if not shown.startswith("..") else str(script))
+    return f"{shlex.quote(sys.executable)} -m cairn.cli"

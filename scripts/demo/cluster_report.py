@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from cairn import _console
 from cairn.demo.cluster_clients import SessionRun
 from cairn.demo.cluster_facts import SessionFacts
 from cairn.demo.cluster_procs import CommandRun
@@ -40,11 +41,12 @@ def client_turns(runs: list[SessionRun]) -> tuple[dict[str, int], list[str]]:
 def audit_commands(export_dir: Path, sid: str) -> list[str]:
     """What to run next, on the export (every one exits 0 on a healthy run)."""
     where = ["--store", str(export_dir)]
+    cairn = _console.cairn_program()  # as the user can run it
     return [
-        shlex.join(["cairn", "sessions", *where]),
-        shlex.join(["cairn", "log", sid, *where]),
-        shlex.join(["cairn", "replay", sid, *where]),
-        shlex.join(["cairn", "verify", *where]),
+        f"{cairn} {shlex.join(['sessions', *where])}",
+        f"{cairn} {shlex.join(['log', sid, *where])}",
+        f"{cairn} {shlex.join(['replay', sid, *where])}",
+        f"{cairn} {shlex.join(['verify', *where])}",
     ]
 
 

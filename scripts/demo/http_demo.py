@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cairn import _console
 from cairn.actors.session.handoff import is_hidden_event
 from cairn.demo.errors import DemoSetupError
 from cairn.demo.workspace import make_workspace
@@ -246,7 +248,8 @@ def run_http(store: Path, sessions: int, turns: int) -> dict[str, Any]:
             seen[sid] = json.loads(path.read_text(encoding="utf-8"))
     facts = _facts(root / "store", seen)
     problems = _judged(run, seen, facts)
-    store_dir = root / "store"
+    store_dir = shlex.quote(str(root / "store"))
+    cairn = _console.cairn_program()  # the commands run as printed
     return {
         "ok": not problems,
         "problems": problems,
@@ -260,10 +263,10 @@ def run_http(store: Path, sessions: int, turns: int) -> dict[str, Any]:
         "facts": facts,
         "root": str(root),
         "audit_commands": [
-            f"cairn sessions --store {store_dir}",
-            f"cairn interrupted --store {store_dir}",
-            f"cairn log {sids[0]} --store {store_dir} --kind turn-failed --kind turn-completed",
-            f"cairn verify --store {store_dir}",
+            f"{cairn} sessions --store {store_dir}",
+            f"{cairn} interrupted --store {store_dir}",
+            f"{cairn} log {sids[0]} --store {store_dir} --kind turn-failed --kind turn-completed",
+            f"{cairn} verify --store {store_dir}",
         ],
     }
 

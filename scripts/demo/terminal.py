@@ -200,14 +200,16 @@ def _audit(report: dict[str, Any]) -> list[Line]:
 def audit_commands(
     store: str, fallback: str = f"demo-{FALLBACK_SESSION}", reactive: str = f"demo-{REACTIVE_SESSION}"
 ) -> list[str]:
-    """The `cairn` commands the demo prints to audit its store (`store` quoted for a shell)."""
+    """The `cairn` commands the demo prints to audit its store (`store` quoted for a shell), each starting
+    with the program as the user can run it (`_console.cairn_program`)."""
+    cairn = _console.cairn_program()
     return [
-        f"cairn sessions --store {store}",
-        f"cairn checkpoints {fallback} --store {store}",
-        f"cairn log {fallback} --store {store} --kind compaction-failed --kind checkpoint-committed",
-        f"cairn log {reactive} --store {store} --kind provider-error --kind checkpoint-committed",
-        f"cairn log demo-1 --store {store} --kind handoff --kind context-slimmed",
-        f"cairn context demo-1 --store {store}",
-        f"cairn replay demo-1 --store {store}",
-        f"cairn verify --store {store}",
+        f"{cairn} sessions --store {store}",
+        f"{cairn} checkpoints {fallback} --store {store}",
+        f"{cairn} log {fallback} --store {store} --kind compaction-failed --kind checkpoint-committed",
+        f"{cairn} log {reactive} --store {store} --kind provider-error --kind checkpoint-committed",
+        f"{cairn} log demo-1 --store {store} --kind handoff --kind context-slimmed",
+        f"{cairn} context demo-1 --store {store}",
+        f"{cairn} replay demo-1 --store {store}",
+        f"{cairn} verify --store {store}",
     ]

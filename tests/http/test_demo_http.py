@@ -27,11 +27,8 @@ def test_the_http_demo_survives_a_server_crash_and_every_command_it_prints_runs(
     assert report["turns_done_at_kill"] >= 4 and report["reconnects"] >= 1
     assert report["server_exit_on_sigterm"] == 0
     assert all(f["stream_matches_log"] and f["replay_identical"] for f in report["facts"].values())
-    for command in report["audit_commands"]:
-        argv = shlex.split(command)
-        ran = subprocess.run(
-            [sys.executable, "-m", "cairn.cli", *argv[1:]], capture_output=True, text=True, timeout=60
-        )
+    for command in report["audit_commands"]:  # as printed (issue 27: no bare `cairn` off PATH)
+        ran = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0 and "Traceback" not in ran.stderr, (command, ran.stderr)
 
 

@@ -154,8 +154,8 @@ def _audit_commands(report: dict[str, Any], capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     printed = out.split("Audit what happened:", 1)[1].strip().splitlines()
     commands = [shlex.split(line) for line in printed]
-    assert len(commands) == 8 and all(c[0] == "cairn" for c in commands)
-    return [[str(CAIRN), *c[1:]] for c in commands]
+    assert len(commands) == 8
+    return commands  # run as printed (issue 27): the program as the user can run it
 
 
 def test_every_command_the_demo_and_the_readme_print_runs_as_the_installed_script(
@@ -227,3 +227,16 @@ def test_log_names_the_server_and_its_tool_of_a_servers_tool_result(
     assert named and all(
         '"server": "bigs"' in json.dumps(n) and '"server_tool": "make_big"' in json.dumps(n) for n in named
     )
+
+
+def test_the_printed_program_is_the_one_to_run_from_here_on_path_or_not(tmp_path: Path) -> None:
+    """Issue 27: the demo printed bare `cairn ...`, which fails for whoever did not activate the venv.
+    Off PATH it prints this environment's script (relative to the folder it runs in); on PATH, `cairn`."""
+    code = "from cairn import _console; print(_console.cairn_program())"
+    bare = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=bare, cwd=tmp_path)
+    program = shlex.split(off.stdout.strip())
+    assert program[0] != "cairn" and (tmp_path / program[0]).resolve() == CAIRN.resolve()
+    on = {**os.environ, "PATH": f"{CAIRN.parent}{os.pathsep}/usr/bin:/bin"}
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=on, cwd=tmp_path)
+    assert found.stdout.strip() == "cairn"
