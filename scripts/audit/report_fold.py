@@ -92,7 +92,13 @@ class SessionFold:
     turns: int = 0
     turns_completed: int = 0
     turns_cancelled: int = 0
+    #: ended by an error (a provider's, a compaction's ...), and stopped by a crash or a stop
+    turns_failed: int = 0
+    turns_interrupted: int = 0
     open_turn: str | None = None
+    requests: int = 0
+    handoffs: int = 0
+    checkpoints_llm: int = 0
     responses: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -110,6 +116,11 @@ class SessionFold:
     @property
     def failure_count(self) -> int:
         return sum(self.failure_counts.values())
+
+    @property
+    def errors_recovered(self) -> int:
+        """Provider errors and failed compactions that did not end a turn (retried, the fallback...)."""
+        return self.failure_count - self.turns_failed - self.turns_interrupted
 
     def add(self, record: Record) -> None:
         # long: one match arm per event kind
@@ -145,6 +156,7 @@ class SessionFold:
                     self.completion_reports += 1
             case CheckpointCommitted():
                 self.checkpoint_count += 1
+                self.checkpoints_llm += event.strategy == "llm"
                 if len(self.checkpoints) < MAX_ROWS:
                     self.checkpoints.append(
                         CheckpointRow(
@@ -160,13 +172,20 @@ class SessionFold:
                     )
             case ToolResult():
                 self._count_tool(event)
+            case TurnFailed():
+                if event.phase == "interrupted":
+                    self.turns_interrupted += 1
+                else:
+                    self.turns_failed += 1
+                self.open_turn = None
+            case Request():
+                self.requests += 1
+            case Handoff():
+                self.handoffs += 1
             case (
                 UserMessage()
-                | TurnFailed()
-                | Request()
                 | ProviderError()
                 | ContextSlimmed()
-                | Handoff()
                 | CompactionFailed()
                 | OwnerChanged()
                 | TurnDismissed()
@@ -209,9 +228,12 @@ class SessionFold:
 def _failure(event: object) -> tuple[str, str] | None:
     """(kind, description) of a failure event, None for any other event."""
     if isinstance(event, TurnFailed):
-        kind = "interrupted turn" if event.phase == "interrupted" else "failed turn"
         text = ": ".join(part for part in (event.error_class, event.error) if part)
-        return kind, f"phase {event.phase}" + (f": {text}" if text else "")
+        if event.phase == "interrupted":  # the phase is the kind: said once, not again as the class
+            named = event.error_class if event.error_class not in ("", "interrupted") else ""
+            said = ": ".join(part for part in (named, event.error) if part)
+            return "interrupted turn", said or "the host stopped while the turn ran"
+        return "failed turn", f"phase {event.phase}" + (f": {text}" if text else "")
     if isinstance(event, ProviderError):
         status = f" (HTTP {event.status_code})" if event.status_code is not None else ""
         delivered = ", after output was delivered" if event.output_delivered else ""

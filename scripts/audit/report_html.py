@@ -79,14 +79,32 @@ SESSION_COLUMNS = (
     "model",
     "events",
     "turns",
+    "completed",
+    "failed",
+    "interrupted",
     "prompt tokens",
     "completion tokens",
+    "hand-offs",
     "checkpoints",
-    "failures",
+    "errors recovered",
     "state",
     "last activity",
     "verify",
 )
+#: what a failure kind is called when there are several
+_PLURAL = {
+    "interrupted turn": "interrupted turns",
+    "failed turn": "failed turns",
+    "provider error": "provider errors",
+    "compaction failed": "compactions failed",
+}
+#: failure kinds that ended a turn (red); the others were recovered from (a retry, the fallback)
+TURN_ENDING = frozenset({"interrupted turn", "failed turn"})
+
+
+def counted(n: int, kind: str) -> str:
+    """`1 failed turn`, `2 failed turns`."""
+    return f"{n:,} {kind if n == 1 else _PLURAL.get(kind, kind)}"
 
 
 def _session_row(entry: SessionEntry) -> list[str]:
@@ -94,19 +112,56 @@ def _session_row(entry: SessionEntry) -> list[str]:
     verify = _td(entry.verify_result, css="bad" if entry.problems else "ok")
     fold = entry.fold
     if fold is None:
-        return [link, *(["<td></td>"] * 7), _td("corrupt", css="bad"), "<td></td>", verify]
+        blanks = ["<td></td>"] * (len(SESSION_COLUMNS) - 4)  # all but session, state, activity, verify
+        return [link, *blanks, _td("corrupt", css="bad"), "<td></td>", verify]
     return [
         link,
         _td(fold.model),
         _td(fold.events, number=True),
         _td(fold.turns, number=True),
+        _td(fold.turns_completed, number=True),
+        _td(fold.turns_failed, number=True, css="bad" if fold.turns_failed else ""),
+        _td(fold.turns_interrupted, number=True, css="warn" if fold.turns_interrupted else ""),
         _td(_tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses), number=True),
         _td(_tokens(fold.completion_tokens, fold.completion_reports, fold.responses), number=True),
+        _td(fold.handoffs, number=True),
         _td(fold.checkpoint_count, number=True),
-        _td(fold.failure_count, number=True, css="bad" if fold.failure_count else ""),
+        _td(fold.errors_recovered, number=True),
         _td(entry.state, css="warn" if fold.open_turn is not None else "ok"),
         _td(_when(fold.last_ts)),
         verify,
+    ]
+
+
+def _totals(folds: list[SessionFold]) -> list[tuple[str, str]]:
+    """The store's totals over its readable sessions, as (figure, value) rows."""
+
+    def total(name: str) -> int:
+        return sum(int(getattr(f, name)) for f in folds)
+
+    responses = total("responses")
+    turns = total("turns")
+    return [
+        ("sessions", f"{len(folds):,}"),
+        ("events", f"{total('events'):,}"),
+        (
+            "turns",
+            f"{turns:,} started: {total('turns_completed'):,} completed, {total('turns_failed'):,} failed, "
+            f"{total('turns_interrupted'):,} interrupted, {total('turns_cancelled'):,} cancelled",
+        ),
+        ("requests", f"{total('requests'):,} ({responses:,} answered)"),
+        ("prompt tokens", _tokens(total("prompt_tokens"), total("prompt_reports"), responses)),
+        ("completion tokens", _tokens(total("completion_tokens"), total("completion_reports"), responses)),
+        ("hand-offs", f"{total('handoffs'):,}"),
+        (
+            "checkpoints",
+            f"{total('checkpoint_count'):,} ({total('checkpoints_llm'):,} by LLM summary, "
+            f"{total('checkpoint_count') - total('checkpoints_llm'):,} by the fallback)",
+        ),
+        (
+            "errors recovered",
+            f"{total('errors_recovered'):,} (provider errors retried, compactions that failed)",
+        ),
     ]
 
 
@@ -132,10 +187,16 @@ def index_page(root: str, entries: list[SessionEntry], verify: VerifyReport, gen
         + (f', <span class="bad">{corrupt} corrupt</span>' if corrupt else "")
         + "</p>\n"
         + _verify_summary(verify)
+        + "<h2>totals</h2>\n"
+        + _facts_table(
+            [(k, v) for k, v in _totals([e.fold for e in entries if e.fold is not None])], "totals"
+        )
         + "<h2>sessions</h2>\n"
         + _table(SESSION_COLUMNS, (_session_row(e) for e in entries), "sessions")
         + "<p>tokens: as the provider reported them; ≥: some responses came without usage; "
-        "unknown: none reported.</p>\n"
+        "unknown: none reported. failed: turns an error ended; interrupted: turns a crash or stop ended; "
+        "errors recovered: provider errors retried and compactions that failed, none of which ended a "
+        "turn.</p>\n"
     )
     return _page(f"cairn report of {root}", body)
 
@@ -210,16 +271,21 @@ def _tools_html(fold: SessionFold) -> str:
     return _table(("server", "tool", "name to the model", "calls", "errors"), rows, "tools")
 
 
+def _facts_table(facts: list[tuple[str, str]], css_class: str) -> str:
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>\n" for k, v in facts)
+    return f'<table class="{css_class}">\n{rows}</table>\n'
+
+
 def _failures_html(fold: SessionFold) -> str:
     if not fold.failures:
         return "<p>none</p>\n"
-    counts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(fold.failure_counts.items()))
+    counts = ", ".join(counted(n, kind) for kind, n in sorted(fold.failure_counts.items()))
     rows = (
         [
             _td(f.seq, number=True),
             _td(_when(f.ts)),
             _td(f.turn_id or ""),
-            _td(f.kind, css="bad"),
+            _td(f.kind, css="bad" if f.kind in TURN_ENDING else "warn"),
             _td(_clip(f.what)),
         ]
         for f in fold.failures
@@ -256,7 +322,13 @@ def session_page(entry: SessionEntry) -> str:
         ("workspace", fold.workspace),
         ("context window", "" if fold.context_window is None else f"{fold.context_window:,}"),
         ("events", f"{fold.events:,} (seq 1..{fold.last_seq:,})"),
-        ("turns", f"{fold.turns:,} started, {fold.turns_completed:,} completed{_cancelled(fold)}"),
+        (
+            "turns",
+            f"{fold.turns:,} started, {fold.turns_completed:,} completed, {fold.turns_failed:,} failed, "
+            f"{fold.turns_interrupted:,} interrupted{_cancelled(fold)}",
+        ),
+        ("requests", f"{fold.requests:,}"),
+        ("hand-offs", f"{fold.handoffs:,}"),
         ("state", entry.state + (f" ({fold.open_turn})" if fold.open_turn else "")),
         ("prompt tokens", _tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses)),
         ("completion tokens", _tokens(fold.completion_tokens, fold.completion_reports, fold.responses)),
@@ -265,7 +337,7 @@ def session_page(entry: SessionEntry) -> str:
     ]
     if fold.parent_session is not None:
         facts.append(("forked from", f"{fold.parent_session} at seq {fold.parent_seq}"))
-    facts_html = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>\n" for k, v in facts)
+    facts_html = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>\n" for k, v in facts)  # "facts"
     reduced = (
         f" (reduced to the first, lowest, highest and last point per {timeline.run_width:,} seqs)"
         if timeline.run_width > 1

@@ -25,9 +25,12 @@ from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     CheckpointCommitted,
     CompactionFailed,
+    Handoff,
     ProviderError,
+    Request,
     SessionStarted,
     ToolResult,
+    TurnCompleted,
     TurnFailed,
     TurnStarted,
     Usage,
@@ -131,30 +134,64 @@ def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> No
             events = [r.event for r in records]
             usage = [e for e in events if isinstance(e, Usage)]
             models = [e.model for e in events if isinstance(e, SessionStarted)]
+            failed = [e for e in events if isinstance(e, TurnFailed)]
+            interrupted = sum(e.phase == "interrupted" for e in failed)
+            errors = sum(isinstance(e, ProviderError | CompactionFailed) for e in events)
             assert row == {
                 "session": sid,
                 "model": models[-1],
                 "events": n(len(records)),
                 "turns": n(sum(isinstance(e, TurnStarted) for e in events)),
+                "completed": n(sum(isinstance(e, TurnCompleted) for e in events)),
+                "failed": n(len(failed) - interrupted),
+                "interrupted": n(interrupted),
                 "prompt tokens": n(sum(u.prompt_tokens or 0 for u in usage)),
                 "completion tokens": n(sum(u.completion_tokens or 0 for u in usage)),
+                "hand-offs": n(sum(isinstance(e, Handoff) for e in events)),
                 "checkpoints": n(sum(isinstance(e, CheckpointCommitted) for e in events)),
-                "failures": n(sum(isinstance(e, FAILURE_KINDS) for e in events)),
+                "errors recovered": n(errors),
                 "state": "ok",
                 "last activity": iso(records[-1].ts),
                 "verify": "ok",
             }
-    # literally, what the fixture made: the demo's checkpoints, the extra session's two failures
+    # literally, what the fixture made: the demo's checkpoints, the extra session's failed turn and
+    # its provider error, the interrupted session's turn stopped mid-tool
     assert [rows[s]["checkpoints"] for s in ("demo-1", "demo-1-fork", "extra")] == ["2", "2", "0"]
-    assert [rows[s]["failures"] for s in ("extra", "extra-fork")] == ["2", "2"]
+    assert [(rows[s]["failed"], rows[s]["errors recovered"]) for s in ("extra", "extra-fork")] == [
+        ("1", "1")
+    ] * 2
+    assert rows["demo-1"]["failed"] == "0" and rows["demo-1"]["interrupted"] == "0"
     assert rows["demo-1"]["events"] == "394" and rows["extra"]["turns"] == "2"
     # a corrupt session: shown as corrupt, no figure of it
     broken = rows[BROKEN]
     assert broken["state"] == "corrupt"
     assert broken["verify"] == "3 problems"
-    assert [broken[c] for c in ("model", "events", "turns", "checkpoints", "failures", "last activity")] == [
+    assert [broken[c] for c in ("model", "events", "turns", "checkpoints", "failed", "last activity")] == [
         ""
     ] * 6
+
+
+def test_the_store_totals_add_up_the_sessions(pristine: Path, reported: Path) -> None:
+    """Issue 27: the index opens with the store's totals, over every readable session."""
+    page = parse(reported / "index.html")
+    totals = {row[0]: row[1] for row in page.tables["totals"]}
+    with Journal.open(pristine, readonly=True) as journal:
+        events = [r.event for s in journal.sessions() if s.sid != BROKEN for r in journal.read(s.sid)]
+    started = sum(isinstance(e, TurnStarted) for e in events)
+    completed = sum(isinstance(e, TurnCompleted) for e in events)
+    assert totals["sessions"] == n(len(page.rows("sessions")) - 1)  # the corrupt one is not counted
+    assert totals["events"] == n(len(events))
+    assert totals["turns"].startswith(f"{n(started)} started: {n(completed)} completed, ")
+    assert totals["requests"].startswith(n(sum(isinstance(e, Request) for e in events)))
+    assert totals["hand-offs"] == n(sum(isinstance(e, Handoff) for e in events))
+    llm = sum(isinstance(e, CheckpointCommitted) and e.strategy == "llm" for e in events)
+    checkpoints = sum(isinstance(e, CheckpointCommitted) for e in events)
+    assert (
+        totals["checkpoints"]
+        == f"{n(checkpoints)} ({n(llm)} by LLM summary, {n(checkpoints - llm)} by the fallback)"
+    )
+    usage = [e for e in events if isinstance(e, Usage)]
+    assert totals["prompt tokens"] == n(sum(u.prompt_tokens or 0 for u in usage))
 
 
 def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path) -> None:
@@ -336,7 +373,8 @@ def test_hostile_text_from_the_log_reaches_the_html_escaped(tmp_path: Path) -> N
     ]
     assert [row["turn"] for row in page.rows("failures")] == [f"t{shown}"] * 3
     (row,) = parse(out / "index.html").rows("sessions")
-    assert row["model"] == f"<script>m</script>{shown}" and row["failures"] == "3"
+    assert row["model"] == f"<script>m</script>{shown}"
+    assert (row["failed"], row["errors recovered"]) == ("1", "2")
     assert row["state"] == "ok"
 
 
@@ -394,3 +432,15 @@ def test_the_fold_lists_at_most_a_thousand_rows_and_counts_them_all() -> None:
     assert len(fold.failures) == 1000 and fold.failure_count == 1005
     assert fold.failures[0].turn_id == "t1" and fold.failures[-1].seq == 1002
     assert (fold.events, fold.turns, fold.last_ts, fold.open_turn) == (1007, 1, 2006, "t1")
+
+
+def test_failure_counts_are_said_in_words_that_agree(pristine: Path, reported: Path) -> None:
+    """Issue 27's text bugs: `2 interrupted turn`, and `interrupted: interrupted`."""
+    with Journal.open(pristine, readonly=True) as journal:
+        interrupted = [r.event for r in journal.read("interrupted") if isinstance(r.event, TurnFailed)]
+    assert len(interrupted) >= 2 and all(e.phase == "interrupted" for e in interrupted)
+    page = parse(reported / "sessions" / f"{page_key('interrupted')}.html")
+    text = " ".join(page.text)
+    assert f"{len(interrupted)} interrupted turns" in text
+    kinds = [(row["kind"], row["what"]) for row in page.rows("failures")]
+    assert all(kind == "interrupted turn" and "interrupted" not in what.split(":")[0] for kind, what in kinds)
