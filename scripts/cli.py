@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub, common)
     _add_readers(sub, reads)
     _add_exports(sub, reads)
+    _add_report(sub, reads)
     p = sub.add_parser("reindex", parents=[common], help="rebuild the LMDB index from the log")
     p.set_defaults(func=cmd_reindex)
 
@@ -227,6 +228,18 @@ def _add_readers(
     p.set_defaults(func=cmd_verify)
 
 
+def _add_report(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], reads: list[argparse.ArgumentParser]
+) -> None:
+    """`cairn report`: the static HTML report."""
+    p = sub.add_parser("report", parents=reads, help="a static HTML report of the whole store")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory, or a report's")
+    p.add_argument(
+        "--handoffs", action="store_true", help="show the hidden hand-off notes in the sessions' transcripts"
+    )
+    p.set_defaults(func=cmd_report_lazy)
+
+
 def _add_exports(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], reads: list[argparse.ArgumentParser]
 ) -> None:
@@ -283,10 +296,6 @@ def _add_exports(
     p.add_argument("session")
     p.add_argument("--out", required=True, metavar="FILE", help="a .png or .svg file (needs the audit extra)")
     p.set_defaults(func=cmd_timeline_lazy)
-
-    p = sub.add_parser("report", parents=reads, help="a static HTML report of the whole store")
-    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory, or a report's")
-    p.set_defaults(func=cmd_report_lazy)
 
 
 def _add_bench(

@@ -131,7 +131,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     root = store_root(args)
     out = Path(args.out)
     with progress_bar("reporting: events read", not args.json, counting="items") as progress:
-        result = write_report(root, out, now_ms=now_ms(), progress=progress, warn=None if args.json else warn)
+        result = write_report(
+            root,
+            out,
+            now_ms=now_ms(),
+            progress=progress,
+            warn=None if args.json else warn,
+            handoffs=getattr(args, "handoffs", False),
+        )
     if args.json:
         print_json(asdict(result))
     else:

@@ -59,7 +59,7 @@ from cairn.audit.report_fold import (
     page_key,
     read_session,
 )
-from cairn.audit.report_html import MAX_TEXT, esc, index_page, session_page, verify_page
+from cairn.audit.report_html import MAX_TEXT, esc, index_page, session_page, transcript_page, verify_page
 from cairn.audit.timeline import save
 from cairn.events.errors import InputError
 from cairn.store.verify_report import VerifyReport
@@ -164,6 +164,7 @@ def write_report(
     now_ms: int,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    handoffs: bool = False,
 ) -> ReportResult:
     """Verify the store at `root`, read every session, and write the report into `out` (module doc).
 
@@ -181,7 +182,7 @@ def write_report(
     stage.mkdir()
     try:
         (stage / "sessions").mkdir()
-        entries = _write_sessions(root, stage / "sessions", verify, result, progress, warn)
+        entries = _write_sessions(root, stage / "sessions", verify, result, progress, warn, handoffs)
         _write_index(stage, str(root), entries, verify, result, iso(now_ms))
         _commit(out, stage)
     finally:
@@ -196,6 +197,7 @@ def _write_sessions(
     result: ReportResult,
     progress: Progress | None,
     warn: Callable[[str], None] | None,
+    handoffs: bool = False,
 ) -> list[SessionEntry]:
     """Read every session and write its page into `folder`; their entries, each kept as its row."""
     from cairn.store import Journal
@@ -205,7 +207,7 @@ def _write_sessions(
         summaries = [s for s in journal.sessions() if s.last_seq > 0]
         total, done = sum(s.last_seq for s in summaries), 0
         for summary in summaries:
-            entry = read_session(journal, summary.sid, summary.last_seq)
+            entry = read_session(journal, summary.sid, summary.last_seq, handoffs=handoffs)
             entry.problems = [p for p in verify.problems if p.sid == summary.sid]
             entry.warnings = [p for p in verify.warnings if p.sid == summary.sid]
             _write_session(folder, entry)
@@ -216,6 +218,7 @@ def _write_sessions(
             else:
                 result.events += entry.fold.events
             entry.fold, entry.timeline = _row_only(entry.fold), None  # keep the row, not the page
+            entry.transcript = None
             entries.append(entry)
             done += summary.last_seq
             if progress is not None:
@@ -258,6 +261,8 @@ def _write_session(folder: Path, entry: SessionEntry) -> None:
     if entry.timeline is not None:
         save(entry.timeline, folder / f"{entry.key}.svg")
     (folder / f"{entry.key}.html").write_text(session_page(entry), encoding="utf-8")
+    if entry.transcript is not None:
+        (folder / f"{entry.key}-transcript.html").write_text(transcript_page(entry), encoding="utf-8")
 
 
 def _commit(out: Path, stage: Path) -> None:

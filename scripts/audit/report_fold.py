@@ -9,6 +9,7 @@ from typing import Any, assert_never
 
 from msgspec import UNSET
 
+from cairn.audit.report_transcript import TranscriptFold
 from cairn.audit.table_rows import TurnFold
 from cairn.audit.timeline import Timeline, timeline_data
 from cairn.events.codec import Record
@@ -256,6 +257,7 @@ class SessionEntry:
     key: str
     fold: SessionFold | None = None
     timeline: Timeline | None = None
+    transcript: TranscriptFold | None = None
     error: str | None = None
     #: verify's findings that name the session
     problems: list[Problem] = field(default_factory=list)
@@ -281,14 +283,17 @@ def page_key(sid: str) -> str:
     return hashlib.sha256(sid.encode()).hexdigest()[:16]
 
 
-def read_session(journal: Any, sid: str, span: int) -> SessionEntry:
-    """Fold session `sid` of `journal` (read once, checked); corrupt: the entry holds the error only."""
+def read_session(journal: Any, sid: str, span: int, *, handoffs: bool = False) -> SessionEntry:
+    """Fold session `sid` of `journal` (read once, checked): its figures, timeline and transcript
+    (with its hand-offs when `handoffs`); corrupt: the entry holds the error only."""
     entry = SessionEntry(sid=sid, key=page_key(sid))
     fold = SessionFold(sid=sid)
+    transcript = TranscriptFold(handoffs=handoffs)
     try:
-        timeline = timeline_data(sid, fold.tap(journal.read(sid)), buckets=TIMELINE_RUNS, span=span)
+        records = fold.tap(transcript.tap(journal.read(sid)))
+        timeline = timeline_data(sid, records, buckets=TIMELINE_RUNS, span=span)
     except (CorruptionError, DecodeError) as exc:
         entry.error = f"{type(exc).__name__}: {exc}"
         return entry
-    entry.fold, entry.timeline = fold, timeline
+    entry.fold, entry.timeline, entry.transcript = fold, timeline, transcript
     return entry

@@ -19,6 +19,11 @@ def esc(value: object) -> str:
     return html.escape(_console.printable(value), quote=True)
 
 
+def esc_lines(value: str) -> str:
+    """`esc`, line by line: the newlines kept (a transcript's text), every other control escaped."""
+    return "\n".join(esc(line) for line in value.split("\n"))
+
+
 def _clip(text: str, width: int = MAX_TEXT) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -34,6 +39,9 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .ok { color: #1b5e20; }
 img.timeline { max-width: 100%; border: 1px solid #ddd; }
 code, .mono { font-family: ui-monospace, monospace; }
+td.said { white-space: pre-wrap; max-width: 60em; }
+td.event { color: #666; }
+td.tool { color: #333; background: #fafafa; }
 """
 
 
@@ -297,26 +305,8 @@ def _failures_html(fold: SessionFold) -> str:
     )
 
 
-def session_page(entry: SessionEntry) -> str:
-    head = '<p><a href="../index.html">all sessions</a> · <a href="../verify.html">verify</a></p>\n'
-    title = f"session {entry.sid}"
-    verify = (
-        "<h2>verify</h2>\n"
-        + (f'<p class="ok">{esc(entry.verify_result)}</p>\n' if not entry.problems else "")
-        + _findings("problems", entry.problems, "bad")
-        + _findings("warnings", entry.warnings, "warn")
-    )
-    fold, timeline = entry.fold, entry.timeline
-    if fold is None or timeline is None:
-        body = (
-            head
-            + f"<h1>{esc(title)}</h1>\n"
-            + '<p class="bad">corrupt: this session cannot be read through the checked path, '
-            "so none of its figures are shown.</p>\n"
-            + f'<p class="mono">{esc(entry.error or "")}</p>\n'
-            + verify
-        )
-        return _page(title, body)
+def _session_facts(fold: SessionFold, entry: SessionEntry) -> list[tuple[str, str]]:
+    """The facts table of a session's page."""
     facts = [
         ("model", fold.model),
         ("workspace", fold.workspace),
@@ -337,6 +327,34 @@ def session_page(entry: SessionEntry) -> str:
     ]
     if fold.parent_session is not None:
         facts.append(("forked from", f"{fold.parent_session} at seq {fold.parent_seq}"))
+    return facts
+
+
+def session_page(entry: SessionEntry) -> str:
+    head = (
+        '<p><a href="../index.html">all sessions</a> · <a href="../verify.html">verify</a>'
+        + (f' · <a href="{entry.key}-transcript.html">transcript</a>' if entry.transcript is not None else "")
+        + "</p>\n"
+    )
+    title = f"session {entry.sid}"
+    verify = (
+        "<h2>verify</h2>\n"
+        + (f'<p class="ok">{esc(entry.verify_result)}</p>\n' if not entry.problems else "")
+        + _findings("problems", entry.problems, "bad")
+        + _findings("warnings", entry.warnings, "warn")
+    )
+    fold, timeline = entry.fold, entry.timeline
+    if fold is None or timeline is None:
+        body = (
+            head
+            + f"<h1>{esc(title)}</h1>\n"
+            + '<p class="bad">corrupt: this session cannot be read through the checked path, '
+            "so none of its figures are shown.</p>\n"
+            + f'<p class="mono">{esc(entry.error or "")}</p>\n'
+            + verify
+        )
+        return _page(title, body)
+    facts = _session_facts(fold, entry)
     facts_html = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>\n" for k, v in facts)  # "facts"
     reduced = (
         f" (reduced to the first, lowest, highest and last point per {timeline.run_width:,} seqs)"
@@ -356,6 +374,50 @@ def session_page(entry: SessionEntry) -> str:
         + f"<h2>failures ({fold.failure_count:,})</h2>\n"
         + _failures_html(fold)
         + verify
+    )
+    return _page(title, body)
+
+
+def transcript_page(entry: SessionEntry) -> str:
+    """A session's transcript (`report_transcript`): every row, what the user never saw in grey."""
+    transcript = entry.transcript
+    assert transcript is not None
+    title = f"transcript of session {entry.sid}"
+    head = (
+        '<p><a href="../index.html">all sessions</a> · '
+        f'<a href="{entry.key}.html">session {esc(entry.sid)}</a></p>\n'
+    )
+    rows = (
+        [
+            _td(r.seq, number=True),
+            _td(_when(r.ts)),
+            _td(r.turn),
+            _td(r.who, css=r.css),
+            f'<td class="{esc(("said " + r.css).strip())}">{esc_lines(r.text)}</td>',
+        ]
+        for r in transcript.rows
+    )
+    hidden = (
+        ""
+        if transcript.handoffs
+        else " Hand-offs are left out (<code>cairn report --handoffs</code> shows them)."
+    )
+    body = (
+        head
+        + f"<h1>{esc(title)}</h1>\n"
+        + "<p>What was said and done, in log order: the user's messages, the answers and their tool calls, "
+        "the tool results, the turns' ends; in grey what the user never saw (checkpoints with what they "
+        f"replaced, slimming, errors).{hidden}</p>\n"
+        + (
+            _table(("seq", "time", "turn", "who", "what"), rows, "transcript")
+            if transcript.rows
+            else "<p>none</p>\n"
+        )
+        + (
+            f"<p>{transcript.left_out:,} more rows not listed: <code>cairn log</code> has them all.</p>\n"
+            if transcript.left_out
+            else ""
+        )
     )
     return _page(title, body)
 

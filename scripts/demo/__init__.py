@@ -220,16 +220,8 @@ def _main_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return main_cluster(args.store, args.sessions, args.turns, as_json=args.json)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.mcp and (args.http or args.cluster):
-        parser.error("--mcp runs on one local host (no --http, --cluster)")
-    if args.http:
-        return _main_http(parser, args)
-    if args.cluster:
-        return _main_cluster(parser, args)
+def _local_shape(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A run on this host: its sessions and turns (the small-model preset's with --local-model)."""
     if args.local_model and args.provider not in ("scripted", "openai"):
         parser.error("--local-model runs the openai provider on its own server")
     sessions, turns = (
@@ -239,12 +231,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.turns = turns if args.turns is None else args.turns
     if args.sessions < 1 or args.turns < 1:
         parser.error("--sessions and --turns must be at least 1")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`cairn demo`: run it, print the report; the exit status of the module doc (0, 1 or 2)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.mcp and (args.http or args.cluster or args.local_model or args.provider != "scripted"):
+        parser.error(
+            "--mcp runs the scripted provider on one local host (no --http, --cluster, --local-model)"
+        )
+    if args.http:
+        return _main_http(parser, args)
+    if args.cluster:
+        return _main_cluster(parser, args)
+    _local_shape(parser, args)
     server = None
     try:
         placed = placement.place_from_env()  # left to the OS, unless CAIRN_CPU asks for one CPU or batch
         if args.mcp:
-            if args.local_model or args.provider != "scripted":
-                parser.error("--mcp runs the scripted provider (no --local-model, --provider)")
             from cairn.demo.mcp import mcp_setup
 
             setup = mcp_setup(Path(args.store))

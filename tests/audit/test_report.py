@@ -23,6 +23,7 @@ from cairn._cli_output import iso
 from cairn.audit.report import MANIFEST, SessionFold, page_key
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
+    AssistantMessage,
     CheckpointCommitted,
     CompactionFailed,
     Handoff,
@@ -34,6 +35,7 @@ from cairn.events.kinds import (
     TurnFailed,
     TurnStarted,
     Usage,
+    UserMessage,
 )
 from cairn.store import Journal
 from tests.audit.conftest import BROKEN
@@ -196,7 +198,7 @@ def test_the_store_totals_add_up_the_sessions(pristine: Path, reported: Path) ->
 
 def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path) -> None:
     pages = sorted(reported.rglob("*.html"))
-    assert len(pages) == 2 + 12  # index, verify and one page per session
+    assert len(pages) == 2 + 12 + 11  # index, verify, one page per session, a transcript per sound one
     targets: set[Path] = set()
     for page in pages:
         for tag, link in parse(page).links:
@@ -206,7 +208,7 @@ def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path)
             assert reported.resolve() in target.parents
             targets.add(target)
     session_pages = {p.resolve() for p in (reported / "sessions").glob("*.html")}
-    assert session_pages <= targets  # the index links every session's page
+    assert session_pages <= targets  # every session's page and transcript is linked
     # every picture is shown by a page, and is an SVG document
     pictures = {p.resolve() for p in (reported / "sessions").glob("*.svg")}
     assert len(pictures) == 11 and pictures <= targets  # every sound session
@@ -402,11 +404,14 @@ def test_a_former_report_is_replaced_and_a_link_inside_it_refused(pristine: Path
     with Journal.open(tmp_path / "small") as journal:
         journal.append("only", [SessionStarted(workspace="/w", model="m")], expected_seq=0)
     assert report(tmp_path / "small", out) == 0
-    assert [p.name for p in (out / "sessions").iterdir()] == [f"{page_key('only')}.html"] or sorted(
-        p.name for p in (out / "sessions").iterdir()
-    ) == sorted([f"{page_key('only')}.html", f"{page_key('only')}.svg"])
+    key = page_key("only")
+    assert sorted(p.name for p in (out / "sessions").iterdir()) == [
+        f"{key}-transcript.html",
+        f"{key}.html",
+        f"{key}.svg",
+    ]
     assert report(pristine, out) == 1  # the same directory, now of the other store
-    assert len(list((out / "sessions").glob("*.html"))) == 12
+    assert len(list((out / "sessions").glob("*.html"))) == 12 + 11  # and a transcript per sound session
     assert not (out / "sessions" / f"{page_key('only')}.html").exists()
     assert sorted(p.name for p in out.iterdir()) == [
         "cairn-report.json",
@@ -444,3 +449,48 @@ def test_failure_counts_are_said_in_words_that_agree(pristine: Path, reported: P
     assert f"{len(interrupted)} interrupted turns" in text
     kinds = [(row["kind"], row["what"]) for row in page.rows("failures")]
     assert all(kind == "interrupted turn" and "interrupted" not in what.split(":")[0] for kind, what in kinds)
+
+
+def test_each_session_has_a_transcript_with_what_was_said_and_the_checkpoints_where_they_happened(
+    pristine: Path, reported: Path, tmp_path: Path
+) -> None:
+    """Issue 27: a transcript per session, linked from its page: every message, answer, tool result and
+    turn end, each checkpoint at its seq with what it replaced, hand-offs only when asked."""
+    with Journal.open(pristine, readonly=True) as journal:
+        records = list(journal.read("demo-1"))
+    session = parse(reported / "sessions" / f"{page_key('demo-1')}.html")
+    assert ("a", f"{page_key('demo-1')}-transcript.html") in session.links
+    page = parse(reported / "sessions" / f"{page_key('demo-1')}-transcript.html")
+    rows = page.rows("transcript")
+    by_seq = {int(row["seq"]): row for row in rows}
+    said = [r for r in records if isinstance(r.event, UserMessage | AssistantMessage | ToolResult)]
+    assert [(r.seq, _who(r.event)) for r in said] == [
+        (seq, row["who"].split(" (")[0])
+        for seq, row in by_seq.items()
+        if row["who"] in _WHO or row["who"].startswith("tool ")
+    ]
+    for record in records:
+        if isinstance(record.event, CheckpointCommitted):
+            e = record.event
+            assert by_seq[record.seq]["who"] == "checkpoint"
+            assert (
+                f"seq 1..{e.through_seq} replaced, {n(e.source_tokens)} -> {n(e.replacement_tokens)} tokens"
+                in (by_seq[record.seq]["what"])
+            )
+    handoffs = [r.seq for r in records if isinstance(r.event, Handoff)]
+    assert handoffs and not any(by_seq.get(seq, {}).get("who") == "hand-off" for seq in handoffs)
+    out = tmp_path / "with-handoffs"
+    assert report(pristine, out, "--handoffs") == 1
+    shown = parse(out / "sessions" / f"{page_key('demo-1')}-transcript.html").rows("transcript")
+    assert [int(row["seq"]) for row in shown if row["who"] == "hand-off"] == handoffs
+
+
+_WHO = {"user", "assistant"}
+
+
+def _who(event: Any) -> str:
+    if isinstance(event, UserMessage):
+        return "user"
+    if isinstance(event, AssistantMessage):
+        return "assistant"
+    return f"tool {event.tool_name}"
