@@ -173,6 +173,10 @@ class AssistantMessage(EventBase, frozen=True, tag="assistant-message"):
     #: the reasoning as signed blocks, sent back to a provider that wants them (Anthropic's extended
     #: thinking); added later, omitted when there are none, so older lines read back the same
     reasoning_blocks: tuple[ReasoningBlock, ...] | UnsetType = UNSET
+    #: ms from sending the request to the provider's first output, and to the end of its answer, on
+    #: the host's clock (added later: older lines lack them)
+    first_output_ms: Int64 | UnsetType = UNSET
+    response_ms: Int64 | UnsetType = UNSET
 
 
 class Usage(EventBase, frozen=True, tag="usage"):

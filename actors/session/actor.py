@@ -234,7 +234,7 @@ class SessionActor(TurnLoop):
                 return self._cancel(reason)
             case machine.TakeItem():
                 assert isinstance(cause, ProviderItem) and self._run is not None
-                self._run.take(cause.item)
+                self._run.take(cause.item, self._rt.clock_ms())
             case machine.RecordResponse(completes):
                 assert isinstance(cause, ProviderDone)
                 return self._record_response(cause, completes=completes)

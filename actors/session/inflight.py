@@ -41,11 +41,14 @@ class TurnRun:
         self.tool_chars = 0  # X2: chars of the current tool turn's results shown
         self.request_id = ""
         self.cancel = threading.Event()
-        self.begin("")
+        self.begin("", 0)
 
-    def begin(self, request_id: str) -> None:
-        """A new request: what its answer brings is gathered here."""
+    def begin(self, request_id: str, now_ms: int) -> None:
+        """A new request, sent at `now_ms`: what its answer brings is gathered here."""
         self.request_id = request_id
+        self.sent_ms = now_ms
+        #: ms from sending to the first output (None: none yet)
+        self.first_output_ms: int | None = None
         self.cancel = threading.Event()
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] = []
@@ -55,9 +58,11 @@ class TurnRun:
         self.finish: str | None = None
         self.delivered = False
 
-    def take(self, item: ProviderOutput) -> None:
-        """Gather one item of the response; a delta goes to the turn's handles at once."""
+    def take(self, item: ProviderOutput, now_ms: int) -> None:
+        """Gather one item of the response, come at `now_ms`; a delta goes to the turn's handles at once."""
         self.delivered = True  # R2: output crossed the boundary
+        if self.first_output_ms is None:
+            self.first_output_ms = max(0, now_ms - self.sent_ms)
         match item:
             case TextDelta(text):
                 self.text_parts.append(text)

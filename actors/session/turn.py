@@ -178,8 +178,11 @@ def response_events(
     usage: UsageReport | None,
     finish_reason: str | None,
     reasoning_blocks: Sequence[ReasoningBlock] = (),
+    first_output_ms: int | None = None,
+    response_ms: int | None = None,
 ) -> list[EventBase]:
-    """The assistant message of a response, then its usage when the provider reported one."""
+    """The assistant message of a response, then its usage when the provider reported one. The
+    times (ms from sending the request to its first output and to its end) are recorded when known."""
     events: list[EventBase] = [
         AssistantMessage(
             message_id=f"a{state.last_seq + 1}",
@@ -189,6 +192,8 @@ def response_events(
             tool_calls=unique_calls(calls),
             finish_reason=finish_reason,
             reasoning_blocks=tuple(reasoning_blocks) if reasoning_blocks else msgspec.UNSET,
+            first_output_ms=msgspec.UNSET if first_output_ms is None else first_output_ms,
+            response_ms=msgspec.UNSET if response_ms is None else response_ms,
         )
     ]
     if usage is not None:

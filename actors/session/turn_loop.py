@@ -261,7 +261,7 @@ class TurnLoop(Admitting):
         run = self._run
         assert run is not None
         run.requests += 1
-        run.begin(request_id)
+        run.begin(request_id, self._rt.clock_ms())
         job = next(self._jobs)
         self._advance(machine.RequestSent(job, request_id))
         info = self._state.info
@@ -306,6 +306,8 @@ class TurnLoop(Admitting):
             calls=run.calls,
             usage=run.usage,
             finish_reason=run.finish,
+            first_output_ms=run.first_output_ms,
+            response_ms=max(0, self._rt.clock_ms() - run.sent_ms),
         )
         run.text = text or run.text
         if completes:

@@ -294,7 +294,7 @@ def _run(
                     break
                 turn = fold.turn_of(record.event)
                 if record.pos >= since:
-                    for table, row in rows_of(record, turn):
+                    for table, row in rows_of(record, turn, fold):
                         sinks[table].add(row)
                 if progress is not None and count % _PROGRESS_EVERY == 0:
                     progress(done + count, total)

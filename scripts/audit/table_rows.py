@@ -48,13 +48,20 @@ class TurnFold:
 
     open_turn: str | None = None
     request_turns: dict[str, str] = field(default_factory=dict)
+    #: per request of the open turn: its model, and the times of its answer (the usage rows show them)
+    request_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def turn_of(self, event: EventBase) -> str | None:
         """Apply `event` and return its turn (call once per event, in seq order)."""
         if isinstance(event, TurnStarted):
             self.open_turn = event.turn_id
             self.request_turns.clear()
+            self.request_facts.clear()
             return event.turn_id
+        if isinstance(event, Request):
+            self.request_facts[event.request_id] = {"model": event.model or None}
+        elif isinstance(event, AssistantMessage) and event.request_id in self.request_facts:
+            self.request_facts[event.request_id].update(_times(event))
         if isinstance(event, TurnCompleted | TurnFailed | TurnCancelled):
             self.open_turn = None
             return event.turn_id
@@ -65,6 +72,14 @@ class TurnFold:
         if isinstance(request_id, str) and request_id in self.request_turns:
             return self.request_turns[request_id]
         return self.open_turn
+
+
+def _times(event: AssistantMessage) -> dict[str, int | None]:
+    first, whole = event.first_output_ms, event.response_ms
+    return {
+        "first_output_ms": None if first is UNSET else first,
+        "response_ms": None if whole is UNSET else whole,
+    }
 
 
 def _parsed(text: str) -> Any:
@@ -180,6 +195,7 @@ def body_row(event: Event) -> dict[str, Any]:
                 "finish_reason": event.finish_reason,
                 "tool_call_count": len(event.tool_calls),
                 "tool_calls_json": _json(event.tool_calls),
+                **_times(event),
             }
         case Usage():
             writes = event.cache_write_tokens
@@ -241,15 +257,25 @@ def body_row(event: Event) -> dict[str, Any]:
             assert_never(event)  # a new kind needs its columns here: mypy says so
 
 
-def rows_of(record: Record, turn_id: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every row `record` makes, as (table, row): its `events` row, its kind's row, tool calls, blobs."""
+_NO_FACTS = {"model": None, "first_output_ms": None, "response_ms": None}
+
+
+def rows_of(
+    record: Record, turn_id: str | None, fold: TurnFold | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every row `record` makes, as (table, row): its `events` row, its kind's row, tool calls, blobs.
+    A usage row carries its request's model and answer times, from `fold` (after its `turn_of`)."""
     event = record.event
     kind = record.kind
     ts = record.ts if -MAX_TS_MS - 1 <= record.ts <= MAX_TS_MS else None
     keys = {"sid": record.sid, "seq": record.seq, "pos": record.pos, "ts": ts, "turn_id": turn_id}
     request_id = getattr(event, "request_id", None)
     yield "events", {**keys, "kind": kind, "request_id": request_id, "prev": record.prev}
-    yield table_of(kind), {**keys, **body_row(event)}
+    body = body_row(event)
+    if isinstance(event, Usage):
+        facts = fold.request_facts.get(event.request_id) if fold is not None else None
+        body.update({**_NO_FACTS, **(facts or {})})
+    yield table_of(kind), {**keys, **body}
     if isinstance(event, AssistantMessage):
         for index, call in enumerate(event.tool_calls):
             yield (

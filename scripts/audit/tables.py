@@ -43,12 +43,15 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
                           model, fixed_tokens int64, projection_source, handoff_included bool,
                           counted_tokens int64 (cairn's own count of the request; null in older logs)
     assistant_message     message_id, request_id, text, reasoning, finish_reason,
-                          tool_call_count int64, tool_calls_json
+                          tool_call_count int64, tool_calls_json, first_output_ms int64 and
+                          response_ms int64 (from sending the request to the first output and
+                          to the answer's end; null in older logs)
     tool_calls            one row per tool call of an assistant message: request_id, message_id,
                           call_index int64, call_id, tool_name, arguments_json (as the model sent it)
     usage                 request_id, prompt_tokens, completion_tokens, total_tokens,
                           cached_prompt_tokens (cache reads), cache_write_tokens (int64,
-                          null when the provider gave none)
+                          null when the provider gave none), and of its request: model,
+                          first_output_ms, response_ms (null when not in the log)
     tool_result           call_id, tool_name, status, effect, text, original_chars int64,
                           truncated bool, blobs int64, files_json, content_json, server and
                           server_tool (the MCP server that ran it and the tool's name there;
@@ -143,6 +146,8 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("finish_reason", STR),
         ("tool_call_count", INT),
         ("tool_calls_json", JSON),
+        ("first_output_ms", INT),
+        ("response_ms", INT),
     ),
     "tool_calls": (
         ("request_id", STR),
@@ -159,6 +164,9 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("total_tokens", INT),
         ("cached_prompt_tokens", INT),
         ("cache_write_tokens", INT),
+        ("model", STR),
+        ("first_output_ms", INT),
+        ("response_ms", INT),
     ),
     "tool_result": (
         ("call_id", STR),

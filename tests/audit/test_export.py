@@ -400,3 +400,21 @@ def test_a_result_of_a_servers_tool_names_the_server_and_its_tool_and_the_hosts_
         f"select count(*) from {t(exported, 'tool_result')} where server is null and server_tool is null"
     )
     assert unnamed[0][0] > 0
+
+
+def test_each_usage_row_names_its_requests_model_and_the_answers_times(exported: Path) -> None:
+    """Issue 27: latency and model per request in the derived tables. The times come from the log's
+    assistant messages (ms from sending the request to the first output and to the answer's end)."""
+    joined = sql(
+        f"select u.model, r.model, u.first_output_ms, a.first_output_ms, u.response_ms, a.response_ms "
+        f"from {t(exported, 'usage')} u join {t(exported, 'request')} r using (sid, request_id) "
+        f"join {t(exported, 'assistant_message')} a using (sid, request_id)"
+    )
+    assert joined and all(row[0] == row[1] and row[2] == row[3] and row[4] == row[5] for row in joined)
+    timed = [row for row in joined if row[4] is not None]
+    assert timed and all(0 <= row[2] <= row[4] for row in timed)
+    orphans = sql(
+        f"select count(*) from {t(exported, 'usage')} u anti join {t(exported, 'request')} r "
+        "using (sid, request_id) where u.model is not null"
+    )
+    assert orphans == [(0,)]
