@@ -11,8 +11,9 @@ its first marker, and the turn starts their first. `marker_counts` always
 counts every marker. With runs of one seq nothing is dropped.
 `render` draws it with matplotlib's Agg backend (no display needed).
 
-The x axis is the event seq in the session, so every fact sits where it
-happened. Drawn:
+The data is kept by event seq; the picture's x axis is the turn: turn N
+starts at N, and the events of a turn spread across it in log order (a
+session with no turn is drawn by seq). Drawn, on the main axes:
 - per `request`: the local projection (`projected_tokens`) as a line, and
   the provider's figure (`prompt_tokens` of the `usage` with that
   request id) as dots at the request's seq;
@@ -20,15 +21,25 @@ happened. Drawn:
   shaded between them: the reserve), and the hand-off (70 %) and compaction
   (80 %) thresholds of the budget, from the latest `session-started`
   (CONTEXT-RULES B1-B3, `actors.session.budget`);
-- markers: hand-offs, slimming (micro/snip, tokens saved), checkpoints
-  (an arrow from source to replacement tokens; trigger and strategy in
-  the label), compaction failures, provider errors, failed and interrupted
-  turns; and a thin vertical line at each turn start.
+- each checkpoint as an arrow from the context before it (the latest
+  projection) to the next request's (the drop the curve shows; without a
+  next request, the context less what the checkpoint saved), labelled with
+  its trigger, strategy, and what it replaced (source -> replacement
+  tokens: a reactive one after slimming replaces less than the drop);
+- a thin vertical line at each turn start;
+and below, one lane per kind of marker, so none hides another: hand-offs,
+slimming (micro/snip, tokens saved), checkpoints, compaction failures,
+provider errors, failed, interrupted and cancelled turns. The y axis spans
+the window when the context came near the thresholds, else the context
+itself (a short session is not a flat line at the bottom); the window and
+thresholds are in the legend either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
@@ -61,7 +72,7 @@ from cairn.events.kinds import (
 MARKER_STYLES: dict[str, tuple[str, str, str]] = {
     "handoff": ("D", "tab:purple", "hand-off"),
     "slimmed": ("v", "tab:cyan", "slimming"),
-    "checkpoint": ("s", "tab:green", "checkpoint (before → after)"),
+    "checkpoint": ("s", "tab:green", "checkpoint"),
     "compaction-failed": ("X", "tab:olive", "compaction failed"),
     "provider-error": ("x", "tab:red", "provider error"),
     "turn-failed": ("P", "tab:red", "failed turn"),
@@ -95,6 +106,8 @@ class Timeline:
     #: (request seq, provider prompt tokens) for each request whose usage reported them
     provider: list[tuple[int, int]] = field(default_factory=list)
     turn_starts: list[int] = field(default_factory=list)
+    #: each kept turn start's number in the session (1 for its first turn), beside `turn_starts`
+    turn_numbers: list[int] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     last_seq: int = 0
     #: every marker of the session by kind, drawn or merged into a drawn one of its run
@@ -156,6 +169,8 @@ def timeline_data(
     request_seq: dict[str, int] = {}
     drawn: dict[str, int] = {}  # the run of each kind's latest drawn marker (and of the turn starts)
     level = 0  # the latest context figure, where markers without their own height sit
+    turns = 0
+    landing: int | None = None  # the drawn checkpoint whose arrow ends at the next projection
 
     def first_of_run(kind: str, seq: int) -> bool:
         run = (seq - 1) // width
@@ -185,8 +200,10 @@ def timeline_data(
                 data.handoff_threshold = budget.handoff_threshold
                 data.compaction_threshold = budget.compaction_threshold
             case TurnStarted():
+                turns += 1
                 if first_of_run(" turn", seq):
                     data.turn_starts.append(seq)
+                    data.turn_numbers.append(turns)
                 request_seq.clear()
             case Request():
                 request_seq[event.request_id] = seq
@@ -195,6 +212,9 @@ def timeline_data(
                 if event.projected_tokens is not None:
                     projected.add(seq, event.projected_tokens)
                     level = event.projected_tokens
+                    if landing is not None:  # the checkpoint before it lands here
+                        data.markers[landing] = dataclasses.replace(data.markers[landing], y_after=level)
+                        landing = None
             case Usage():
                 at = request_seq.get(event.request_id)
                 if at is not None and event.prompt_tokens is not None:
@@ -205,11 +225,14 @@ def timeline_data(
                 mark("slimmed", seq, f"{event.mode} −{event.tokens_saved}")
             case CheckpointCommitted():
                 label = (
-                    f"checkpoint {event.trigger}/{event.strategy}: "
+                    f"checkpoint {event.trigger}/{event.strategy}: replaced "
                     f"{event.source_tokens} → {event.replacement_tokens}"
                 )
-                add_marker(Marker("checkpoint", seq, label, event.source_tokens, event.replacement_tokens))
-                level = event.replacement_tokens
+                after = max(0, level - (event.source_tokens - event.replacement_tokens))
+                drawn_before = len(data.markers)
+                add_marker(Marker("checkpoint", seq, label, level, after))
+                landing = drawn_before if len(data.markers) > drawn_before else landing
+                level = after
             case CompactionFailed():
                 mark("compaction-failed", seq, f"compaction failed: {event.reason}")
             case ProviderError():
@@ -236,32 +259,81 @@ def timeline_data(
     return data
 
 
+def turn_axis(data: Timeline) -> Callable[[Sequence[int]], list[float]]:
+    """Seqs as positions on the turn axis: turn N's start at N, its events across [N, N + 1) in log
+    order (by linear interpolation between the kept turn starts); by seq when no turn started."""
+    if not data.turn_starts:
+        return lambda seqs: [float(seq) for seq in seqs]
+    xp = [float(seq) for seq in data.turn_starts] + [float(data.last_seq + 1)]
+    fp = [float(n) for n in data.turn_numbers] + [float(data.turn_numbers[-1] + 1)]
+    if data.turn_starts[0] > 1:  # what came before the first turn (the session's start)
+        xp.insert(0, 1.0)
+        fp.insert(0, fp[0] - 0.5)
+
+    def place(seqs: Sequence[int]) -> list[float]:
+        out = []
+        for seq in seqs:
+            k = max(0, min(bisect.bisect_right(xp, seq) - 1, len(xp) - 2))
+            out.append(fp[k] + (fp[k + 1] - fp[k]) * (seq - xp[k]) / (xp[k + 1] - xp[k]))
+        return out
+
+    return place
+
+
 def render(data: Timeline) -> Any:
-    """The figure of `data` (a matplotlib Figure, Agg canvas): series, lines, markers, legend."""
+    """The figure of `data` (a matplotlib Figure, Agg canvas): the context and its limits on the main
+    axes (the first), the markers in lanes below (the second, when there are any)."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(12, 6), layout="constrained")
-    ax = figure.add_subplot()
-    _draw_limits(ax, data)
+    place = turn_axis(data)
+    kinds = [kind for kind in MARKER_STYLES if any(m.kind == kind for m in data.markers)]
+    figure = Figure(figsize=(12, 6.5 if kinds else 6), layout="constrained")
+    grid = figure.add_gridspec(
+        2 if kinds else 1, 1, height_ratios=(5, max(1, len(kinds)) * 0.45) if kinds else None
+    )
+    ax = figure.add_subplot(grid[0])
+    _draw_limits(ax, data, place)
     if data.projected:
-        xs, ys = zip(*data.projected, strict=True)
-        ax.plot(xs, ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
+        seqs, ys = zip(*data.projected, strict=True)
+        ax.plot(place(seqs), ys, color="tab:blue", linewidth=1.2, label="context tokens, local projection")
     if data.provider:
-        xs, ys = zip(*data.provider, strict=True)
-        ax.plot(xs, ys, linestyle="none", marker=".", color="tab:red", label="context tokens, provider")
-    _draw_markers(ax, data)
-    ax.set_xlabel("event seq in the session")
-    ax.set_ylabel("tokens")
+        seqs, ys = zip(*data.provider, strict=True)
+        ax.plot(
+            place(seqs), ys, linestyle="none", marker=".", color="tab:red", label="context tokens, provider"
+        )
+    _draw_checkpoints(ax, data, place)
     # the title quotes the log (the model): control characters shown as escapes, `$` never mathtext
     ax.set_title(printable(data.title), parse_math=False)
-    ax.set_xlim(0, max(data.last_seq, 1) + 1)
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("tokens")
+    ends = place([1, max(data.last_seq, 1) + 1])
+    ax.set_xlim(min(0.0, ends[0]), ends[1])
+    ax.set_ylim(0, _top(data))
     if ax.get_legend_handles_labels()[0]:  # a session of no request and no window draws none
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    axis_label = (
+        "turn (its events in log order across it)" if data.turn_starts else "event seq in the session"
+    )
+    if kinds:
+        lanes = figure.add_subplot(grid[1], sharex=ax)
+        _draw_lanes(lanes, data, kinds, place)
+        lanes.set_xlabel(axis_label)
+        ax.tick_params(labelbottom=False)
+    else:
+        ax.set_xlabel(axis_label)
     return figure
 
 
-def _draw_limits(ax: Any, data: Timeline) -> None:
+def _top(data: Timeline) -> float:
+    """The y axis' top: the window's, when the context came within half the compaction threshold of
+    it (or when there is no window), else the context's own highest point with room above."""
+    highest = max([y for _, y in data.projected] + [y for _, y in data.provider] + [1])
+    if data.window is None:
+        return highest * 1.1
+    near = data.compaction_threshold if data.compaction_threshold is not None else data.window
+    return data.window * 1.04 if highest >= near / 2 else highest * 1.3
+
+
+def _draw_limits(ax: Any, data: Timeline, place: Callable[[Sequence[int]], list[float]]) -> None:
     """The window, the output reserve, the two thresholds and the turn starts, as lines across."""
     if data.window is not None:
         ax.axhline(data.window, color="black", linewidth=1.2, label=f"context window ({data.window})")
@@ -289,7 +361,7 @@ def _draw_limits(ax: Any, data: Timeline) -> None:
         )
     if data.turn_starts:  # one collection, not an artist per turn: a long session has thousands
         ax.vlines(
-            data.turn_starts,
+            place(data.turn_starts),
             0,
             1,
             transform=ax.get_xaxis_transform(),
@@ -300,39 +372,50 @@ def _draw_limits(ax: Any, data: Timeline) -> None:
         )
 
 
-def _draw_markers(ax: Any, data: Timeline) -> None:
-    """One marker series per kind, counted in the legend; a checkpoint with its arrow and label."""
-    for kind, (symbol, colour, label) in MARKER_STYLES.items():
-        chosen = [m for m in data.markers if m.kind == kind]
-        if not chosen:
+def _draw_checkpoints(ax: Any, data: Timeline, place: Callable[[Sequence[int]], list[float]]) -> None:
+    """Each checkpoint as an arrow down by what it saved, from the context before it, and its label."""
+    colour = MARKER_STYLES["checkpoint"][1]
+    right = place([max(data.last_seq, 1)])[0] / 2
+    for m in data.markers:
+        if m.kind != "checkpoint" or m.y_after is None:
             continue
-        ax.plot(
-            [m.seq for m in chosen],
-            [m.y for m in chosen],
+        (x,) = place([m.seq])
+        ax.annotate("", xy=(x, m.y_after), xytext=(x, m.y), arrowprops={"arrowstyle": "->", "color": colour})
+        late = x > right  # a label in the right half runs leftwards: it stays inside
+        ax.annotate(
+            f"{m.label.removeprefix('checkpoint ')}; context {m.y} → {m.y_after}",
+            xy=(x, m.y),
+            xytext=(-4 if late else 4, 6),
+            textcoords="offset points",
+            horizontalalignment="right" if late else "left",
+            fontsize="x-small",
+            color=colour,
+        )
+
+
+def _draw_lanes(
+    lanes: Any, data: Timeline, kinds: list[str], place: Callable[[Sequence[int]], list[float]]
+) -> None:
+    """One row per marker kind (so none hides another), each labelled with its count."""
+    for row, kind in enumerate(kinds):
+        symbol, colour, label = MARKER_STYLES[kind]
+        chosen = [m for m in data.markers if m.kind == kind]
+        lanes.plot(
+            place([m.seq for m in chosen]),
+            [row] * len(chosen),
             linestyle="none",
             marker=symbol,
             color=colour,
             markersize=7,
             label=f"{label} ({data.marker_counts.get(kind, len(chosen))})",
         )
-        for m in chosen:
-            if m.y_after is not None:  # a checkpoint: an arrow from before to after, and its label
-                ax.annotate(
-                    "",
-                    xy=(m.seq, m.y_after),
-                    xytext=(m.seq, m.y),
-                    arrowprops={"arrowstyle": "->", "color": colour},
-                )
-                late = m.seq > data.last_seq / 2  # a label in the right half runs leftwards: it stays inside
-                ax.annotate(
-                    m.label.removeprefix("checkpoint "),
-                    xy=(m.seq, m.y),
-                    xytext=(-4 if late else 4, 6),
-                    textcoords="offset points",
-                    horizontalalignment="right" if late else "left",
-                    fontsize="x-small",
-                    color=colour,
-                )
+    lanes.set_yticks(
+        range(len(kinds)),
+        [f"{MARKER_STYLES[k][2]} ({data.marker_counts.get(k, 0)})" for k in kinds],
+        fontsize="x-small",
+    )
+    lanes.set_ylim(-0.6, len(kinds) - 0.4)
+    lanes.invert_yaxis()
 
 
 def save(data: Timeline, out: Path) -> None:

@@ -78,15 +78,16 @@ def test_the_data_of_a_handmade_session() -> None:
     assert data.title == "session s · model m-2"
     assert data.projected == [(3, 500)]
     assert data.provider == [(3, 480), (5, 900)]
-    assert data.turn_starts == [2, 10]
+    assert data.turn_starts == [2, 10] and data.turn_numbers == [1, 2]
+    # the checkpoint's arrow: from the context before it (500) by what it saved (900): no request after
     assert data.markers == [
         Marker("provider-error", 7, "provider error: server", 500),
-        Marker("checkpoint", 8, "checkpoint threshold/fallback: 1000 → 100", 1000, 100),
-        Marker("interrupted", 9, "turn failed (interrupted)", 100),
+        Marker("checkpoint", 8, "checkpoint threshold/fallback: replaced 1000 → 100", 500, 0),
+        Marker("interrupted", 9, "turn failed (interrupted)", 0),
     ]
     assert data.last_seq == 11
     labels = [text.get_text() for text in render(data).axes[0].texts if text.get_text()]
-    assert labels == ["threshold/fallback: 1000 → 100"]
+    assert labels == ["threshold/fallback: replaced 1000 → 100; context 500 → 0"]
 
 
 def test_the_data_of_every_session_equals_its_log(pristine: Path) -> None:
@@ -112,11 +113,19 @@ def test_the_data_of_every_session_equals_its_log(pristine: Path) -> None:
             expected.update({"interrupted": stopped})
             expected = +expected
             assert Counter(m.kind for m in data.markers) == expected
+            projections = [
+                (r.seq, r.event.projected_tokens) for r in requests if r.event.projected_tokens is not None
+            ]
             for m in data.markers:
-                if m.kind == "checkpoint":
+                if m.kind == "checkpoint":  # drawn as the drop the curve shows (issue 27)
                     (cp,) = [r.event for r in rs if r.seq == m.seq]
                     assert isinstance(cp, CheckpointCommitted)
-                    assert (m.y, m.y_after) == (cp.source_tokens, cp.replacement_tokens)
+                    assert f"replaced {cp.source_tokens} → {cp.replacement_tokens}" in m.label
+                    before = [y for seq, y in projections if seq < m.seq]
+                    after = [y for seq, y in projections if seq > m.seq]
+                    assert m.y == (before[-1] if before else 0)
+                    if after:
+                        assert m.y_after == after[0]
             assert (data.window, data.reserve, data.handoff_threshold, data.compaction_threshold) == (
                 16_000,
                 2_000,
@@ -144,15 +153,23 @@ def test_the_figure_draws_the_data() -> None:
         ),
     )
     figure = render(data)
-    (ax,) = figure.axes
+    ax, lanes = figure.axes  # the context above, the markers' lanes below (issue 27: none hides another)
     lines = {line.get_label(): line for line in ax.get_lines()}
+    # the x axis is the turn: turn 1 starts at 1 (seq 2) and its events spread across [1, 2) by seq
+    # (seqs 2..7 of 7 events: seq s at 1 + (s - 2) / 6); seq 1 (the session's start) at 0.5
     projection = lines["context tokens, local projection"]
-    assert list(projection.get_xdata()) == [3, 5] and list(projection.get_ydata()) == [500, 700]
+    assert list(projection.get_xdata()) == pytest.approx([1 + 1 / 6, 1 + 3 / 6])
+    assert list(projection.get_ydata()) == [500, 700]
     provider = lines["context tokens, provider"]
-    assert list(provider.get_xdata()) == [3, 5] and list(provider.get_ydata()) == [480, 650]
-    assert list(lines["failed turn (1)"].get_xdata()) == [7]
+    assert list(provider.get_xdata()) == pytest.approx([1 + 1 / 6, 1 + 3 / 6])
+    assert list(provider.get_ydata()) == [480, 650]
+    lane = {line.get_label(): line for line in lanes.get_lines()}
+    assert list(lane["failed turn (1)"].get_xdata()) == pytest.approx([1 + 5 / 6])
+    assert [t.get_text() for t in lanes.get_yticklabels()] == ["failed turn (1)"]
     (turns,) = [c for c in ax.collections if c.get_label() == "turn start"]
-    assert [segment[0][0] for segment in turns.get_segments()] == [2]
+    assert [segment[0][0] for segment in turns.get_segments()] == [1]
+    # far below the thresholds: the y axis spans the context (700 with 30 % above), not the window
+    assert ax.get_ylim() == pytest.approx((0, 910))
     assert list(lines["context window (100000)"].get_ydata()) == [100_000, 100_000]
     assert list(lines["compaction threshold (72000)"].get_ydata()) == [72_000, 72_000]
     assert list(lines["hand-off threshold (63000)"].get_ydata()) == [63_000, 63_000]
@@ -160,7 +177,7 @@ def test_the_figure_draws_the_data() -> None:
     legend = [text.get_text() for text in ax.get_legend().get_texts()]
     assert "output reserve (10000)" in legend and "turn start" in legend
     assert ax.get_title() == "session s · model m-2"
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("event seq in the session", "tokens")
+    assert (lanes.get_xlabel(), ax.get_ylabel()) == ("turn (its events in log order across it)", "tokens")
 
 
 def test_the_command_writes_png_and_svg_and_refuses_bad_input(
@@ -218,8 +235,8 @@ def test_reduced_to_runs_the_data_keeps_every_peak_and_counts_every_marker() -> 
     assert reduced.marker_counts == full.marker_counts == {"provider-error": 200, "checkpoint": 40}
     assert len(reduced.markers) <= 200 and set(reduced.markers) <= set(full.markers)
     figure = render(reduced)
-    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
-    assert "provider error (200)" in legend and "checkpoint (before → after) (40)" in legend
+    lanes = [text.get_text() for text in figure.axes[1].get_yticklabels()]
+    assert lanes == ["checkpoint (40)", "provider error (200)"]
 
 
 def test_a_session_shorter_than_its_runs_is_not_reduced() -> None:
@@ -227,3 +244,15 @@ def test_a_session_shorter_than_its_runs_is_not_reduced() -> None:
     full = timeline_data("s", records(events))
     assert timeline_data("s", records(events), buckets=1000, span=len(events)) == full
     assert full.run_width == 1
+
+
+def test_a_session_near_its_thresholds_is_drawn_up_to_its_window_with_a_lane_per_marker_kind(
+    pristine: Path,
+) -> None:
+    with Journal.open(pristine, readonly=True) as journal:
+        data = timeline_data("demo-1", journal.read("demo-1"))
+    ax, lanes = render(data).axes
+    assert ax.get_ylim() == pytest.approx((0, 16_000 * 1.04))
+    kinds = [t.get_text().rsplit(" (", 1)[0] for t in lanes.get_yticklabels()]
+    assert kinds == ["hand-off", "slimming", "checkpoint"]  # one row each: no marker hides another
+    assert ax.get_xlim()[1] == pytest.approx(data.turn_numbers[-1] + 1)  # the last turn ends the axis
