@@ -21,7 +21,7 @@ from cairn.actors.provider.base import (
     UsageReport,
 )
 from cairn.actors.session.stream import Turn
-from cairn.actors.session.turn import FailureDecision
+from cairn.actors.session.verdict import FailureDecision
 from cairn.events.codec import Record
 from cairn.events.model import Message, ReasoningBlock, ToolCall
 

@@ -43,7 +43,7 @@ from typing import Literal
 
 import msgspec
 
-from cairn.actors.session.turn import Fail, FailClosed, ProviderVerdict, Recover, RetryAfter
+from cairn.actors.session.verdict import Fail, FailClosed, ProviderVerdict, Recover, RetryAfter
 from cairn.events.kinds import Trigger
 from cairn.events.model import ToolCall
 

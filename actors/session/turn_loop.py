@@ -58,17 +58,14 @@ from cairn.actors.session.slimming import read_only_tools
 from cairn.actors.session.tool_calls import run_tool
 from cairn.actors.session.tracker import Occupancy
 from cairn.actors.session.turn import (
-    Fail,
-    FailClosed,
-    FailureDecision,
     completion_event,
     error_outcome,
-    provider_failure,
     response_events,
     start_events,
     steering_events,
     tool_result_event,
 )
+from cairn.actors.session.verdict import Fail, FailClosed, FailureDecision, provider_failure
 from cairn.actors.tools import Deferred, ToolOutcome
 from cairn.events.codec import Record
 from cairn.events.errors import CairnError, InvalidEvent, LineTooLarge, MalformedEvent

@@ -13,21 +13,23 @@ from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.turn import (
     INTERRUPTED_RESULT,
-    Fail,
-    FailClosed,
-    Recover,
-    RetryAfter,
     interrupted_events,
-    is_overflow,
-    provider_failure,
-    provider_verdict,
-    reactive_verdict,
     response_events,
     start_events,
     steering_events,
     tool_result_event,
     unanswered_calls,
     unique_calls,
+)
+from cairn.actors.session.verdict import (
+    Fail,
+    FailClosed,
+    Recover,
+    RetryAfter,
+    is_overflow,
+    provider_failure,
+    provider_verdict,
+    reactive_verdict,
 )
 from cairn.actors.tools import ToolOutcome
 from cairn.events.codec import GENESIS, Record

@@ -67,7 +67,7 @@ from cairn.actors.session.preparing import (
     before_request,
 )
 from cairn.actors.session.tracker import occupancy
-from cairn.actors.session.turn import Fail, FailClosed, Recover, RetryAfter
+from cairn.actors.session.verdict import Fail, FailClosed, Recover, RetryAfter
 from cairn.actors.session.view import HistoryView
 from cairn.events.model import ToolCall
 from tests.session.builders import Session, new_view
