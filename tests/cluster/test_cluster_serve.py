@@ -27,7 +27,7 @@ from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.events.codec import Record
 from cairn.events.errors import InvalidSessionId
-from cairn.events.kinds import OwnerChanged, UserMessage
+from cairn.events.kinds import AssistantMessage, OwnerChanged, UserMessage
 from cairn.events.model import ToolCall
 from cairn.store import Journal
 from cairn.store.jetstream.local_cluster import LocalCluster
@@ -85,11 +85,17 @@ def client(cluster: LocalCluster, names: ClusterNames) -> Iterator[ClusterClient
 
 
 def _shape(items: list[object]) -> list[object]:
-    """A stream without what differs between runs: the records' positions in the log and times."""
+    """A stream without what differs between runs: the records' positions in the log and times (an
+    answer's latency included)."""
     out: list[object] = []
     for item in items:
         if isinstance(item, Record):
-            out.append((item.sid, item.seq, item.kind, item.event))
+            event = item.event
+            if isinstance(event, AssistantMessage):
+                event = msgspec.structs.replace(
+                    event, first_output_ms=msgspec.UNSET, response_ms=msgspec.UNSET
+                )
+            out.append((item.sid, item.seq, item.kind, event))
         else:
             out.append(item)
     return out
