@@ -228,6 +228,16 @@ def _add_readers(
     p.set_defaults(func=cmd_verify)
 
 
+def _prices_option(p: argparse.ArgumentParser, what: str) -> None:
+    """`--prices FILE`: the operator's price table (`cairn.audit.prices`)."""
+    p.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help=f"a price table (JSON, per million tokens by model): {what}",
+    )
+
+
 def _add_report(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], reads: list[argparse.ArgumentParser]
 ) -> None:
@@ -237,6 +247,7 @@ def _add_report(
     p.add_argument(
         "--handoffs", action="store_true", help="show the hidden hand-off notes in the sessions' transcripts"
     )
+    _prices_option(p, "the cost of each session and of all")
     p.set_defaults(func=cmd_report_lazy)
 
 
@@ -261,6 +272,7 @@ def _add_exports(
         default=None,
         help="the local store's log as typed tables, or as OpenTelemetry traces (needs the audit extra)",
     )
+    _prices_option(p, "with --format parquet|csv: the usage rows' cost")
     p.add_argument(
         "--otlp-endpoint",
         default=None,

@@ -13,6 +13,7 @@ from cairn._cli_output import print_json, progress_bar, warn
 def cmd_export_tables(args: argparse.Namespace) -> int:
     """Write the local store's log as tables in `--to`; exit 1 when a session was skipped as corrupt."""
     from cairn.audit.export import export_tables
+    from cairn.audit.prices import load_prices
     from cairn.store import Journal
 
     if cluster_url(args) is not None:
@@ -22,6 +23,7 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
         )
     if args.since is not None and args.since < 0:
         raise UsageError(f"--since must be a position (0 or more), got {args.since}")
+    prices = load_prices(args.prices) if getattr(args, "prices", None) else None  # BadPrices: exit 2
     root = store_root(args)
     target = Path(args.to)
     with (
@@ -36,6 +38,7 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
             since=args.since,
             progress=progress,
             warn=None if args.json else warn,
+            prices=prices,
         )
     if args.json:
         print_json(asdict(report))
@@ -121,6 +124,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the static HTML report of the local store into `--out`; exit 1 when verify found problems
     or a session is corrupt (the report shows them)."""
+    from cairn.audit.prices import load_prices
     from cairn.audit.report import now_ms, write_report
 
     if cluster_url(args) is not None:
@@ -128,6 +132,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             "report reads a local store (--store): "
             "copy a cluster's first with `cairn export --nats URL --to DIR`"
         )
+    prices = load_prices(args.prices) if getattr(args, "prices", None) else None  # BadPrices: exit 2
     root = store_root(args)
     out = Path(args.out)
     with progress_bar("reporting: events read", not args.json, counting="items") as progress:
@@ -138,6 +143,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             progress=progress,
             warn=None if args.json else warn,
             handoffs=getattr(args, "handoffs", False),
+            prices=prices,
         )
     if args.json:
         print_json(asdict(result))

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.audit import require
+from cairn.audit.prices import Prices
 from cairn.audit.table_rows import TurnFold, rows_of
 from cairn.audit.tables import BOOL, INT, SCHEMA_VERSION, STR, TABLES, TS, columns
 from cairn.events.codec import validate_session_id
@@ -186,8 +187,10 @@ def export_tables(
     since: int | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    prices: Prices | None = None,
 ) -> ExportReport:
-    """Export `journal`'s sessions (or `session`) from position `since` as tables in `to`.
+    """Export `journal`'s sessions (or `session`) from position `since` as tables in `to`; with
+    `prices`, the usage rows' cost.
 
     `journal` is a local `Journal` open read-only. Refuses (`ExportRefused`,
     nothing written) a bad target, a bad session id, an unknown session, or a
@@ -219,7 +222,7 @@ def export_tables(
     stage = to / f".part-{part:06d}.tmp"
     stage.mkdir()
     try:
-        _run(journal, pa, fmt, stage, summaries, report, progress, warn)
+        _run(journal, pa, fmt, stage, summaries, report, progress, warn, prices)
         _commit(to, stage, fmt, part, manifest, session, report)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -271,6 +274,7 @@ def _run(
     report: ExportReport,
     progress: Progress | None,
     warn: Callable[[str], None] | None,
+    prices: Prices | None = None,
 ) -> None:
     since, until = report.since, report.until
     todo = [s for s in summaries if s.last_seq > 0 and s.last_pos >= since]
@@ -288,7 +292,7 @@ def _run(
                 done += 2 * summary.last_seq
                 continue
             done += summary.last_seq
-            fold = TurnFold()
+            fold = TurnFold(prices=prices)
             for count, record in enumerate(journal.read(sid), 1):  # pass 2: its rows
                 if record.pos >= until:
                     break

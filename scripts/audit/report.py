@@ -49,6 +49,7 @@ from pathlib import Path
 
 from cairn._cli_output import iso
 from cairn.audit import require
+from cairn.audit.prices import Prices
 from cairn.audit.report_fold import (
     MAX_ROWS,
     TIMELINE_RUNS,
@@ -165,6 +166,7 @@ def write_report(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     handoffs: bool = False,
+    prices: Prices | None = None,
 ) -> ReportResult:
     """Verify the store at `root`, read every session, and write the report into `out` (module doc).
 
@@ -182,8 +184,8 @@ def write_report(
     stage.mkdir()
     try:
         (stage / "sessions").mkdir()
-        entries = _write_sessions(root, stage / "sessions", verify, result, progress, warn, handoffs)
-        _write_index(stage, str(root), entries, verify, result, iso(now_ms))
+        entries = _write_sessions(root, stage / "sessions", verify, result, progress, warn, handoffs, prices)
+        _write_index(stage, str(root), entries, verify, result, iso(now_ms), prices)
         _commit(out, stage)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -198,6 +200,7 @@ def _write_sessions(
     progress: Progress | None,
     warn: Callable[[str], None] | None,
     handoffs: bool = False,
+    prices: Prices | None = None,
 ) -> list[SessionEntry]:
     """Read every session and write its page into `folder`; their entries, each kept as its row."""
     from cairn.store import Journal
@@ -207,7 +210,7 @@ def _write_sessions(
         summaries = [s for s in journal.sessions() if s.last_seq > 0]
         total, done = sum(s.last_seq for s in summaries), 0
         for summary in summaries:
-            entry = read_session(journal, summary.sid, summary.last_seq, handoffs=handoffs)
+            entry = read_session(journal, summary.sid, summary.last_seq, handoffs=handoffs, prices=prices)
             entry.problems = [p for p in verify.problems if p.sid == summary.sid]
             entry.warnings = [p for p in verify.warnings if p.sid == summary.sid]
             _write_session(folder, entry)
@@ -234,9 +237,11 @@ def _write_index(
     verify: VerifyReport,
     result: ReportResult,
     generated: str,
+    prices: Prices | None = None,
 ) -> None:
     """Write the index page, verify's page and the manifest into `stage`."""
-    (stage / "index.html").write_text(index_page(shown_root, entries, verify, generated), encoding="utf-8")
+    index = index_page(shown_root, entries, verify, generated, currency=prices.currency if prices else None)
+    (stage / "index.html").write_text(index, encoding="utf-8")
     (stage / "verify.html").write_text(verify_page(shown_root, verify), encoding="utf-8")
     manifest = {
         "format": REPORT_FORMAT,

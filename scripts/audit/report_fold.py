@@ -9,6 +9,7 @@ from typing import Any, assert_never
 
 from msgspec import UNSET
 
+from cairn.audit.prices import Prices
 from cairn.audit.report_transcript import TranscriptFold
 from cairn.audit.table_rows import TurnFold
 from cairn.audit.timeline import Timeline, timeline_data
@@ -112,6 +113,11 @@ class SessionFold:
     #: per tool, by (server, the tool's name there, its name to the model): [calls, errors]; a host's
     #: own tools have server "" and their name twice (at most MAX_ROWS tools)
     tools: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    #: with a price table: the cost of the answers it prices (millionths of its currency), and how
+    #: many answers it could not price (a model it does not name, or no token counts)
+    cost_micros: int = 0
+    unpriced: int = 0
+    priced: bool = False
     _turns: TurnFold = field(default_factory=TurnFold)
 
     @property
@@ -149,6 +155,7 @@ class SessionFold:
             case AssistantMessage():
                 self.responses += 1
             case Usage():
+                self._count_cost(event)
                 if event.prompt_tokens is not None:
                     self.prompt_tokens += event.prompt_tokens
                     self.prompt_reports += 1
@@ -196,6 +203,16 @@ class SessionFold:
             case _:
                 assert_never(event)  # a new kind must be placed here: mypy says so
         self._count_failure(record, turn)
+
+    def _count_cost(self, event: Usage) -> None:
+        if self._turns.prices is None:
+            return
+        self.priced = True
+        cost = self._turns.cost_of(event)
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost_micros += cost
 
     def _count_tool(self, event: ToolResult) -> None:
         server = "" if event.server is UNSET else event.server
@@ -283,11 +300,13 @@ def page_key(sid: str) -> str:
     return hashlib.sha256(sid.encode()).hexdigest()[:16]
 
 
-def read_session(journal: Any, sid: str, span: int, *, handoffs: bool = False) -> SessionEntry:
+def read_session(
+    journal: Any, sid: str, span: int, *, handoffs: bool = False, prices: Prices | None = None
+) -> SessionEntry:
     """Fold session `sid` of `journal` (read once, checked): its figures, timeline and transcript
     (with its hand-offs when `handoffs`); corrupt: the entry holds the error only."""
     entry = SessionEntry(sid=sid, key=page_key(sid))
-    fold = SessionFold(sid=sid)
+    fold = SessionFold(sid=sid, _turns=TurnFold(prices=prices))
     transcript = TranscriptFold(handoffs=handoffs)
     try:
         records = fold.tap(transcript.tap(journal.read(sid)))

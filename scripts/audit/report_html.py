@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from cairn import _console
 from cairn._cli_output import iso
 from cairn.audit.report_fold import SessionEntry, SessionFold
+from cairn.audit.report_totals import cost_text, tokens_text, totals
 from cairn.store.verify_report import Problem, VerifyReport
 
 #: characters of one error text shown in a table cell
@@ -66,13 +67,6 @@ def _td(value: object, *, number: bool = False, css: str = "") -> str:
     return f'<td class="{classes}">{esc(shown)}</td>' if classes else f"<td>{esc(shown)}</td>"
 
 
-def _tokens(value: int, reports: int, responses: int) -> str:
-    """A usage sum: `unknown` when responses came without any report, `≥` when some lacked one."""
-    if reports == 0 and responses > 0:
-        return "unknown"
-    return f"{value:,}" if reports >= responses else f"≥{value:,}"
-
-
 def _when(ms: int) -> str:
     return iso(ms) if ms else ""
 
@@ -95,6 +89,7 @@ SESSION_COLUMNS = (
     "hand-offs",
     "checkpoints",
     "errors recovered",
+    "cost",
     "state",
     "last activity",
     "verify",
@@ -130,46 +125,15 @@ def _session_row(entry: SessionEntry) -> list[str]:
         _td(fold.turns_completed, number=True),
         _td(fold.turns_failed, number=True, css="bad" if fold.turns_failed else ""),
         _td(fold.turns_interrupted, number=True, css="warn" if fold.turns_interrupted else ""),
-        _td(_tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses), number=True),
-        _td(_tokens(fold.completion_tokens, fold.completion_reports, fold.responses), number=True),
+        _td(tokens_text(fold.prompt_tokens, fold.prompt_reports, fold.responses), number=True),
+        _td(tokens_text(fold.completion_tokens, fold.completion_reports, fold.responses), number=True),
         _td(fold.handoffs, number=True),
         _td(fold.checkpoint_count, number=True),
         _td(fold.errors_recovered, number=True),
+        _td(cost_text(fold), number=True),
         _td(entry.state, css="warn" if fold.open_turn is not None else "ok"),
         _td(_when(fold.last_ts)),
         verify,
-    ]
-
-
-def _totals(folds: list[SessionFold]) -> list[tuple[str, str]]:
-    """The store's totals over its readable sessions, as (figure, value) rows."""
-
-    def total(name: str) -> int:
-        return sum(int(getattr(f, name)) for f in folds)
-
-    responses = total("responses")
-    turns = total("turns")
-    return [
-        ("sessions", f"{len(folds):,}"),
-        ("events", f"{total('events'):,}"),
-        (
-            "turns",
-            f"{turns:,} started: {total('turns_completed'):,} completed, {total('turns_failed'):,} failed, "
-            f"{total('turns_interrupted'):,} interrupted, {total('turns_cancelled'):,} cancelled",
-        ),
-        ("requests", f"{total('requests'):,} ({responses:,} answered)"),
-        ("prompt tokens", _tokens(total("prompt_tokens"), total("prompt_reports"), responses)),
-        ("completion tokens", _tokens(total("completion_tokens"), total("completion_reports"), responses)),
-        ("hand-offs", f"{total('handoffs'):,}"),
-        (
-            "checkpoints",
-            f"{total('checkpoint_count'):,} ({total('checkpoints_llm'):,} by LLM summary, "
-            f"{total('checkpoint_count') - total('checkpoints_llm'):,} by the fallback)",
-        ),
-        (
-            "errors recovered",
-            f"{total('errors_recovered'):,} (provider errors retried, compactions that failed)",
-        ),
     ]
 
 
@@ -187,7 +151,14 @@ def _verify_summary(report: VerifyReport) -> str:
     return f'<p>verify: {state} ({esc(counts)}) <a href="verify.html">all findings</a></p>\n'
 
 
-def index_page(root: str, entries: list[SessionEntry], verify: VerifyReport, generated: str) -> str:
+def index_page(
+    root: str,
+    entries: list[SessionEntry],
+    verify: VerifyReport,
+    generated: str,
+    *,
+    currency: str | None = None,
+) -> str:
     corrupt = sum(1 for e in entries if e.fold is None)
     body = (
         f"<h1>cairn report of {esc(root)}</h1>\n"
@@ -196,9 +167,7 @@ def index_page(root: str, entries: list[SessionEntry], verify: VerifyReport, gen
         + "</p>\n"
         + _verify_summary(verify)
         + "<h2>totals</h2>\n"
-        + _facts_table(
-            [(k, v) for k, v in _totals([e.fold for e in entries if e.fold is not None])], "totals"
-        )
+        + _facts_table(totals([e.fold for e in entries if e.fold is not None], currency), "totals")
         + "<h2>sessions</h2>\n"
         + _table(SESSION_COLUMNS, (_session_row(e) for e in entries), "sessions")
         + "<p>tokens: as the provider reported them; ≥: some responses came without usage; "
@@ -320,8 +289,8 @@ def _session_facts(fold: SessionFold, entry: SessionEntry) -> list[tuple[str, st
         ("requests", f"{fold.requests:,}"),
         ("hand-offs", f"{fold.handoffs:,}"),
         ("state", entry.state + (f" ({fold.open_turn})" if fold.open_turn else "")),
-        ("prompt tokens", _tokens(fold.prompt_tokens, fold.prompt_reports, fold.responses)),
-        ("completion tokens", _tokens(fold.completion_tokens, fold.completion_reports, fold.responses)),
+        ("prompt tokens", tokens_text(fold.prompt_tokens, fold.prompt_reports, fold.responses)),
+        ("completion tokens", tokens_text(fold.completion_tokens, fold.completion_reports, fold.responses)),
         ("first activity", _when(fold.first_ts)),
         ("last activity", _when(fold.last_ts)),
     ]

@@ -9,6 +9,7 @@ from typing import Any, assert_never
 import msgspec
 from msgspec import UNSET
 
+from cairn.audit.prices import Prices
 from cairn.audit.tables import table_of
 from cairn.events.codec import MAX_TS_MS, Record
 from cairn.events.kinds import (
@@ -50,6 +51,17 @@ class TurnFold:
     request_turns: dict[str, str] = field(default_factory=dict)
     #: per request of the open turn: its model, and the times of its answer (the usage rows show them)
     request_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the operator's price table (`audit.prices`): the usage rows' cost; None: unknown
+    prices: Prices | None = None
+
+    def cost_of(self, usage: Usage) -> int | None:
+        """The usage's cost in millionths of the price table's currency (None: no table, or no price)."""
+        if self.prices is None:
+            return None
+        model = self.request_facts.get(usage.request_id, {}).get("model")
+        return self.prices.cost_micros(
+            model, usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens
+        )
 
     def turn_of(self, event: EventBase) -> str | None:
         """Apply `event` and return its turn (call once per event, in seq order)."""
@@ -257,7 +269,7 @@ def body_row(event: Event) -> dict[str, Any]:
             assert_never(event)  # a new kind needs its columns here: mypy says so
 
 
-_NO_FACTS = {"model": None, "first_output_ms": None, "response_ms": None}
+_NO_FACTS = {"model": None, "first_output_ms": None, "response_ms": None, "cost_micros": None}
 
 
 def rows_of(
@@ -275,6 +287,7 @@ def rows_of(
     if isinstance(event, Usage):
         facts = fold.request_facts.get(event.request_id) if fold is not None else None
         body.update({**_NO_FACTS, **(facts or {})})
+        body["cost_micros"] = fold.cost_of(event) if fold is not None else None
     yield table_of(kind), {**keys, **body}
     if isinstance(event, AssistantMessage):
         for index, call in enumerate(event.tool_calls):

@@ -51,7 +51,9 @@ Tables and their columns after the keys (`json`: JSON text in a string column):
     usage                 request_id, prompt_tokens, completion_tokens, total_tokens,
                           cached_prompt_tokens (cache reads), cache_write_tokens (int64,
                           null when the provider gave none), and of its request: model,
-                          first_output_ms, response_ms (null when not in the log)
+                          first_output_ms, response_ms (null when not in the log); cost_micros
+                          int64 (millionths of the currency of `--prices FILE`; null without
+                          one, or for a model it does not price)
     tool_result           call_id, tool_name, status, effect, text, original_chars int64,
                           truncated bool, blobs int64, files_json, content_json, server and
                           server_tool (the MCP server that ran it and the tool's name there;
@@ -167,6 +169,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("model", STR),
         ("first_output_ms", INT),
         ("response_ms", INT),
+        ("cost_micros", INT),
     ),
     "tool_result": (
         ("call_id", STR),
