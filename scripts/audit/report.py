@@ -8,6 +8,7 @@ server, no network: it opens in any browser)::
     DIR/sessions/<key>.html         one page per session: figures, timeline, checkpoints, failures,
                                     and verify's findings that name the session
     DIR/sessions/<key>.svg          the session's timeline (`cairn.audit.timeline`), beside its page
+    DIR/store.svg                   the store's tokens and checkpoints over time (`report_chart`)
     DIR/cairn-report.json           what made the report (the marker of a report directory)
 
 `<key>` is the first 16 hex digits of the session id's SHA-256: a session id
@@ -50,6 +51,7 @@ from pathlib import Path
 from cairn._cli_output import iso
 from cairn.audit import require
 from cairn.audit.prices import Prices
+from cairn.audit.report_chart import StoreChart
 from cairn.audit.report_fold import (
     MAX_ROWS,
     TIMELINE_RUNS,
@@ -93,7 +95,9 @@ __all__ = [
 MANIFEST = "cairn-report.json"
 REPORT_FORMAT = "cairn-report-1"
 #: the entries a report directory holds (anything else in DIR: not a report, refused)
-OWN_ENTRIES = ("index.html", "verify.html", "sessions", MANIFEST)
+#: the store's chart of tokens and checkpoints over time, shown by the index
+STORE_CHART = "store.svg"
+OWN_ENTRIES = ("index.html", "verify.html", "sessions", MANIFEST, STORE_CHART)
 STAGE = ".report.tmp"
 
 Progress = Callable[[int, int], None]
@@ -209,8 +213,14 @@ def _write_sessions(
     with Journal.open(root, readonly=True) as journal:
         summaries = [s for s in journal.sessions() if s.last_seq > 0]
         total, done = sum(s.last_seq for s in summaries), 0
+        chart = StoreChart(
+            min((s.created_ts for s in summaries), default=0),
+            max((s.updated_ts for s in summaries), default=0),
+        )
         for summary in summaries:
-            entry = read_session(journal, summary.sid, summary.last_seq, handoffs=handoffs, prices=prices)
+            entry = read_session(
+                journal, summary.sid, summary.last_seq, handoffs=handoffs, prices=prices, chart=chart
+            )
             entry.problems = [p for p in verify.problems if p.sid == summary.sid]
             entry.warnings = [p for p in verify.warnings if p.sid == summary.sid]
             _write_session(folder, entry)
@@ -227,6 +237,8 @@ def _write_sessions(
             if progress is not None:
                 progress(done, total)
     result.sessions = len(entries)
+    if summaries:
+        chart.save(folder.parent / STORE_CHART)
     return entries
 
 
@@ -277,6 +289,10 @@ def _commit(out: Path, stage: Path) -> None:
     if old.exists():
         os.rename(old, retired)
     os.rename(stage / "sessions", old)
+    if (stage / STORE_CHART).exists():
+        os.replace(stage / STORE_CHART, out / STORE_CHART)
+    else:  # a store of no session: no chart (and none left from a former report)
+        (out / STORE_CHART).unlink(missing_ok=True)
     for name in ("index.html", "verify.html", MANIFEST):
         os.replace(stage / name, out / name)
 

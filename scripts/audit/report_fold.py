@@ -10,6 +10,7 @@ from typing import Any, assert_never
 from msgspec import UNSET
 
 from cairn.audit.prices import Prices
+from cairn.audit.report_chart import StoreChart
 from cairn.audit.report_transcript import TranscriptFold
 from cairn.audit.table_rows import TurnFold
 from cairn.audit.timeline import Timeline, timeline_data
@@ -301,7 +302,13 @@ def page_key(sid: str) -> str:
 
 
 def read_session(
-    journal: Any, sid: str, span: int, *, handoffs: bool = False, prices: Prices | None = None
+    journal: Any,
+    sid: str,
+    span: int,
+    *,
+    handoffs: bool = False,
+    prices: Prices | None = None,
+    chart: StoreChart | None = None,
 ) -> SessionEntry:
     """Fold session `sid` of `journal` (read once, checked): its figures, timeline and transcript
     (with its hand-offs when `handoffs`); corrupt: the entry holds the error only."""
@@ -310,6 +317,7 @@ def read_session(
     transcript = TranscriptFold(handoffs=handoffs)
     try:
         records = fold.tap(transcript.tap(journal.read(sid)))
+        records = chart.tap(records) if chart is not None else records
         timeline = timeline_data(sid, records, buckets=TIMELINE_RUNS, span=span)
     except (CorruptionError, DecodeError) as exc:
         entry.error = f"{type(exc).__name__}: {exc}"

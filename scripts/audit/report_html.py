@@ -167,6 +167,12 @@ def index_page(
         + "</p>\n"
         + _verify_summary(verify)
         + "<h2>totals</h2>\n"
+        + (
+            '<img class="timeline" src="store.svg" alt="tokens and checkpoints over time">\n'
+            "<p>tokens the providers reported (bars), checkpoints and failed turns (markers), over time</p>\n"
+            if entries
+            else ""
+        )
         + _facts_table(totals([e.fold for e in entries if e.fold is not None], currency), "totals")
         + "<h2>sessions</h2>\n"
         + _table(SESSION_COLUMNS, (_session_row(e) for e in entries), "sessions")

@@ -418,6 +418,7 @@ def test_a_former_report_is_replaced_and_a_link_inside_it_refused(pristine: Path
         "cairn-report.json",
         "index.html",
         "sessions",
+        "store.svg",
         "verify.html",
     ]
     os.symlink(tmp_path, out / "elsewhere")
@@ -495,3 +496,24 @@ def _who(event: Any) -> str:
     if isinstance(event, AssistantMessage):
         return "assistant"
     return f"tool {event.tool_name}"
+
+
+def test_the_index_charts_the_stores_tokens_and_checkpoints_over_time(pristine: Path, reported: Path) -> None:
+    """Issue 27: a chart of tokens and compactions over time, on the index; its data from the log."""
+    from cairn.audit.report_chart import StoreChart
+
+    page = parse(reported / "index.html")
+    assert ("img", "store.svg") in page.links
+    assert ET.parse(reported / "store.svg").getroot().tag == "{http://www.w3.org/2000/svg}svg"
+    with Journal.open(pristine, readonly=True) as journal:
+        sound = [s for s in journal.sessions() if s.sid != BROKEN]
+        chart = StoreChart(min(s.created_ts for s in sound), max(s.updated_ts for s in sound))
+        events = []
+        for summary in sound:
+            for record in chart.tap(journal.read(summary.sid)):
+                events.append(record.event)
+    usage = [e for e in events if isinstance(e, Usage)]
+    assert sum(chart.tokens) == sum((u.prompt_tokens or 0) + (u.completion_tokens or 0) for u in usage) > 0
+    assert sum(chart.checkpoints) == sum(isinstance(e, CheckpointCommitted) for e in events) > 0
+    failed = sum(isinstance(e, TurnFailed) and e.phase != "interrupted" for e in events)
+    assert sum(chart.failed) == failed > 0

@@ -1,0 +1,83 @@
+"""The report's store chart: the tokens the providers reported, and the checkpoints, over time.
+
+The store's time span (its sessions' first and last events, from the index)
+is cut into `BUCKETS` equal runs; every usage line adds its prompt and
+completion tokens to its run, every checkpoint and every failed turn counts
+in its run. O(BUCKETS) memory whatever the store's size: sessions pass
+their records through `tap` as the report reads them. `save` draws it with
+matplotlib (Agg): the tokens as bars, checkpoints and failed turns as
+markers on a second axis, time on the x axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from cairn.events.codec import Record
+from cairn.events.kinds import CheckpointCommitted, TurnFailed, Usage
+
+BUCKETS = 200
+
+
+class StoreChart:
+    """Tokens, checkpoints and failed turns per run of time from `first_ms` to `last_ms`."""
+
+    def __init__(self, first_ms: int, last_ms: int, buckets: int = BUCKETS) -> None:
+        self.first_ms = first_ms
+        self.width_ms = max(1, -(-(max(last_ms, first_ms) - first_ms + 1) // buckets))
+        self.tokens = [0] * buckets
+        self.checkpoints = [0] * buckets
+        self.failed = [0] * buckets
+
+    def _run(self, ts: int) -> int:
+        return max(0, min(len(self.tokens) - 1, (ts - self.first_ms) // self.width_ms))
+
+    def add(self, record: Record) -> None:
+        event = record.event
+        if isinstance(event, Usage):
+            self.tokens[self._run(record.ts)] += (event.prompt_tokens or 0) + (event.completion_tokens or 0)
+        elif isinstance(event, CheckpointCommitted):
+            self.checkpoints[self._run(record.ts)] += 1
+        elif isinstance(event, TurnFailed) and event.phase != "interrupted":
+            self.failed[self._run(record.ts)] += 1
+
+    def tap(self, records: Iterable[Record]) -> Iterator[Record]:
+        for record in records:
+            self.add(record)
+            yield record
+
+    def save(self, out: Path) -> None:
+        """Draw the chart into `out` (.svg or .png, by its suffix)."""
+        import datetime
+
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+
+        # matplotlib's dates: days since its epoch, 1970-01-01 UTC (the default since matplotlib 3.3)
+        first, width = self.first_ms / 86_400_000, self.width_ms / 86_400_000
+        starts = [float(first + i * width) for i in range(len(self.tokens))]
+        figure = Figure(figsize=(12, 4), layout="constrained")
+        ax = figure.add_subplot()
+        ax.bar(starts, self.tokens, width=width, align="edge", color="tab:blue", label="tokens reported")
+        ax.xaxis_date(tz=datetime.UTC)
+        ax.set_ylabel("tokens (prompt + completion)")
+        ax.set_xlabel("time (UTC)")
+        events = ax.twinx()
+        for counts, marker, colour, label in (
+            (self.checkpoints, "s", "tab:green", "checkpoints"),
+            (self.failed, "P", "tab:red", "failed turns"),
+        ):
+            shown = [(start + width / 2, n) for start, n in zip(starts, counts, strict=True) if n]
+            if shown:
+                xs, ys = zip(*shown, strict=True)
+                events.plot(
+                    xs, ys, linestyle="none", marker=marker, color=colour, label=f"{label} ({sum(counts)})"
+                )
+        events.set_ylabel("checkpoints, failed turns")
+        events.set_ylim(bottom=0)
+        events.yaxis.set_major_locator(MaxNLocator(integer=True))
+        bars, bar_labels = ax.get_legend_handles_labels()
+        marks, mark_labels = events.get_legend_handles_labels()
+        ax.legend(bars + marks, bar_labels + mark_labels, loc="upper left", fontsize="small")
+        figure.savefig(out, format=out.suffix.lstrip(".").lower(), dpi=100)
