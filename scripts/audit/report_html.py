@@ -202,13 +202,18 @@ def _more(shown: int, total: int, what: str) -> str:
     return f"<p>{total - shown:,} more {esc(what)} not listed: <code>cairn export</code> has them all.</p>\n"
 
 
-def _checkpoints_html(fold: SessionFold) -> str:
+def _at(key: str, seq: int) -> str:
+    """A seq cell that links to the row of that seq in the session's transcript."""
+    return f'<td class="n"><a href="{key}-transcript.html#s{seq}">{seq:,}</a></td>'
+
+
+def _checkpoints_html(fold: SessionFold, key: str) -> str:
     if not fold.checkpoints:
         return "<p>none</p>\n"
     rows = (
         [
             _td(c.epoch, number=True),
-            _td(c.seq, number=True),
+            _at(key, c.seq),
             _td(_when(c.ts)),
             _td(c.trigger),
             _td(c.strategy),
@@ -259,13 +264,13 @@ def _facts_table(facts: list[tuple[str, str]], css_class: str) -> str:
     return f'<table class="{css_class}">\n{rows}</table>\n'
 
 
-def _failures_html(fold: SessionFold) -> str:
+def _failures_html(fold: SessionFold, key: str) -> str:
     if not fold.failures:
         return "<p>none</p>\n"
     counts = ", ".join(counted(n, kind) for kind, n in sorted(fold.failure_counts.items()))
     rows = (
         [
-            _td(f.seq, number=True),
+            _at(key, f.seq),
             _td(_when(f.ts)),
             _td(f.turn_id or ""),
             _td(f.kind, css="bad" if f.kind in TURN_ENDING else "warn"),
@@ -343,11 +348,11 @@ def session_page(entry: SessionEntry) -> str:
         + f"<h2>timeline</h2>\n<p>context tokens per request, thresholds and events{esc(reduced)}</p>\n"
         + f'<img class="timeline" src="{entry.key}.svg" alt="timeline of {esc(title)}">\n'
         + f"<h2>checkpoints ({fold.checkpoint_count:,})</h2>\n"
-        + _checkpoints_html(fold)
+        + _checkpoints_html(fold, entry.key)
         + f"<h2>tools ({sum(calls for calls, _ in fold.tools.values()):,} calls)</h2>\n"
         + _tools_html(fold)
         + f"<h2>failures ({fold.failure_count:,})</h2>\n"
-        + _failures_html(fold)
+        + _failures_html(fold, entry.key)
         + verify
     )
     return _page(title, body)
@@ -364,7 +369,7 @@ def transcript_page(entry: SessionEntry) -> str:
     )
     rows = (
         [
-            _td(r.seq, number=True),
+            f'<td class="n" id="s{r.seq}">{r.seq:,}</td>',  # what the session page's seqs link to
             _td(_when(r.ts)),
             _td(r.turn),
             _td(r.who, css=r.css),

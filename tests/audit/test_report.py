@@ -201,13 +201,20 @@ def test_every_link_and_picture_resolves_to_a_file_of_the_report(reported: Path)
     pages = sorted(reported.rglob("*.html"))
     assert len(pages) == 2 + 12 + 11  # index, verify, one page per session, a transcript per sound one
     targets: set[Path] = set()
+    anchored = 0
     for page in pages:
         for tag, link in parse(page).links:
             assert "://" not in link and not link.startswith(("/", "javascript:", "data:")), link
-            target = (page.parent / link).resolve()
+            path, _, fragment = link.partition("#")
+            target = (page.parent / path).resolve()
             assert target.is_file(), f"{page.name}: {tag} {link}"
             assert reported.resolve() in target.parents
             targets.add(target)
+            if fragment:  # a seq of the session page, linked to its row in the transcript (issue 27)
+                ids = {dict(attrs).get("id") for _, attrs in parse(target).tags}
+                assert fragment in ids, f"{page.name}: {link} names no row of {target.name}"
+                anchored += 1
+    assert anchored > 0
     session_pages = {p.resolve() for p in (reported / "sessions").glob("*.html")}
     assert session_pages <= targets  # every session's page and transcript is linked
     # every picture is shown by a page, and is an SVG document
@@ -464,7 +471,7 @@ def test_each_session_has_a_transcript_with_what_was_said_and_the_checkpoints_wh
     assert ("a", f"{page_key('demo-1')}-transcript.html") in session.links
     page = parse(reported / "sessions" / f"{page_key('demo-1')}-transcript.html")
     rows = page.rows("transcript")
-    by_seq = {int(row["seq"]): row for row in rows}
+    by_seq = {int(row["seq"].replace(",", "")): row for row in rows}
     said = [r for r in records if isinstance(r.event, UserMessage | AssistantMessage | ToolResult)]
     assert [(r.seq, _who(r.event)) for r in said] == [
         (seq, row["who"].split(" (")[0])
@@ -484,7 +491,7 @@ def test_each_session_has_a_transcript_with_what_was_said_and_the_checkpoints_wh
     out = tmp_path / "with-handoffs"
     assert report(pristine, out, "--handoffs") == 1
     shown = parse(out / "sessions" / f"{page_key('demo-1')}-transcript.html").rows("transcript")
-    assert [int(row["seq"]) for row in shown if row["who"] == "hand-off"] == handoffs
+    assert [int(row["seq"].replace(",", "")) for row in shown if row["who"] == "hand-off"] == handoffs
 
 
 _WHO = {"user", "assistant"}
