@@ -51,7 +51,7 @@ from pathlib import Path
 from cairn._cli_output import iso
 from cairn.audit import require
 from cairn.audit.prices import Prices
-from cairn.audit.report_chart import StoreChart
+from cairn.audit.report_chart import StoreChart, shown
 from cairn.audit.report_fold import (
     MAX_ROWS,
     TIMELINE_RUNS,
@@ -213,10 +213,8 @@ def _write_sessions(
     with Journal.open(root, readonly=True) as journal:
         summaries = [s for s in journal.sessions() if s.last_seq > 0]
         total, done = sum(s.last_seq for s in summaries), 0
-        chart = StoreChart(
-            min((s.created_ts for s in summaries), default=0),
-            max((s.updated_ts for s in summaries), default=0),
-        )
+        times = [t for s in summaries for t in (s.created_ts, s.updated_ts) if shown(t)]
+        chart = StoreChart(min(times, default=0), max(times, default=0))
         for summary in summaries:
             entry = read_session(
                 journal, summary.sid, summary.last_seq, handoffs=handoffs, prices=prices, chart=chart
@@ -237,7 +235,7 @@ def _write_sessions(
             if progress is not None:
                 progress(done, total)
     result.sessions = len(entries)
-    if summaries:
+    if times:
         chart.save(folder.parent / STORE_CHART)
     return entries
 
@@ -252,7 +250,14 @@ def _write_index(
     prices: Prices | None = None,
 ) -> None:
     """Write the index page, verify's page and the manifest into `stage`."""
-    index = index_page(shown_root, entries, verify, generated, currency=prices.currency if prices else None)
+    index = index_page(
+        shown_root,
+        entries,
+        verify,
+        generated,
+        currency=prices.currency if prices else None,
+        chart=(stage / STORE_CHART).exists(),
+    )
     (stage / "index.html").write_text(index, encoding="utf-8")
     (stage / "verify.html").write_text(verify_page(shown_root, verify), encoding="utf-8")
     manifest = {

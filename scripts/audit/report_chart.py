@@ -1,7 +1,8 @@
 """The report's store chart: the tokens the providers reported, and the checkpoints, over time.
 
-The store's time span (its sessions' first and last events, from the index)
-is cut into `BUCKETS` equal runs; every usage line adds its prompt and
+The store's time span (its sessions' first and last events, from the index;
+times outside 1970..9999, which a host's clock gone wrong can write, left
+out) is cut into `BUCKETS` equal runs; every usage line adds its prompt and
 completion tokens to its run, every checkpoint and every failed turn counts
 in its run. O(BUCKETS) memory whatever the store's size: sessions pass
 their records through `tap` as the report reads them. `save` draws it with
@@ -18,12 +19,19 @@ from cairn.events.codec import Record
 from cairn.events.kinds import CheckpointCommitted, TurnFailed, Usage
 
 BUCKETS = 200
+#: the times a chart can show (ms since 1970 up to the end of year 9999, as calendars go)
+LAST_SHOWN_MS = 253_402_300_799_999
+
+
+def shown(ts: int) -> bool:
+    return 0 <= ts <= LAST_SHOWN_MS
 
 
 class StoreChart:
     """Tokens, checkpoints and failed turns per run of time from `first_ms` to `last_ms`."""
 
     def __init__(self, first_ms: int, last_ms: int, buckets: int = BUCKETS) -> None:
+        first_ms, last_ms = (min(max(t, 0), LAST_SHOWN_MS) for t in (first_ms, last_ms))
         self.first_ms = first_ms
         self.width_ms = max(1, -(-(max(last_ms, first_ms) - first_ms + 1) // buckets))
         self.tokens = [0] * buckets
@@ -34,6 +42,8 @@ class StoreChart:
         return max(0, min(len(self.tokens) - 1, (ts - self.first_ms) // self.width_ms))
 
     def add(self, record: Record) -> None:
+        if not shown(record.ts):
+            return
         event = record.event
         if isinstance(event, Usage):
             self.tokens[self._run(record.ts)] += (event.prompt_tokens or 0) + (event.completion_tokens or 0)

@@ -158,7 +158,9 @@ def index_page(
     generated: str,
     *,
     currency: str | None = None,
+    chart: bool = False,
 ) -> str:
+    """The index page; `chart`: the store's chart (`store.svg`) was drawn, and is shown."""
     corrupt = sum(1 for e in entries if e.fold is None)
     body = (
         f"<h1>cairn report of {esc(root)}</h1>\n"
@@ -170,7 +172,7 @@ def index_page(
         + (
             '<img class="timeline" src="store.svg" alt="tokens and checkpoints over time">\n'
             "<p>tokens the providers reported (bars), checkpoints and failed turns (markers), over time</p>\n"
-            if entries
+            if chart
             else ""
         )
         + _facts_table(totals([e.fold for e in entries if e.fold is not None], currency), "totals")

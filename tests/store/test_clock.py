@@ -146,3 +146,14 @@ def test_every_audit_command_reads_out_of_range_times_without_a_traceback(
     table = pq.read_table(tmp_path / "export-parquet" / "events").to_pydict()
     times = dict(zip(zip(table["sid"], table["seq"], strict=True), table["ts"], strict=True))
     assert times[("far", 1)] is None and times[("negative", 1)] is not None
+
+
+def test_the_report_of_a_store_whose_times_are_out_of_range_charts_only_the_times_it_can_show(
+    old_store: Path, tmp_path: Path
+) -> None:
+    """The store chart (issue 27) met ts 2**63 and died in matplotlib: such times are left out; a
+    store with none it can show has no chart, and its index links none."""
+    out = tmp_path / "report"
+    assert cli.main(["report", "--store", str(old_store), "--out", str(out)]) == 1
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert ('src="store.svg"' in index) == (out / "store.svg").exists()
