@@ -23,6 +23,7 @@ from cairn import Reply, ScriptedProvider, WorkspaceTools
 from cairn.actors.http.client_tools import ClientTools
 from cairn.events.model import ToolCall
 from tests.http.helpers import ApiServer
+from tests.npm import npm_install
 
 NODE_DIR = Path(__file__).with_name("node")
 HIDDEN = {"handoff", "owner-changed"}  # never streamed to a client (H6)
@@ -34,19 +35,7 @@ pytestmark = pytest.mark.skipif(
 
 def _installed(tmp_path: Path) -> Path:
     """The client and its one dependency, installed from the npm registry into a folder of its own."""
-    folder = tmp_path / "node"
-    folder.mkdir()
-    for name in ("package.json", "client.mjs"):
-        shutil.copy(NODE_DIR / name, folder / name)
-    done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--silent"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, f"npm install failed: {done.stderr[-2000:]}"
-    return folder
+    return npm_install(NODE_DIR, tmp_path / "node", "client.mjs")
 
 
 def test_a_node_host_streams_a_turn_with_a_client_tool_drops_the_connection_and_resumes(

@@ -23,6 +23,7 @@ from cairn.actors.tools import ToolInvocation
 from cairn.events.errors import InputError
 from cairn.events.kinds import SessionStarted, ToolResult
 from cairn.events.model import ImagePart, TextPart, ToolCall
+from tests.npm import npm_install
 
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or shutil.which("npm") is None, reason="Node and npm are not installed"
@@ -34,16 +35,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The servers' packages, installed from the npm registry into a folder of their own."""
-    folder = tmp_path_factory.mktemp("mcp-node")
-    shutil.copy(HERE / "node" / "package.json", folder / "package.json")
-    done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--silent"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, f"npm install failed: {done.stderr[-2000:]}"
+    folder = npm_install(HERE / "node", tmp_path_factory.mktemp("mcp-node"))
     return folder / "node_modules" / "@modelcontextprotocol"
 
 
