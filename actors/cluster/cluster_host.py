@@ -72,7 +72,6 @@ from cairn.actors.errors import SessionUnavailable, TurnTimeout, describe_except
 from cairn.actors.host import Host, HostConfig
 from cairn.actors.provider.base import Provider
 from cairn.actors.session.settings import SessionSettings
-from cairn.actors.session.stream import Turn
 from cairn.actors.tools import ToolExecutor
 from cairn.events.errors import CairnError
 from cairn.store.jetstream.journal import JetStreamJournal
@@ -122,7 +121,6 @@ class ClusterHost:
         self._beat_s = beat_s
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cairn-cluster")
         self._lock = threading.Lock()
-        self._inflight: set[Turn] = set()
         self._subs: dict[str, Subscription] = {}
         self.use = SessionUse()
         self.forwarder = Forwarder(
@@ -337,15 +335,9 @@ class ClusterHost:
         except CairnError as exc:
             self._refuse(outbox, type(exc).__name__, str(exc))
             return
-        with self._lock:
-            self._inflight.add(turn)
-        self.ops.track(turn)
-        try:
-            self.count("served")
-            outbox.stream(turn, self.host_id, float(self.ownership.ttl_s))
-        finally:
-            with self._lock:
-                self._inflight.discard(turn)
+        self.ops.track(turn)  # what `close` waits for, and where a cancel from any host finds it
+        self.count("served")
+        outbox.stream(turn, self.host_id, float(self.ownership.ttl_s))
 
     def _refuse(self, outbox: Outbox, error_class: str, message: str) -> None:
         self.count("refused")
@@ -372,18 +364,13 @@ class ClusterHost:
 
     # -- closing ------------------------------------------------------------------------------------
 
-    @property
-    def inflight(self) -> int:
-        with self._lock:
-            return len(self._inflight)
-
     def close(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight turns end for up to `grace_s`, then close (see the module doc)."""
         with self._lock:
             if self._closing:
                 return
             self._closing = True
-            running = list(self._inflight.union(self.ops.turns()))
+            running = self.ops.turns()
         self._stop_sweep.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=30)

@@ -45,7 +45,8 @@ from cairn.events.kinds import TurnStarted, UserMessage
 from cairn.events.model import ImagePart, TextPart, ToolCall
 from cairn.events.state import SessionState
 
-#: how long the holder waits for a sent message to be recorded before answering without its seq
+#: how long a send waits for its message to be recorded before answering without its seq (the HTTP
+#: 202, and a holder's answer to another host)
 ACCEPT_WAIT_S = 30.0
 
 

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from cairn.actors.host.async_host import AsyncHost
 from cairn.actors.host.async_turn import AsyncTurn
-from cairn.actors.host.ops import Opening
+from cairn.actors.host.ops import ACCEPT_WAIT_S, Opening
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.feed import HEARTBEAT_S, WRITE_TIMEOUT_S, SessionFeeds
 from cairn.actors.http.places import LocalPlaces
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: how long a send waits for its message to be recorded before answering 202 without its seq
-ACCEPT_WAIT_S = 30.0
 #: `Retry-After` of a tenant at its live-session limit (sessions leave by idle passivation)
 LIVE_RETRY_S = 5
 _WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
