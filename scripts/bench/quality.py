@@ -60,6 +60,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
@@ -68,7 +69,7 @@ from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Figure, Value
 from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus, spent_record_sessions
-from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, judge_session
+from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, fits_window, judge_session, judge_set
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
 from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
 
@@ -275,17 +276,25 @@ def run_with(quick: bool, provider: str, environ: Mapping[str, str], *, longrun:
 
 
 def _run(quick: bool, summarizer_under_test: Summarizer, longrun: bool, judge: bool) -> list[Figure]:
-    sessions = corpus(QUICK_PER_KIND if quick else FULL_PER_KIND)
+    per_kind = QUICK_PER_KIND if quick else FULL_PER_KIND
+    sessions = corpus(per_kind)
     counter = TokenCounter()
     verdicts = JudgeScore()
     hook: SessionHook | None = None
+    judge_on_corpus = False
     if judge:
         provider = summarizer_under_test.factory()
 
         def hook(session: Session, probes: list[Probe], runs: dict[str, Run]) -> None:
             judge_session(verdicts, provider, summarizer_under_test.model, session, probes, runs)
 
-    scores, probes = evaluate(sessions, counter, summarizer=summarizer_under_test.factory, on_session=hook)
+        judge_on_corpus = all(fits_window(provider, s, counter) for s in sessions)
+    scores, probes = evaluate(
+        sessions,
+        counter,
+        summarizer=summarizer_under_test.factory,
+        on_session=hook if judge_on_corpus else None,
+    )
     planted = sum(len(s.facts) for s in sessions)
     carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
     figures = [
@@ -323,7 +332,14 @@ def _run(quick: bool, summarizer_under_test: Summarizer, longrun: bool, judge: b
     figures.append(_accepted_figure(summarizer))
     figures.append(_over_fallback_figure(summarizer, scores["fallback_at_budget"], scores["fallback"], real))
     if judge:
-        figures.append(_judge_figure(verdicts))
+        where = "the corpus"
+        if not judge_on_corpus:
+            chosen = judge_set(per_kind, lambda s: fits_window(provider, s, counter))
+            own, _ = evaluate(
+                [s for s, _ in chosen], counter, summarizer=summarizer_under_test.factory, on_session=hook
+            )
+            where = _judge_set_text(chosen, own["summarizer"])
+        figures.append(_judge_figure(verdicts, where))
     figures.append(_spent_record_figure(counter))
     if longrun:
         figures += _longrun_part(QUICK_TURNS if quick else TURNS)
@@ -393,11 +409,23 @@ def _spent_record_figure(counter: TokenCounter) -> Figure:
     )
 
 
-def _judge_figure(v: JudgeScore) -> Figure:
+def _judge_set_text(chosen: list[tuple[Session, float]], summarizer: Score) -> str:
+    """Which sessions the judge asked about when the corpus does not fit the endpoint's window."""
+    scales = Counter(scale for _, scale in chosen)
+    by_scale = ", ".join(f"{count} at {scale:g}" for scale, count in sorted(scales.items(), reverse=True))
+    taken = summarizer.compactions - summarizer.fallbacks - summarizer.refused
+    return (
+        f"the judge's own set (the corpus does not fit the endpoint's window): {len(chosen)} sessions "
+        f"of the same shapes, filler scaled to fit ({by_scale}); the summarizer's summaries taken there: "
+        f"{taken} of {summarizer.compactions}"
+    )
+
+
+def _judge_figure(v: JudgeScore, where: str) -> Figure:
     kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
     skipped = "; ".join(f"{count} x {why}" for why, count in v.skipped.items())
     detail = (
-        f"{v.judged} sessions judged" + (f", not judged: {skipped}" if skipped else "") + "; "
+        f"{v.judged} sessions judged, of {where}" + (f"; not judged: {skipped}" if skipped else "") + "; "
         f"the model answering from the compacted context over from the full one: right {v.after} vs "
         f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
         f"{v.superseded}; by kind (before->after/asked): {kinds}"

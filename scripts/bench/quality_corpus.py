@@ -209,9 +209,10 @@ class Session(msgspec.Struct, frozen=True):
 class _Builder:
     """Appends events as records and remembers the facts they plant."""
 
-    def __init__(self, name: str, rng: random.Random, window: int = WINDOW) -> None:
+    def __init__(self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0) -> None:
         self.name = name
         self.rng = rng
+        self.filler_scale = filler_scale
         self.sfx = f"{rng.randrange(16**4):04x}"
         self.records: list[Record] = []
         self.facts: list[Fact] = []
@@ -371,8 +372,13 @@ class _Builder:
     def maybe_text(self) -> str:
         return self.prose(self.rng.randrange(6, 20)).capitalize() + "." if self.rng.random() < 0.6 else ""
 
+    def keeps_filler_step(self, i: int) -> bool:
+        """Whether the `i`-th filler step of a loop stays at this builder's scale (evenly spread)."""
+        return int((i + 1) * self.filler_scale) > int(i * self.filler_scale)
+
     def filler(self, steps: int) -> None:
-        for _ in range(steps):
+        """`steps` filler tool calls, times the builder's filler scale (the judge's smaller sessions)."""
+        for _ in range(round(steps * self.filler_scale)):
             pick = self.rng.random()
             if pick < 0.45:
                 self.read_filler()
@@ -561,6 +567,8 @@ def _research(b: _Builder, index: int) -> None:
         if i == 10:
             _identifier(b, nm)
             continue
+        if not b.keeps_filler_step(i):
+            continue
         url = f"https://docs.example.org/{b.rng.choice(WORDS)}/{b.rng.choice(WORDS)}"
         if b.rng.random() < 0.4:
             b.tool(
@@ -686,17 +694,21 @@ _SHAPES = {
 }
 
 
-def build_session(kind: str, index: int, rng: random.Random) -> Session:
-    """The `index`-th session of `kind`, drawn from `rng`."""
-    b = _Builder(f"{kind}-{index}", rng)
+def build_session(kind: str, index: int, rng: random.Random, filler_scale: float = 1.0) -> Session:
+    """The `index`-th session of `kind`, drawn from `rng`, its filler steps times `filler_scale`."""
+    b = _Builder(f"{kind}-{index}", rng, filler_scale=filler_scale)
     _SHAPES[kind](b, index)
     return b.session(kind)
 
 
-def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
-    """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator."""
+def corpus(per_kind: int, seed: int = SEED, filler_scale: float = 1.0) -> list[Session]:
+    """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator.
+
+    `filler_scale` < 1 makes shorter sessions with the same shapes and planted facts (fewer filler
+    tool calls between them): the judge's set for an endpoint whose window cannot hold the corpus.
+    """
     rng = random.Random(seed)
-    return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
+    return [build_session(kind, i, rng, filler_scale) for i in range(per_kind) for kind in KINDS]
 
 
 def _spent_record(b: _Builder, index: int) -> None:

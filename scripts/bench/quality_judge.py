@@ -8,13 +8,18 @@ rendered as a `[i] role: text` transcript (X1-X2 applied, tool calls shown,
 images as the M4 placeholder), followed by the session's probe questions,
 numbered. The model answers one numbered line per question.
 
-A session whose full context does not fit the endpoint's window (the
-adapter's `context_window`, `CAIRN_CONTEXT_WINDOW`: the transcript counted
-here, 30 % more for the server's tokenizer, plus the answer's room), or
-whose request fails, is not judged: it is counted with the reason, and the
-figure says how many were judged. A 4,096-token local model judges none of
-the corpus's ~16,000-token sessions; a judge needs a window that holds the
-history it is asked about.
+The judge must read the whole history it is asked about, so a session
+must fit the endpoint's window (the adapter's `context_window`,
+`CAIRN_CONTEXT_WINDOW`: the transcript counted here, 30 % more for the
+server's tokenizer, plus the answer's room). When every corpus session fits,
+the judge asks about the corpus. Otherwise (a 4,096-token local model holds
+none of its 7,000-20,000-token sessions) it asks about its own set
+(`judge_set`): the same shapes and planted facts from per-session seeds,
+each built with the largest filler scale (1, 1/2, 1/4, 1/8, 0: the share of
+filler tool calls between the facts) at which it fits, and run through the
+same strategies and summarizer. A session that fits at no scale (a huge
+tool output alone can fill a small window), or whose request fails, is not
+judged: it is counted with the reason, and the figure says how many were.
 
 An answer is right when it contains the fact's `answer` string
 (case-insensitive). A superseded fact asks its replacement's question; it
@@ -25,8 +30,9 @@ cost the model, measured by the model.
 
 from __future__ import annotations
 
+import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cairn.actors.compactor.prompt import render_message
@@ -34,8 +40,8 @@ from cairn.actors.compactor.sampling import TOKENIZER_MARGIN_PERCENT
 from cairn.actors.provider.base import Provider, ProviderFailure, ProviderRequest, TextDelta, endpoint_window
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.tokens import TokenCounter
-from cairn.bench.quality_corpus import Fact, Session
-from cairn.bench.quality_probe import Probe, Run
+from cairn.bench.quality_corpus import KINDS, Fact, Session, build_session
+from cairn.bench.quality_probe import Probe, Run, run_strategy
 from cairn.events.model import Message
 
 JUDGE_ENV = "CAIRN_BENCH_JUDGE"
@@ -49,6 +55,10 @@ JUDGE_SYSTEM = (
 JUDGE_CHAR_CAP = 20_000
 #: the most output tokens one judge answer asks for
 JUDGE_OUTPUT_TOKENS = 2_000
+#: the filler scales the judge's own set tries for a session, largest first
+JUDGE_SCALES = (1.0, 0.5, 0.25, 0.125, 0.0)
+#: the judge set's seed (the corpus stays byte-identical without it)
+JUDGE_SEED = 20_261_206
 _ANSWER_RE = re.compile(r"^\s*(\d+)\s*[.):]\s*(.*)$")
 
 
@@ -105,6 +115,30 @@ def misfit(provider: Provider, messages: Sequence[Message], counter: TokenCounte
     if tokens + min(JUDGE_OUTPUT_TOKENS, window // 3) <= window:
         return None
     return f"the full context does not fit the endpoint's {window:,}-token window"
+
+
+def fits_window(provider: Provider, session: Session, counter: TokenCounter) -> bool:
+    """Whether the judge's request about `session` (its full context, every question it plants)
+    fits the provider's endpoint window."""
+    context = run_strategy(session, "ceiling", counter).context
+    questions = [f.question for f in session.facts if f.question]
+    return misfit(provider, judge_messages(context, questions), counter) is None
+
+
+def judge_set(
+    per_kind: int, fits: Callable[[Session], bool], seed: int = JUDGE_SEED
+) -> list[tuple[Session, float]]:
+    """`per_kind` sessions of every kind, each at the largest of `JUDGE_SCALES` at which it `fits`
+    (the smallest when none does), with that scale."""
+    chosen: list[tuple[Session, float]] = []
+    for index in range(per_kind):
+        for kind in KINDS:
+            for scale in JUDGE_SCALES:
+                session = build_session(kind, index, random.Random(f"{seed}:{kind}:{index}"), scale)
+                if fits(session):
+                    break
+            chosen.append((session, scale))
+    return chosen
 
 
 def ask(

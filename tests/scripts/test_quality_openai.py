@@ -9,6 +9,7 @@ refused (C7), every compaction falls back, and the figures say so.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import threading
@@ -20,7 +21,8 @@ import pytest
 
 from cairn.actors.provider.scripted import scripted_summary
 from cairn.bench import quality
-from cairn.bench.quality_corpus import corpus
+from cairn.bench.quality_corpus import KINDS, build_session, corpus
+from cairn.bench.quality_judge import JUDGE_SCALES, JUDGE_SEED, judge_set
 from cairn.events.model import Message
 from tests.provider.chat_server import ChatServer, Received, Reply, api_error, text_reply
 from tests.provider.conftest import SECRET_KEY
@@ -103,7 +105,13 @@ def _reading_judge() -> ChatServer:
     """A server whose model writes the scripted ledger for summaries and, as the judge, answers each
     question with the candidate answer mentioned last in the conversation (a perfect reader)."""
     candidates: dict[str, set[str]] = {}
-    for session in corpus(2):
+    judge_sets = [
+        build_session(kind, i, random.Random(f"{JUDGE_SEED}:{kind}:{i}"), scale)
+        for i in range(2)
+        for kind in KINDS
+        for scale in JUDGE_SCALES
+    ]
+    for session in [*corpus(2), *judge_sets]:
         for fact in session.facts:
             if fact.question:
                 candidates.setdefault(fact.question, set()).add(fact.answer)
@@ -166,20 +174,40 @@ def test_cairn_bench_only_quality_provider_openai_runs_through_the_cli(
     assert figures["quality.summarizer.meets_quality_target"]["met"] is True
 
 
-def test_the_judge_skips_sessions_whose_full_context_does_not_fit_the_endpoints_window() -> None:
+def test_a_judge_whose_window_cannot_hold_the_corpus_asks_about_its_own_shorter_sessions() -> None:
     """A 4,096-token endpoint (`CAIRN_CONTEXT_WINDOW`, as `cairn local-model` serves SmolLM2) cannot
-    read the corpus's ~16,000-token sessions: the judge sends none of them and says so, and the
-    suite runs to the end (it used to die on the server's context-limit error)."""
+    read the corpus's 7,000-20,000-token sessions: the judge builds its own set (the same shapes,
+    filler scaled until each fits), runs it through the summarizer, and asks about it; the two
+    huge-output sessions fit at no scale (their tool output alone fills the window) and say so."""
     with _reading_judge() as server:
         env = {**_env(server), "CAIRN_BENCH_JUDGE": "1", "CAIRN_CONTEXT_WINDOW": "4096"}
         figures = _figures(quality.run_with(True, "openai", env, longrun=False))
         calls = len(server.requests)
-    assert calls == 20  # the summaries only
+    assert calls == 20 + 20 + 2 * 14  # the corpus's summaries, the judge set's, two judge requests a session
     judged = figures["quality.judge.accuracy_after_over_before"]
-    assert str(judged["detail"]).startswith(
-        "0 sessions judged, not judged: 16 x the full context does not fit the endpoint's 4,096-token window"
+    detail = str(judged["detail"])
+    assert detail.startswith(
+        "14 sessions judged, of the judge's own set (the corpus does not fit the endpoint's window): "
+        "16 sessions of the same shapes, filler scaled to fit (2 at 0.25, 5 at 0.125, 9 at 0); "
+        "the summarizer's summaries taken there: 18 of 20; "
+        "not judged: 2 x the full context does not fit the endpoint's 4,096-token window"
     )
+    # a perfect reader gets every answer from the full context, fewer from the compacted one
+    assert "right 87 vs 128 of 128" in detail and judged["value"] == 0.68
     assert "quality.error" not in figures
+
+
+def test_the_judge_set_keeps_the_corpus_shapes_and_facts_with_less_filler() -> None:
+    """`judge_set`: every kind, each session at the largest scale that fits, its planted facts those
+    of the same shape at full scale (the filler between them is what shrinks)."""
+    sizes = {kind: len(build_session(kind, 0, random.Random(f"{JUDGE_SEED}:{kind}:0"), 1.0).records) for kind in KINDS}
+    chosen = judge_set(1, lambda s: len(s.records) <= 40)
+    assert [s.kind for s, _ in chosen] == list(KINDS)
+    for session, scale in chosen:
+        assert len(session.records) <= 40 or scale == 0.0
+        assert scale == 1.0 or len(session.records) < sizes[session.kind]
+        full = build_session(session.kind, 0, random.Random(f"{JUDGE_SEED}:{session.kind}:0"), 1.0)
+        assert [f.kind for f in session.facts] == [f.kind for f in full.facts]
 
 
 def test_a_judge_request_that_fails_leaves_its_session_unjudged_and_the_suite_running() -> None:
@@ -193,4 +221,6 @@ def test_a_judge_request_that_fails_leaves_its_session_unjudged_and_the_suite_ru
         env = {**_env(server), "CAIRN_BENCH_JUDGE": "1"}
         figures = _figures(quality.run_with(True, "openai", env, longrun=False))
     detail = str(figures["quality.judge.accuracy_after_over_before"]["detail"])
-    assert detail.startswith("0 sessions judged, not judged: 16 x the judge's request failed: context-limit")
+    assert detail.startswith(
+        "0 sessions judged, of the corpus; not judged: 16 x the judge's request failed: context-limit"
+    )
