@@ -209,7 +209,9 @@ class Session(msgspec.Struct, frozen=True):
 class _Builder:
     """Appends events as records and remembers the facts they plant."""
 
-    def __init__(self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0) -> None:
+    def __init__(
+        self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0
+    ) -> None:
         self.name = name
         self.rng = rng
         self.filler_scale = filler_scale

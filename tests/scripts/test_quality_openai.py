@@ -200,7 +200,10 @@ def test_a_judge_whose_window_cannot_hold_the_corpus_asks_about_its_own_shorter_
 def test_the_judge_set_keeps_the_corpus_shapes_and_facts_with_less_filler() -> None:
     """`judge_set`: every kind, each session at the largest scale that fits, its planted facts those
     of the same shape at full scale (the filler between them is what shrinks)."""
-    sizes = {kind: len(build_session(kind, 0, random.Random(f"{JUDGE_SEED}:{kind}:0"), 1.0).records) for kind in KINDS}
+    sizes = {
+        kind: len(build_session(kind, 0, random.Random(f"{JUDGE_SEED}:{kind}:0"), 1.0).records)
+        for kind in KINDS
+    }
     chosen = judge_set(1, lambda s: len(s.records) <= 40)
     assert [s.kind for s, _ in chosen] == list(KINDS)
     for session, scale in chosen:
