@@ -16,6 +16,7 @@ import functools
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -26,9 +27,7 @@ from typing import Any
 
 from cairn.bench import guarded
 from cairn.bench._figure import Comparison, Figure, compare
-from cairn.bench._measure import (
-    threads_rate,
-)
+from cairn.bench._measure import LoadMeter, threads_rate
 from cairn.bench._workload import mixed_event, sized_event
 from cairn.bench.store_replay import bench_eventsourcing, bench_replay, bench_restore
 from cairn.events.codec import GENESIS, encode_line
@@ -150,21 +149,14 @@ def _wake_floor_rate(sessions: int, per_session: int) -> float:
         thread.join()
 
 
-#: issue 13 point 4, at 256 sessions: cairn over the thread-wake ceiling, over one fsync per event,
-#: and 1,024 sessions over 256 (no lower: the median of the pairs at least 1 - NOISE)
-TARGET_OF_WAKE_FLOOR = 0.30
-TARGET_OVER_FSYNC = 15.0
-NOISE_1024 = 0.05
+#: issue 24 point 5: the append targets against this machine's own ceiling, measured in the same
+#: run (one fsync per event is no ceiling: 15x of it lies above what thread wake-ups allow here).
+#: At 256 sessions cairn reaches at least half the thread-wake ceiling; from 256 to 1,024 sessions
+#: it falls no more than 0.05 below the ceiling's own fall.
+TARGET_OF_WAKE_FLOOR = 0.5
+FALL_MARGIN_1024 = 0.05
 
 APPENDS = [
-    Comparison(
-        "append.sessions_256.ratio",
-        "naive300@256",
-        "j300/256",
-        "256 sessions of ~300-token events, each waiting for its ack, over one write + fsync per event "
-        "(one thread, events/s)",
-        target=TARGET_OVER_FSYNC,
-    ),
     Comparison(
         "append.sessions_256.of_wake_floor",
         "wake256",
@@ -174,12 +166,15 @@ APPENDS = [
         target=TARGET_OF_WAKE_FLOOR,
     ),
     Comparison(
-        "append.sessions_1024.vs_256",
+        "append.sessions_256.ratio",
+        "naive300@256",
         "j300/256",
-        "j300/1024",
-        "1,024 sessions over 256 (events/s, whole runs, the start included)",
-        target=1 - NOISE_1024,
-        says=f">= 1.0 (median of the pairs >= {1 - NOISE_1024:g}: the noise allowed)",
+        "256 sessions of ~300-token events, each waiting for its ack, over one write + fsync per event "
+        "(one thread, events/s)",
+    ),
+    Comparison("append.sessions_1024.vs_256", "j300/256", "j300/1024", "1,024 sessions over 256 (events/s)"),
+    Comparison(
+        "append.wake_floor_1024.vs_256", "wake256", "wake1024", "the thread-wake ceiling at 1,024 over 256"
     ),
     Comparison("append.sessions_1.ratio", "naive300@1", "j300/1", "1 session over one fsync per event"),
     Comparison("append.sessions_16.ratio", "naive300@16", "j300/16", "16 sessions over one fsync per event"),
@@ -190,6 +185,28 @@ APPENDS = [
         "~2,000-token events, 256 sessions over one fsync per event",
     ),
 ]
+
+
+def fall_beside_ceiling(values: dict[str, list[float]], load: LoadMeter) -> Figure:
+    """From 256 to 1,024 sessions, cairn's fall against the thread-wake ceiling's own, pair by pair:
+    (cairn at 1,024 / at 256) - (ceiling at 1,024 / at 256); the median at least -0.05."""
+    cairn = [b / a for a, b in zip(values["j300/256"], values["j300/1024"], strict=True)]
+    ceiling = [b / a for a, b in zip(values["wake256"], values["wake1024"], strict=True)]
+    gaps = [c - w for c, w in zip(cairn, ceiling, strict=True)]
+    gap = statistics.median(gaps)
+    detail = (
+        f"cairn at 1,024 sessions over 256 minus the thread-wake ceiling's same ratio, {len(gaps)} rounds: "
+        f"cairn {', '.join(f'{c:.2f}' for c in cairn)}; ceiling {', '.join(f'{w:.2f}' for w in ceiling)}"
+    )
+    return Figure.measured(
+        "append.sessions_1024.fall_beside_ceiling",
+        round(gap, 3),
+        "ratio points",
+        detail,
+        load,
+        target=f">= -{FALL_MARGIN_1024:g}",
+        met=gap >= -FALL_MARGIN_1024,
+    )
 
 
 def _append_plan(quick: bool) -> tuple[int, dict[tuple[int, int], int], int]:
@@ -235,9 +252,11 @@ def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
         if sessions != 1024:
             measures.append((f"naive{tokens}@{sessions}", naive(tokens)))
         measures.append((f"j{tokens}/{sessions}", journal(tokens, sessions)))
-        if sessions == 256 and tokens == 300:
-            measures.append(("wake256", functools.partial(_wake_floor_rate, 256, plan[300, 256] * 2)))
-    return compare(measures, APPENDS, pairs).figures
+        if tokens == 300 and sessions in (256, 1024):
+            per = plan[300, sessions] * 2
+            measures.append((f"wake{sessions}", functools.partial(_wake_floor_rate, sessions, per)))
+    done = compare(measures, APPENDS, pairs)
+    return [*done.figures, fall_beside_ceiling(done.values, done.load)]
 
 
 # --- opening a large store -------------------------------------------------------------

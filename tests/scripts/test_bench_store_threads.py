@@ -58,3 +58,19 @@ def test_a_threads_error_is_raised_by_the_run() -> None:
 
 def test_the_wake_ceiling_acks_every_call() -> None:
     assert _in_time(lambda: _wake_floor_rate(32, 40)) > 0
+
+
+def test_the_fall_to_1024_sessions_is_judged_beside_the_ceilings_own_fall() -> None:
+    """Issue 24 point 5: cairn may fall from 256 to 1,024 sessions as much as the thread-wake ceiling
+    does, plus 0.05; the median of the rounds decides, so a known-bad run (a fall of 0.3 where the
+    ceiling falls 0.1) fails and a run that falls with the ceiling passes."""
+    from cairn.bench._measure import LoadMeter
+    from cairn.bench.store import fall_beside_ceiling
+
+    with LoadMeter() as load:
+        pass
+    ceiling = {"wake256": [100.0, 100.0, 100.0], "wake1024": [90.0, 92.0, 88.0]}
+    with_it = fall_beside_ceiling({**ceiling, "j300/256": [50.0] * 3, "j300/1024": [44.0, 45.0, 46.0]}, load)
+    assert with_it.target == ">= -0.05" and with_it.met is True and with_it.value == -0.02
+    bad = fall_beside_ceiling({**ceiling, "j300/256": [50.0] * 3, "j300/1024": [35.0, 35.0, 36.0]}, load)
+    assert bad.met is False and bad.value == -0.2
