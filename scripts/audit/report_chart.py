@@ -27,6 +27,30 @@ def shown(ts: int) -> bool:
     return 0 <= ts <= LAST_SHOWN_MS
 
 
+def tick_label(ms: int, span_ms: int) -> str:
+    """A time axis tick, UTC: the clock to the second (to the millisecond, trailing zeros dropped,
+    where a tick falls between seconds) on a span under a day, which the axis label dates; the date
+    and the minute on a longer one."""
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    if span_ms >= 86_400_000:
+        return when.strftime("%Y-%m-%d %H:%M")
+    clock = when.strftime("%H:%M:%S")
+    millis = when.microsecond // 1000
+    return f"{clock}.{millis:03d}".rstrip("0") if millis else clock
+
+
+def axis_label(first_ms: int, span_ms: int) -> str:
+    """The time axis's label: UTC, and the day when every tick is a clock time of it."""
+    import datetime
+
+    if span_ms >= 86_400_000:
+        return "time (UTC)"
+    day = datetime.datetime.fromtimestamp(first_ms / 1000, tz=datetime.UTC).strftime("%Y-%m-%d")
+    return f"time (UTC), {day}"
+
+
 class StoreChart:
     """Tokens, checkpoints and failed turns per run of time from `first_ms` to `last_ms`."""
 
@@ -62,7 +86,7 @@ class StoreChart:
         import datetime
 
         from matplotlib.figure import Figure
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
 
         # matplotlib's dates: days since its epoch, 1970-01-01 UTC (the default since matplotlib 3.3)
         first, width = self.first_ms / 86_400_000, self.width_ms / 86_400_000
@@ -71,8 +95,12 @@ class StoreChart:
         ax = figure.add_subplot()
         ax.bar(starts, self.tokens, width=width, align="edge", color="tab:blue", label="tokens reported")
         ax.xaxis_date(tz=datetime.UTC)
+        span_ms = self.width_ms * len(self.tokens)
+        ax.xaxis.set_major_formatter(
+            FuncFormatter(lambda days, _pos: tick_label(round(days * 86_400_000), span_ms))
+        )
         ax.set_ylabel("tokens (prompt + completion)")
-        ax.set_xlabel("time (UTC)")
+        ax.set_xlabel(axis_label(self.first_ms, span_ms))
         events = ax.twinx()
         for counts, marker, colour, label in (
             (self.checkpoints, "s", "tab:green", "checkpoints"),

@@ -35,6 +35,9 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
+div.wide { overflow-x: auto; max-width: 100%; }
+table.sessions { font-size: 0.8em; }
+td.when { white-space: nowrap; }
 .bad { color: #b00020; font-weight: bold; }
 .warn { color: #8a5a00; }
 .ok { color: #1b5e20; }
@@ -58,7 +61,10 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], css_class: str
     """A table; `rows` hold cells already as HTML (`<td>...</td>`)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(f"<tr>{''.join(row)}</tr>\n" for row in rows)
-    return f'<table class="{css_class}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+    table = (
+        f'<table class="{css_class}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+    )
+    return f'<div class="wide">\n{table}</div>\n'
 
 
 def _td(value: object, *, number: bool = False, css: str = "") -> str:
@@ -68,7 +74,11 @@ def _td(value: object, *, number: bool = False, css: str = "") -> str:
 
 
 def _when(ms: int) -> str:
-    return iso(ms) if ms else ""
+    """A time as the pages show it: UTC to the second, `2026-12-06 10:49:30` (the log keeps the ms)."""
+    if not ms:
+        return ""
+    stamp = iso(ms)
+    return stamp[:19].replace("T", " ") if len(stamp) >= 19 and stamp[10] == "T" else stamp
 
 
 def _findings(title: str, problems: Iterable[Problem], css: str) -> str:
@@ -132,7 +142,7 @@ def _session_row(entry: SessionEntry) -> list[str]:
         _td(fold.errors_recovered, number=True),
         _td(cost_text(fold), number=True),
         _td(entry.state, css="warn" if fold.open_turn is not None else "ok"),
-        _td(_when(fold.last_ts)),
+        _td(_when(fold.last_ts), css="when"),
         verify,
     ]
 
@@ -181,7 +191,7 @@ def index_page(
         + "<p>tokens: as the provider reported them; ≥: some responses came without usage; "
         "unknown: none reported. failed: turns an error ended; interrupted: turns a crash or stop ended; "
         "errors recovered: provider errors retried and compactions that failed, none of which ended a "
-        "turn.</p>\n"
+        "turn. Times are UTC.</p>\n"
     )
     return _page(f"cairn report of {root}", body)
 
@@ -216,7 +226,7 @@ def _checkpoints_html(fold: SessionFold, key: str) -> str:
         [
             _td(c.epoch, number=True),
             _at(key, c.seq),
-            _td(_when(c.ts)),
+            _td(_when(c.ts), css="when"),
             _td(c.trigger),
             _td(c.strategy),
             _td(c.before, number=True),
@@ -270,10 +280,12 @@ def _failures_html(fold: SessionFold, key: str) -> str:
     if not fold.failures:
         return "<p>none</p>\n"
     counts = ", ".join(counted(n, kind) for kind, n in sorted(fold.failure_counts.items()))
+    ended = sum(n for kind, n in fold.failure_counts.items() if kind in TURN_ENDING)
+    counts += f"; {ended:,} ended a turn" if ended else "; none ended a turn (each was recovered)"
     rows = (
         [
             _at(key, f.seq),
-            _td(_when(f.ts)),
+            _td(_when(f.ts), css="when"),
             _td(f.turn_id or ""),
             _td(f.kind, css="bad" if f.kind in TURN_ENDING else "warn"),
             _td(_clip(f.what)),
@@ -353,7 +365,7 @@ def session_page(entry: SessionEntry) -> str:
         + _checkpoints_html(fold, entry.key)
         + f"<h2>tools ({sum(calls for calls, _ in fold.tools.values()):,} calls)</h2>\n"
         + _tools_html(fold)
-        + f"<h2>failures ({fold.failure_count:,})</h2>\n"
+        + f"<h2>errors and failures ({fold.failure_count:,})</h2>\n"
         + _failures_html(fold, entry.key)
         + verify
     )
@@ -372,7 +384,7 @@ def transcript_page(entry: SessionEntry) -> str:
     rows = (
         [
             f'<td class="n" id="s{r.seq}">{r.seq:,}</td>',  # what the session page's seqs link to
-            _td(_when(r.ts)),
+            _td(_when(r.ts), css="when"),
             _td(r.turn),
             _td(r.who, css=r.css),
             f'<td class="{esc(("said " + r.css).strip())}">{esc_lines(r.text)}</td>',

@@ -9,6 +9,7 @@ resolve to a file of the report.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -19,7 +20,6 @@ from typing import Any
 import pytest
 
 from cairn import cli
-from cairn._cli_output import iso
 from cairn.audit.report import MANIFEST, SessionFold, page_key
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
@@ -112,6 +112,11 @@ def n(value: int) -> str:
     return f"{value:,}"
 
 
+def shown_time(ms: int) -> str:
+    """A log time as the pages show it: UTC to the second."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> None:
     rows = {row["session"]: row for row in parse(reported / "index.html").rows("sessions")}
     assert sorted(rows) == [
@@ -154,7 +159,7 @@ def test_the_sessions_table_equals_the_log(pristine: Path, reported: Path) -> No
                 "errors recovered": n(errors),
                 "cost": "",  # no price table given
                 "state": "ok",
-                "last activity": iso(records[-1].ts),
+                "last activity": shown_time(records[-1].ts),
                 "verify": "ok",
             }
     # literally, what the fixture made: the demo's checkpoints, the extra session's failed turn and
@@ -353,6 +358,7 @@ def test_hostile_text_from_the_log_reaches_the_html_escaped(tmp_path: Path) -> N
                 "title",
                 "style",
                 "body",
+                "div",
                 "h1",
                 "h2",
                 "h3",
@@ -524,3 +530,18 @@ def test_the_index_charts_the_stores_tokens_and_checkpoints_over_time(pristine: 
     assert sum(chart.checkpoints) == sum(isinstance(e, CheckpointCommitted) for e in events) > 0
     failed = sum(isinstance(e, TurnFailed) and e.phase != "interrupted" for e in events)
     assert sum(chart.failed) == failed > 0
+
+
+def test_the_store_charts_time_ticks_read_as_clock_times() -> None:
+    """The chart's time axis once read `49:28.500000` (minutes, seconds, microseconds) on a short
+    store: ticks are the clock to the second, or to the millisecond between seconds, under a day
+    (the axis label dates them), and date and minute over a longer span."""
+    from cairn.audit.report_chart import axis_label, tick_label
+
+    at = int(dt.datetime(2026, 12, 6, 10, 49, 28, 500_000, tzinfo=dt.UTC).timestamp() * 1000)
+    assert tick_label(at, 3_000) == "10:49:28.5"
+    assert tick_label(at + 500, 3_000) == "10:49:29"
+    assert tick_label(at + 125, 3_000) == "10:49:28.625"
+    assert axis_label(at, 3_000) == "time (UTC), 2026-12-06"
+    assert tick_label(at, 3 * 86_400_000) == "2026-12-06 10:49"
+    assert axis_label(at, 3 * 86_400_000) == "time (UTC)"
