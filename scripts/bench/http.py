@@ -199,19 +199,28 @@ class _Stream:
             raise RuntimeError(f"stream of {sid}: {head[:60]!r}")
         return cls(reader, writer)
 
-    async def until_completed(self, latencies: list[float]) -> None:
+    async def until_completed(self, arrivals: list[tuple[float, bytes]]) -> None:
+        """Read chunks to the turn's end, each kept with its arrival time: parsed after the run
+        (`latencies`), so that this loop's parsing does not delay the other streams' reads."""
         while True:
             size = int((await self.reader.readline()).strip(), 16)
             chunk = await self.reader.readexactly(size + 2)
-            arrived_ms = time.time() * 1000
-            for line in chunk.split(b"\n"):
-                if line.startswith(b"data: {") and b'"ts":' in line:
-                    latencies.append(arrived_ms - json.loads(line[6:])["ts"])
+            arrivals.append((time.time() * 1000, chunk))
             if b"event: turn-completed" in chunk:
                 return
 
     def close(self) -> None:
         self.writer.close()
+
+
+def latencies(arrivals: list[tuple[float, bytes]]) -> list[float]:
+    """Each record's arrival less its append (its `ts`), in ms, from the chunks kept as they came."""
+    found = []
+    for arrived_ms, chunk in arrivals:
+        for line in chunk.split(b"\n"):
+            if line.startswith(b"data: {") and b'"ts":' in line:
+                found.append(arrived_ms - json.loads(line[6:])["ts"])
+    return found
 
 
 async def _streams_run(port: int, pid: int, streams_n: int, sessions: int) -> tuple[float, list[float]]:
@@ -232,15 +241,15 @@ async def _streams_run(port: int, pid: int, streams_n: int, sessions: int) -> tu
             streams.append((sid, await _Stream.open(port, sid, last[sid])))
         await asyncio.sleep(1.0)  # the streams caught up (nothing to catch up) and wait for news
         per_stream = (_rss_kib(pid) - before) / streams_n
-        latencies: list[float] = []
-        reading = [asyncio.ensure_future(stream.until_completed(latencies)) for _, stream in streams]
+        arrivals: list[tuple[float, bytes]] = []
+        reading = [asyncio.ensure_future(stream.until_completed(arrivals)) for _, stream in streams]
         await asyncio.gather(
             *(client.post(f"/v1/sessions/{sid}/messages", json={"text": "Again."}) for sid in sids)
         )
         await asyncio.wait_for(asyncio.gather(*reading), WAIT_S)
         for _, stream in streams:
             stream.close()
-    return per_stream, latencies
+    return per_stream, latencies(arrivals)
 
 
 def many_streams(streams: int = STREAMS, sessions: int = SESSIONS) -> list[Figure]:

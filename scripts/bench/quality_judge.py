@@ -11,7 +11,9 @@ numbered. The model answers one numbered line per question.
 The judge must read the whole history it is asked about, so a session
 must fit the endpoint's window (the adapter's `context_window`,
 `CAIRN_CONTEXT_WINDOW`: the transcript counted here, 30 % more for the
-server's tokenizer, plus the answer's room). When every corpus session fits,
+server's tokenizer, plus the answer's room: `answer_room`, which is also
+what the answer asks for, at most the endpoint's output cap). When every
+corpus session fits,
 the judge asks about the corpus. Otherwise (a 4,096-token local model holds
 none of its 7,000-20,000-token sessions) it asks about its own set
 (`judge_set`): the same shapes and planted facts from per-session seeds,
@@ -37,7 +39,14 @@ from dataclasses import dataclass, field
 
 from cairn.actors.compactor.prompt import render_message
 from cairn.actors.compactor.sampling import TOKENIZER_MARGIN_PERCENT
-from cairn.actors.provider.base import Provider, ProviderFailure, ProviderRequest, TextDelta, endpoint_window
+from cairn.actors.provider.base import (
+    Provider,
+    ProviderFailure,
+    ProviderRequest,
+    TextDelta,
+    endpoint_output_cap,
+    endpoint_window,
+)
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.tokens import TokenCounter
 from cairn.bench.quality_corpus import KINDS, Fact, Session, build_session
@@ -106,13 +115,23 @@ def judge_messages(context: Sequence[Message], questions: Sequence[str]) -> tupl
     )
 
 
+def answer_room(provider: Provider) -> int:
+    """The output tokens a judge answer asks for: `JUDGE_OUTPUT_TOKENS`, no more than the endpoint's
+    output cap (`CAIRN_MAX_OUTPUT_TOKENS`) nor a third of its window, when the adapter knows them."""
+    room = JUDGE_OUTPUT_TOKENS
+    cap, window = endpoint_output_cap(provider), endpoint_window(provider)
+    if cap is not None:
+        room = min(room, cap)
+    return room if window is None else min(room, window // 3)
+
+
 def misfit(provider: Provider, messages: Sequence[Message], counter: TokenCounter) -> str | None:
     """Why `messages` and the answer's room do not fit the provider's endpoint window, or None."""
     window = endpoint_window(provider)
     if window is None:
         return None
     tokens = counter.messages(messages) * (100 + TOKENIZER_MARGIN_PERCENT) // 100
-    if tokens + min(JUDGE_OUTPUT_TOKENS, window // 3) <= window:
+    if tokens + answer_room(provider) <= window:
         return None
     return f"the full context does not fit the endpoint's {window:,}-token window"
 
@@ -150,7 +169,7 @@ def ask(
         messages=judge_messages(context, questions),
         purpose="turn",
         temperature=0.0,
-        max_output_tokens=JUDGE_OUTPUT_TOKENS,
+        max_output_tokens=answer_room(provider),
         request_id=rid,
     )
     text = "".join(out.text for out in provider.stream(request) if isinstance(out, TextDelta))

@@ -197,6 +197,24 @@ def test_a_judge_whose_window_cannot_hold_the_corpus_asks_about_its_own_shorter_
     assert "quality.error" not in figures
 
 
+def test_a_judge_answer_asks_no_more_than_the_endpoints_output_cap() -> None:
+    """With `CAIRN_MAX_OUTPUT_TOKENS` 512 a judge request asks for 512 tokens, not 2,000 (SmolLM2 ran
+    to 1,300 tokens of answer, 30 s a request), and the room it keeps in the window is the same."""
+    with _reading_judge() as server:
+        env = {**_env(server), "CAIRN_BENCH_JUDGE": "1", "CAIRN_CONTEXT_WINDOW": "4096"}
+        figures = _figures(
+            quality.run_with(True, "openai", {**env, "CAIRN_MAX_OUTPUT_TOKENS": "512"}, longrun=False)
+        )
+        asked = [
+            r.body.get("max_tokens")
+            for r in server.requests
+            if str((r.body.get("messages") or [{}])[-1].get("content", "")).startswith("Conversation:")
+        ]
+    assert asked and set(asked) == {512}
+    detail = str(figures["quality.judge.accuracy_after_over_before"]["detail"])
+    assert detail.startswith(f"{len(asked) // 2} sessions judged, of the judge's own set")
+
+
 def test_the_judge_set_keeps_the_corpus_shapes_and_facts_with_less_filler() -> None:
     """`judge_set`: every kind, each session at the largest scale that fits, its planted facts those
     of the same shape at full scale (the filler between them is what shrinks)."""
