@@ -240,3 +240,28 @@ def test_the_printed_program_is_the_one_to_run_from_here_on_path_or_not(tmp_path
     on = {**os.environ, "PATH": f"{CAIRN.parent}{os.pathsep}/usr/bin:/bin"}
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=on, cwd=tmp_path)
     assert found.stdout.strip() == "cairn"
+
+
+def test_every_kind_round_trips_through_log_json(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24 point 3: `cairn log --json` of every session, each line decoded back with the event
+    union, equals the event the journal reads, for every kind; the envelope is the record's."""
+    import msgspec
+
+    from cairn import cli
+    from cairn.events.kinds import Event
+
+    envelope = ("pos", "sid", "seq", "ts")
+    seen: set[str] = set()
+    with Journal.open(store, readonly=True) as journal:
+        for sid in _sessions(store):
+            assert cli.main(["log", sid, "--store", str(store), "--json"]) == 0
+            lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            records = list(journal.read(sid))
+            assert len(lines) == len(records), sid
+            for line, record in zip(lines, records, strict=True):
+                assert tuple(line[k] for k in envelope) == (record.pos, record.sid, record.seq, record.ts)
+                body = {k: v for k, v in line.items() if k not in envelope}
+                event = msgspec.json.decode(msgspec.json.encode(body), type=Event)
+                assert event == record.event, (sid, record.seq, record.kind)
+                seen.add(record.kind)
+    assert seen == EVERY_KIND
