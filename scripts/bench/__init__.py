@@ -128,7 +128,7 @@ def render(report: dict[str, Any]) -> None:
         table.add_column(column, overflow="fold")
     for f in report["figures"]:
         met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[f["met"]]
-        value = f"{f['value']:,}" if isinstance(f["value"], int | float) else str(f["value"])
+        value = f"{f['value']:,}" if isinstance(f["value"], int | float) else str(f["value"] or "-")
         table.add_row(f["name"], value, f["unit"], f["target"] or "", met, f["detail"])
     console = _console.console()
     console.print(table)

@@ -422,6 +422,7 @@ def _judge_set_text(chosen: list[tuple[Session, float]], summarizer: Score) -> s
 
 
 def _judge_figure(v: JudgeScore, where: str) -> Figure:
+    ratio = v.ratio()
     kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
     skipped = "; ".join(f"{count} x {why}" for why, count in v.skipped.items())
     detail = (
@@ -431,7 +432,12 @@ def _judge_figure(v: JudgeScore, where: str) -> Figure:
         f"{v.superseded}; by kind (before->after/asked): {kinds}"
     )
     return _figure(
-        "quality.judge.accuracy_after_over_before", round(v.ratio(), 3), "ratio", None, None, detail
+        "quality.judge.accuracy_after_over_before",
+        None if ratio is None else round(ratio, 3),
+        "ratio",
+        None,
+        None,
+        detail if ratio is not None else f"no ratio: no answer right from the full context; {detail}",
     )
 
 

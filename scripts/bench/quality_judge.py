@@ -86,9 +86,10 @@ class JudgeScore:
     #: why sessions were not judged, and how many
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def ratio(self) -> float:
-        """Accuracy after over accuracy before (1.0 when nothing was right before)."""
-        return self.after / self.before if self.before else 1.0
+    def ratio(self) -> float | None:
+        """Accuracy after over accuracy before; None when nothing was right before (a judge that
+        cannot answer from the full context measures nothing about compaction)."""
+        return self.after / self.before if self.before else None
 
 
 def transcript(messages: Sequence[Message]) -> str:

@@ -243,5 +243,7 @@ def test_a_judge_request_that_fails_leaves_its_session_unjudged_and_the_suite_ru
         figures = _figures(quality.run_with(True, "openai", env, longrun=False))
     detail = str(figures["quality.judge.accuracy_after_over_before"]["detail"])
     assert detail.startswith(
+        "no ratio: no answer right from the full context; "
         "0 sessions judged, of the corpus; not judged: 16 x the judge's request failed: context-limit"
     )
+    assert figures["quality.judge.accuracy_after_over_before"]["value"] is None
