@@ -85,6 +85,12 @@ def test_the_http_bench_runs_small() -> None:
     overhead = http.turn_overhead(turns=3, rounds=1)
     streams = http.many_streams(streams=60, sessions=6)
     names = [overhead.name, *(f.name for f in streams)]
-    assert names == ["http.turn_added_p50_ms", "http.stream_memory_kib", "http.event_latency_p99_ms"]
-    assert all(isinstance(f.value, float) and f.target for f in (overhead, *streams))
-    assert "arrivals on 60 streams" in streams[1].detail
+    assert names == [
+        "http.turn_added_p50_ms",
+        "http.stream_memory_kib",
+        "http.event_latency_p99_ms",
+        "http.event_latency_burst_p99_ms",
+    ]
+    assert all(isinstance(f.value, float) and f.target for f in (overhead, *streams[:2]))
+    assert "arrivals on 60 streams" in streams[1].detail and "all 6 turns at once" in streams[1].detail
+    assert streams[2].explore and isinstance(streams[2].value, float)
