@@ -43,7 +43,7 @@ BLANK_PAGE = "<!DOCTYPE html><html><head><title>nothing</title></head><body></bo
 
 
 def blank(screenshot: Path) -> bool:
-    """Whether a screenshot shows next to nothing: under 2 % of its pixels differ visibly from its corner's."""
+    """Whether a screenshot shows next to nothing: under 2 % of its pixels visibly unlike its corner's."""
     with Image.open(screenshot) as image:
         pixels = image.convert("RGB")
         background = Image.new("RGB", pixels.size, pixels.getpixel((0, 0)))
