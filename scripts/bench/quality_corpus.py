@@ -57,7 +57,6 @@ command ran as the arguments of a successful tool call after the record.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Literal
 
 import msgspec
@@ -744,9 +743,3 @@ def spent_record_sessions(count: int, seed: int = SPENT_RECORD_SEED) -> list[Ses
         _spent_record(b, index)
         out.append(b.session("spent-record"))
     return out
-
-
-def iter_facts(sessions: list[Session]) -> Iterator[tuple[Session, Fact]]:
-    for session in sessions:
-        for fact in session.facts:
-            yield session, fact

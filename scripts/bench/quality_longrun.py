@@ -23,7 +23,6 @@ compaction.
 from __future__ import annotations
 
 import random
-import statistics
 from dataclasses import dataclass, field
 
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
@@ -250,14 +249,3 @@ def simulate(
 def simulate_all(turns: int = TURNS, seed: int = SEED, *, snip: bool = True) -> list[LongRun]:
     counter = TokenCounter()
     return [simulate(kind, turns, seed, counter, snip=snip) for kind in KINDS]
-
-
-def summary_line(r: LongRun) -> str:
-    saved = f"{statistics.median(r.saved):,.0f}" if r.saved else "-"
-    share = f"{max(r.after_share):.2f}" if r.after_share else "-"
-    return (
-        f"{r.kind}: {r.per_100(r.compactions):.1f} compactions/100 turns ({r.compactions}, {r.llm} llm), "
-        f"{r.per_100(r.snips):.1f} snips/100, median saved {saved} tokens, "
-        f"max share after {share}, back-to-back {r.back_to_back}, longest run {r.longest_compacting_run}, "
-        f"failed {r.failed}"
-    )
