@@ -12,6 +12,7 @@ markers on a second axis, time on the x axis.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -31,8 +32,6 @@ def tick_label(ms: int, span_ms: int) -> str:
     """A time axis tick, UTC: the clock to the second (to the millisecond, trailing zeros dropped,
     where a tick falls between seconds) on a span under a day, which the axis label dates; the date
     and the minute on a longer one."""
-    import datetime
-
     when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     if span_ms >= 86_400_000:
         return when.strftime("%Y-%m-%d %H:%M")
@@ -43,8 +42,6 @@ def tick_label(ms: int, span_ms: int) -> str:
 
 def axis_label(first_ms: int, span_ms: int) -> str:
     """The time axis's label: UTC, and the day when every tick is a clock time of it."""
-    import datetime
-
     if span_ms >= 86_400_000:
         return "time (UTC)"
     day = datetime.datetime.fromtimestamp(first_ms / 1000, tz=datetime.UTC).strftime("%Y-%m-%d")
@@ -83,8 +80,6 @@ class StoreChart:
 
     def save(self, out: Path) -> None:
         """Draw the chart into `out` (.svg or .png, by its suffix)."""
-        import datetime
-
         from matplotlib.figure import Figure
         from matplotlib.ticker import FuncFormatter, MaxNLocator
 

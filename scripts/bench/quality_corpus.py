@@ -696,20 +696,17 @@ _SHAPES = {
 
 
 def build_session(kind: str, index: int, rng: random.Random, filler_scale: float = 1.0) -> Session:
-    """The `index`-th session of `kind`, drawn from `rng`, its filler steps times `filler_scale`."""
+    """The `index`-th session of `kind`, drawn from `rng`. `filler_scale` < 1 makes a shorter one with
+    the same shape and planted facts (fewer filler tool calls between them): the judge's own set."""
     b = _Builder(f"{kind}-{index}", rng, filler_scale=filler_scale)
     _SHAPES[kind](b, index)
     return b.session(kind)
 
 
-def corpus(per_kind: int, seed: int = SEED, filler_scale: float = 1.0) -> list[Session]:
-    """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator.
-
-    `filler_scale` < 1 makes shorter sessions with the same shapes and planted facts (fewer filler
-    tool calls between them): the judge's set for an endpoint whose window cannot hold the corpus.
-    """
+def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
+    """`per_kind` sessions of every kind (kinds interleaved), all drawn from one seeded generator."""
     rng = random.Random(seed)
-    return [build_session(kind, i, rng, filler_scale) for i in range(per_kind) for kind in KINDS]
+    return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
 
 
 def _spent_record(b: _Builder, index: int) -> None:

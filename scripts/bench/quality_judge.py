@@ -145,6 +145,12 @@ def fits_window(provider: Provider, session: Session, counter: TokenCounter) -> 
     return misfit(provider, judge_messages(context, questions), counter) is None
 
 
+def judge_set_session(kind: str, index: int, scale: float, seed: int = JUDGE_SEED) -> Session:
+    """The judge set's `index`-th session of `kind` at filler `scale`, from a seed of its own (so that
+    each session's scale is chosen alone)."""
+    return build_session(kind, index, random.Random(f"{seed}:{kind}:{index}"), scale)
+
+
 def judge_set(
     per_kind: int, fits: Callable[[Session], bool], seed: int = JUDGE_SEED
 ) -> list[tuple[Session, float]]:
@@ -154,7 +160,7 @@ def judge_set(
     for index in range(per_kind):
         for kind in KINDS:
             for scale in JUDGE_SCALES:
-                session = build_session(kind, index, random.Random(f"{seed}:{kind}:{index}"), scale)
+                session = judge_set_session(kind, index, scale, seed)
                 if fits(session):
                     break
             chosen.append((session, scale))

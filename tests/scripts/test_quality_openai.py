@@ -9,7 +9,6 @@ refused (C7), every compaction falls back, and the figures say so.
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import threading
@@ -21,8 +20,8 @@ import pytest
 
 from cairn.actors.provider.scripted import scripted_summary
 from cairn.bench import quality
-from cairn.bench.quality_corpus import KINDS, build_session, corpus
-from cairn.bench.quality_judge import JUDGE_SCALES, JUDGE_SEED, judge_set
+from cairn.bench.quality_corpus import KINDS, corpus
+from cairn.bench.quality_judge import JUDGE_SCALES, judge_set, judge_set_session
 from cairn.events.model import Message
 from tests.provider.chat_server import ChatServer, Received, Reply, api_error, text_reply
 from tests.provider.conftest import SECRET_KEY
@@ -106,10 +105,7 @@ def _reading_judge() -> ChatServer:
     question with the candidate answer mentioned last in the conversation (a perfect reader)."""
     candidates: dict[str, set[str]] = {}
     judge_sets = [
-        build_session(kind, i, random.Random(f"{JUDGE_SEED}:{kind}:{i}"), scale)
-        for i in range(2)
-        for kind in KINDS
-        for scale in JUDGE_SCALES
+        judge_set_session(kind, i, scale) for i in range(2) for kind in KINDS for scale in JUDGE_SCALES
     ]
     for session in [*corpus(2), *judge_sets]:
         for fact in session.facts:
@@ -218,16 +214,13 @@ def test_a_judge_answer_asks_no_more_than_the_endpoints_output_cap() -> None:
 def test_the_judge_set_keeps_the_corpus_shapes_and_facts_with_less_filler() -> None:
     """`judge_set`: every kind, each session at the largest scale that fits, its planted facts those
     of the same shape at full scale (the filler between them is what shrinks)."""
-    sizes = {
-        kind: len(build_session(kind, 0, random.Random(f"{JUDGE_SEED}:{kind}:0"), 1.0).records)
-        for kind in KINDS
-    }
+    fulls = {kind: judge_set_session(kind, 0, 1.0) for kind in KINDS}
     chosen = judge_set(1, lambda s: len(s.records) <= 40)
     assert [s.kind for s, _ in chosen] == list(KINDS)
     for session, scale in chosen:
+        full = fulls[session.kind]
         assert len(session.records) <= 40 or scale == 0.0
-        assert scale == 1.0 or len(session.records) < sizes[session.kind]
-        full = build_session(session.kind, 0, random.Random(f"{JUDGE_SEED}:{session.kind}:0"), 1.0)
+        assert scale == 1.0 or len(session.records) < len(full.records)
         assert [f.kind for f in session.facts] == [f.kind for f in full.facts]
 
 
