@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from cairn.actors.errors import TurnTimeout
@@ -215,14 +216,15 @@ class AsyncTurn:
         hold every record of the session from there on, while it runs."""
         return self._positions[0][0] if self._positions else None
 
-    async def wait_past(self, position: tuple[int, int]) -> None:
-        """Return once an item past `position` or the turn's end has reached the loop."""
+    @contextlib.contextmanager
+    def news(self) -> Iterator[asyncio.Event]:
+        """An event the loop sets at each item or end of the turn that reaches it while the block
+        runs: a reader clears it, sends what `taken_after` gives, and waits on it for more (one
+        event for a whole stream, not a task per wait)."""
         wake = asyncio.Event()
         self._readers.add(wake)
         try:
-            while self._ended is None and (not self._positions or self._positions[-1] <= position):
-                wake.clear()
-                await wake.wait()
+            yield wake
         finally:
             self._readers.discard(wake)
 

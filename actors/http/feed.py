@@ -33,9 +33,10 @@ A stream ends when the client goes or the server stops (`SessionFeeds.close`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -79,6 +80,7 @@ class SessionFeeds:
         self._encoded: dict[tuple[str, tuple[int, int], bool, str], bytes] = {}
         self._encoded_bytes = 0
         self.closing = asyncio.Event()
+        self._waking: set[asyncio.Event] = set()
 
     def started(self, session: str, turn: AsyncTurn) -> None:
         """`turn` (from a send or a continue) is the session's: its streams follow it. (A stream that
@@ -141,13 +143,22 @@ class SessionFeeds:
                 self._encoded_bytes -= len(self._encoded.pop(next(iter(self._encoded))))
         return found
 
+    @contextlib.contextmanager
+    def waking(self, event: asyncio.Event) -> Iterator[None]:
+        """`event` is set at the server's close too, while the block runs (a live stream's wake-up)."""
+        self._waking.add(event)
+        try:
+            yield
+        finally:
+            self._waking.discard(event)
+
     def close(self) -> None:
         """The server stops: every stream ends."""
         if self._unfollow is not None:
             self._unfollow()
             self._unfollow = None
         self.closing.set()
-        for event in self._changed.values():
+        for event in [*self._changed.values(), *self._waking]:
             event.set()
         self._changed.clear()
 
@@ -180,38 +191,34 @@ async def session_events(
     every stream of the same `viewer` (the tenant's id prefix)."""
     loop = asyncio.get_running_loop()
     at = parse_position(after)
-    closing = asyncio.ensure_future(feeds.closing.wait())
-    try:
-        while not feeds.closing.is_set():
-            news = feeds.changed(session)
-            while True:  # 1: the log (not read when nothing was appended past what was sent, or
-                # when the running turn holds all of it: a session's streams all wake at a new turn)
-                head, turn = feeds.heads.get(session), feeds.running(session)
-                first = turn.first_seq() if turn is not None else None
-                if (head is not None and head <= at[0]) or (first is not None and first <= at[0] + 1):
-                    break
-                records = await loop.run_in_executor(None, _read, journal, session, at[0])
-                for record in records:
-                    at = (record.seq, 0)
-                    view = client_view(record, images=images)
-                    if view is not None:
-                        yield sse(str(record.seq), record.kind, shown(view))
-                if len(records) < CATCH_UP_BATCH:
-                    break
-            turn = feeds.running(session)
-            if turn is not None:  # 2: the live turn
-                encode = _Encoder(feeds, session, images, shown, viewer)
-                async for chunk in _follow(turn, at, closing, heartbeat_s, encode):
-                    if isinstance(chunk, tuple):
-                        at = chunk
-                    else:
-                        yield chunk
-                continue
-            while not news.is_set() and not feeds.closing.is_set():  # 3: wait for news
-                if not await _within(news.wait(), heartbeat_s):
-                    yield HEARTBEAT
-    finally:
-        closing.cancel()
+    while not feeds.closing.is_set():
+        news = feeds.changed(session)
+        while True:  # 1: the log (not read when nothing was appended past what was sent, or
+            # when the running turn holds all of it: a session's streams all wake at a new turn)
+            head, turn = feeds.heads.get(session), feeds.running(session)
+            first = turn.first_seq() if turn is not None else None
+            if (head is not None and head <= at[0]) or (first is not None and first <= at[0] + 1):
+                break
+            records = await loop.run_in_executor(None, _read, journal, session, at[0])
+            for record in records:
+                at = (record.seq, 0)
+                view = client_view(record, images=images)
+                if view is not None:
+                    yield sse(str(record.seq), record.kind, shown(view))
+            if len(records) < CATCH_UP_BATCH:
+                break
+        turn = feeds.running(session)
+        if turn is not None:  # 2: the live turn
+            encode = _Encoder(feeds, session, images, shown, viewer)
+            async for chunk in _follow(turn, at, feeds, heartbeat_s, encode):
+                if isinstance(chunk, tuple):
+                    at = chunk
+                else:
+                    yield chunk
+            continue
+        while not news.is_set() and not feeds.closing.is_set():  # 3: wait for news
+            if not await _within(news.wait(), heartbeat_s):
+                yield HEARTBEAT
 
 
 class _Encoder:
@@ -240,7 +247,7 @@ class _Encoder:
 async def _follow(
     turn: AsyncTurn,
     at: tuple[int, int],
-    closing: asyncio.Future[Any],
+    feeds: SessionFeeds,
     heartbeat_s: float,
     encode: _Encoder,
 ) -> AsyncIterator[bytes | tuple[int, int]]:
@@ -248,33 +255,31 @@ async def _follow(
 
     What reached the loop meanwhile goes in as few writes as it can (a turn's deltas come in bursts,
     and a session's streams all wake together), each of at most `BATCH_BYTES` (or one item, if
-    larger), so that a client that stopped reading holds up one write, not the rest of the turn."""
-    while True:
-        batch = turn.taken_after(at)
-        if batch:
-            parts: list[bytes] = []
-            size = 0
-            for position, item in batch:
-                part = encode(position, item)
-                parts.append(part)
-                size += len(part)
-                at = position
-                if size >= BATCH_BYTES:
-                    break
-            if size:
-                yield b"".join(parts)
-            yield at
-            continue
-        if turn.done():
-            return
-        waiting = asyncio.ensure_future(turn.wait_past(at))
-        done, _ = await asyncio.wait({waiting, closing}, timeout=heartbeat_s, return_when="FIRST_COMPLETED")
-        if waiting not in done:
-            waiting.cancel()
-        if closing in done:
-            return
-        if not done:
-            yield HEARTBEAT
+    larger), so that a client that stopped reading holds up one write, not the rest of the turn.
+    It waits on one event for the whole turn (`AsyncTurn.news`), which the server's close sets too."""
+    with turn.news() as news, feeds.waking(news):
+        while not feeds.closing.is_set():
+            news.clear()  # before taking: an item that comes after the take sets it again
+            batch = turn.taken_after(at)
+            if batch:
+                parts: list[bytes] = []
+                size = 0
+                for position, item in batch:
+                    part = encode(position, item)
+                    parts.append(part)
+                    size += len(part)
+                    at = position
+                    if size >= BATCH_BYTES:
+                        news.set()  # the rest is taken at once, in the next write
+                        break
+                if size:
+                    yield b"".join(parts)
+                yield at
+                continue
+            if turn.done():
+                return
+            if not await _within(news.wait(), heartbeat_s):
+                yield HEARTBEAT
 
 
 async def _within(awaitable: Awaitable[T], seconds: float) -> bool:
@@ -306,18 +311,21 @@ class EventStream(StreamingResponse):
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        async for chunk in self.body_iterator:
-            data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
-            try:
-                async with asyncio.timeout(self.write_timeout_s):
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None) as write_bound:  # one bound, re-armed for each write
+                async for chunk in self.body_iterator:
+                    data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+                    write_bound.reschedule(loop.time() + self.write_timeout_s)
                     await send({"type": "http.response.body", "body": data, "more_body": True})
-            except TimeoutError:
-                log.warning(
-                    "cairn: dropped an event stream of session %s: its client read nothing for %g s",
-                    self.session,
-                    self.write_timeout_s,
-                )
-                return  # incomplete: uvicorn closes the connection (its own message is filtered)
+                    write_bound.reschedule(None)
+        except TimeoutError:
+            log.warning(
+                "cairn: dropped an event stream of session %s: its client read nothing for %g s",
+                self.session,
+                self.write_timeout_s,
+            )
+            return  # incomplete: uvicorn closes the connection (its own message is filtered)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

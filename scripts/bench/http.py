@@ -5,11 +5,14 @@ Usage: python -m cairn.bench.http [--quick] [--json]
 
 - **turn overhead**: the same scripted turn (a tool call, then a reply in
   deltas) through an `AsyncHost` in this process, and through the API
-  served by uvicorn in a process of its own (`http_child`), read from here by an httpx client
-  as a host would (the session's event stream held open, each message
-  posted and read there to its `turn-completed`; the 202 answers once the
-  message is recorded). The two alternate run by run (`interleave`); each run
-  is `turns` turns, one after the other; a run's figure is its median turn.
+  served by uvicorn in a process of its own (`http_child`), read from here as a host would
+  (the session's event stream held open, each message posted and read there
+  to its `turn-completed`; the 202 answers once the message is recorded).
+  The client is HTTP/1.1 on two kept-alive sockets (`_Poster`, `_Stream`),
+  so the figure is the API's cost and not a Python client library's: httpx
+  spends several times a bare round trip of its own on each request here.
+  The two alternate run by run (`interleave`); each run is `turns` turns,
+  one after the other; a run's figure is its median turn.
   Judged: the median over the pairs of (HTTP - in process), at most 2 ms.
 - **1,000 streams**: `cairn serve --http` as a child process with the
   demo's scripted agent; 50 sessions, 20 event streams open on each (raw
@@ -95,6 +98,7 @@ class TurnRuns:
             self.child.kill()
             raise RuntimeError(f"the API server did not start: {line!r}")
         self.address = line.split()[1]
+        self.port = int(self.address.rsplit(":", 1)[1])
         self.loop = asyncio.new_event_loop()
         self.host = self.loop.run_until_complete(
             AsyncHost.open(root / "local", provider=turn_provider(), tools=read_tool)
@@ -134,17 +138,17 @@ class TurnRuns:
                 self.sent = 1
             last = (await self.client.get("/v1/sessions/s")).json()["last_seq"]
             times = []
-            async with self.client.stream("GET", f"/v1/sessions/s/events?after={last}") as stream:
-                lines = stream.aiter_lines()
+            stream = await _Stream.open(self.port, "s", last)
+            poster = await _Poster.open(self.port)
+            try:
                 for _ in range(self.turns):
                     began = time.perf_counter()
-                    posted = await self.client.post("/v1/sessions/s/messages", json={"text": "have a look"})
-                    if posted.status_code != 202:
-                        raise RuntimeError(f"send: {posted.status_code} {posted.text}")
-                    async for line in lines:
-                        if line == "event: turn-completed":
-                            break
+                    await poster.post("/v1/sessions/s/messages", b'{"text": "have a look"}', expect=202)
+                    await stream.until_completed(None)
                     times.append(time.perf_counter() - began)
+            finally:
+                stream.close()
+                poster.close()
             return times
 
         return statistics.median(self.loop.run_until_complete(run())) * 1000
@@ -209,15 +213,43 @@ class _Stream:
             raise RuntimeError(f"stream of {sid}: {head[:60]!r}")
         return cls(reader, writer)
 
-    async def until_completed(self, arrivals: list[tuple[float, bytes]]) -> None:
-        """Read chunks to the turn's end, each kept with its arrival time: parsed after the run
-        (`latencies`), so that this loop's parsing does not delay the other streams' reads."""
+    async def until_completed(self, arrivals: list[tuple[float, bytes]] | None) -> None:
+        """Read chunks to the turn's end, each kept with its arrival time (unless `arrivals` is None):
+        parsed after the run (`latencies`), so that this loop's parsing does not delay the other
+        streams' reads."""
         while True:
             size = int((await self.reader.readline()).strip(), 16)
             chunk = await self.reader.readexactly(size + 2)
-            arrivals.append((time.time() * 1000, chunk))
+            if arrivals is not None:
+                arrivals.append((time.time() * 1000, chunk))
             if b"event: turn-completed" in chunk:
                 return
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Poster:
+    """Requests with a JSON body on one kept-alive connection, each answer read to its end."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> _Poster:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str, body: bytes, *, expect: int) -> bytes:
+        """POST `body` to `path`; the answer's body (`RuntimeError` unless its status is `expect`)."""
+        head_lines = b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n" % path.encode()
+        self.writer.write(head_lines + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        found = re.search(rb"\r\ncontent-length: *(\d+)", head, flags=re.I)
+        answer = await self.reader.readexactly(int(found.group(1))) if found else b""
+        if not head.startswith(b"HTTP/1.1 %d" % expect):
+            status = head.split(b"\r\n", 1)[0]
+            raise RuntimeError(f"POST {path}: {status!r} {answer[:200]!r}")
+        return answer
 
     def close(self) -> None:
         self.writer.close()

@@ -9,15 +9,17 @@ server's own tools (`WorkspaceTools`) run beside them in the same turn.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cairn import Reply, ScriptedProvider, WorkspaceTools
 from cairn.actors.http.client_tools import ClientTools, schema_name
 from cairn.events.model import ToolCall
-from tests.http.helpers import ApiServer, read_sse
+from tests.http.helpers import ApiServer, read_sse, sse_events
 
 WEATHER = {
     "type": "function",
@@ -185,3 +187,30 @@ def test_a_turn_waiting_for_its_client_survives_a_server_restart(tmp_path: Path)
         assert rest[2].data["text"] == "It is sunny in Paris."
     finally:
         second.stop()
+
+
+def test_a_stream_following_a_waiting_turn_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None:
+    """The stream follows the live turn (it waits for get_weather, nothing new comes) and the
+    heartbeat is a minute away: the server's stop wakes it, and it ends with its last chunk sent
+    (httpx raises on a body cut short), well before a heartbeat could have ended it."""
+    tools = ClientTools(WorkspaceTools())
+    server = ApiServer(tmp_path / "store", tmp_path / "ws", _weather_turn(), tools=tools, heartbeat_s=60)
+    stopped = False
+    try:
+        server.client.post("/v1/sessions/s1/messages", json={"text": "Weather?", "client_tools": [WEATHER]})
+        with (
+            httpx.Client(base_url=server.url, timeout=30) as viewer,
+            viewer.stream("GET", "/v1/sessions/s1/events") as reply,
+        ):
+            events = sse_events(reply.iter_lines())
+            seen = [next(events)]
+            while seen[-1].event != "tool-deferred":
+                seen.append(next(events))
+            began = time.monotonic()
+            server.stop()
+            stopped = True
+            assert list(events) == []  # no exception: the stream's end came whole
+            assert time.monotonic() - began < 30
+    finally:
+        if not stopped:
+            server.stop()
