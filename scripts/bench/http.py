@@ -34,8 +34,10 @@ part is the same in both (one run).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
+import itertools
 import json
 import random
 import re
@@ -144,11 +146,12 @@ class TurnRuns:
             stream = await _Stream.open(self.port, "s", last)
             poster = await _Poster.open(self.port)
             try:
-                for _ in range(self.turns):
+                for turn in range(1, self.turns + 1):
                     began = time.perf_counter()
                     await poster.post("/v1/sessions/s/messages", b'{"text": "have a look"}', expect=202)
-                    await stream.until_completed(None)
+                    await stream.until_completed(turn)
                     times.append(time.perf_counter() - began)
+                    stream.received.clear()
             finally:
                 stream.close()
                 poster.close()
@@ -200,36 +203,73 @@ def _rss_kib(pid: int) -> int:
     return int(found.group(1))
 
 
-class _Stream:
-    """One raw SSE connection: the chunked body parsed here, each record's arrival timed."""
+class _Stream(asyncio.Protocol):
+    """One SSE connection, read by callbacks: every piece that arrives is kept with its arrival time
+    (`received`, parsed after the run by `latencies`), and the turns it saw end are counted. No
+    coroutine runs per read, so one loop keeps up with a thousand of them and a late stamp is the
+    server's lateness, not the reader's."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    MARK = b"event: turn-completed"
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.head: asyncio.Future[bytes] = loop.create_future()
+        self.received: list[tuple[float, bytes]] = []
+        self.completed = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._pending = b""  # the response head, until it is whole
+        self._tail = b""  # the last bytes, for a mark split between two reads
+        self.transport: asyncio.Transport | None = None
 
     @classmethod
     async def open(cls, port: int, sid: str, after: int) -> _Stream:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"GET /v1/sessions/{sid}/events?after={after} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
+        loop = asyncio.get_running_loop()
+        transport, stream = await loop.create_connection(cls, "127.0.0.1", port)
+        transport.write(
+            f"GET /v1/sessions/{sid}/events?after={after} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+        )
+        head = await stream.head
         if not head.startswith(b"HTTP/1.1 200"):
+            transport.close()
             raise RuntimeError(f"stream of {sid}: {head[:60]!r}")
-        return cls(reader, writer)
+        return stream
 
-    async def until_completed(self, arrivals: list[tuple[float, bytes]] | None) -> None:
-        """Read chunks to the turn's end, each kept with its arrival time (unless `arrivals` is None):
-        parsed after the run (`latencies`), so that this loop's parsing does not delay the other
-        streams' reads."""
-        while True:
-            size = int((await self.reader.readline()).strip(), 16)
-            chunk = await self.reader.readexactly(size + 2)
-            if arrivals is not None:
-                arrivals.append((time.time() * 1000, chunk))
-            if b"event: turn-completed" in chunk:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        arrived_ms = time.time() * 1000
+        if not self.head.done():
+            self._pending += data
+            head, found, data = self._pending.partition(b"\r\n\r\n")
+            if not found:
                 return
+            self.head.set_result(head)
+        self.received.append((arrived_ms, data))
+        joined = self._tail + data
+        self._tail = joined[-(len(self.MARK) - 1) :]
+        seen = joined.count(self.MARK)
+        if seen:
+            self.completed += seen
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        lost = ConnectionError(f"the event stream closed: {exc}")
+        for future in (self.head, self._waiter):
+            if future is not None and not future.done():
+                future.set_exception(lost)
+
+    async def until_completed(self, count: int) -> None:
+        """Return once `count` turns were seen to end on this stream since it opened."""
+        while self.completed < count:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 class _Poster:
@@ -258,13 +298,18 @@ class _Poster:
         self.writer.close()
 
 
-def latencies(arrivals: list[tuple[float, bytes]]) -> list[float]:
-    """Each record's arrival less its append (its `ts`), in ms, from the chunks kept as they came."""
+_RECORD_LINE = re.compile(rb"^data: (\{[^\n]*\"ts\":[^\n]*)\n", flags=re.M)
+
+
+def latencies(received: list[tuple[float, bytes]]) -> list[float]:
+    """Each record's arrival (the time the piece holding the end of its data line came) less its
+    append (its `ts`), in ms, from what one stream received, as it came."""
+    body = b"".join(data for _, data in received)
+    ends = list(itertools.accumulate(len(data) for _, data in received))
     found = []
-    for arrived_ms, chunk in arrivals:
-        for line in chunk.split(b"\n"):
-            if line.startswith(b"data: {") and b'"ts":' in line:
-                found.append(arrived_ms - json.loads(line[6:])["ts"])
+    for line in _RECORD_LINE.finditer(body):
+        arrived_ms = received[bisect.bisect_left(ends, line.end())][0]
+        found.append(arrived_ms - json.loads(line.group(1))["ts"])
     return found
 
 
@@ -306,9 +351,10 @@ async def _streams_run(
         rng = random.Random(SPREAD_SEED)
         starts = {"burst": [0.0] * sessions, "spread": [rng.uniform(0, SPREAD_S) for _ in sids]}
         found: dict[str, list[float]] = {}
-        for name, offsets in starts.items():
-            arrivals: list[tuple[float, bytes]] = []
-            reading = [asyncio.ensure_future(stream.until_completed(arrivals)) for _, stream in streams]
+        for run, (name, offsets) in enumerate(starts.items(), 1):
+            for _, stream in streams:
+                stream.received = []
+            reading = [asyncio.ensure_future(stream.until_completed(run)) for _, stream in streams]
 
             async def send(sid: str, after_s: float) -> None:
                 await asyncio.sleep(after_s)
@@ -317,7 +363,7 @@ async def _streams_run(
             with _collector_off():
                 await asyncio.gather(*(send(sid, at) for sid, at in zip(sids, offsets, strict=True)))
                 await asyncio.wait_for(asyncio.gather(*reading), WAIT_S)
-            found[name] = latencies(arrivals)
+            found[name] = [ms for _, stream in streams for ms in latencies(stream.received)]
         for _, stream in streams:
             stream.close()
     return per_stream, found
