@@ -199,6 +199,14 @@ async def session_events(
             first = turn.first_seq() if turn is not None else None
             if (head is not None and head <= at[0]) or (first is not None and first <= at[0] + 1):
                 break
+            if turn is not None and first is None and not turn.done():
+                # its first record is on its way to the loop, and the turn brings every one after:
+                # wait for it rather than read the log (a new turn wakes all the session's streams)
+                with turn.news() as started, feeds.waking(started):
+                    waiting = turn.first_seq() is None and not turn.done() and not feeds.closing.is_set()
+                    if waiting and not await _within(started.wait(), heartbeat_s):
+                        yield HEARTBEAT
+                continue
             records = await loop.run_in_executor(None, _read, journal, session, at[0])
             for record in records:
                 at = (record.seq, 0)
