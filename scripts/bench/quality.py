@@ -68,7 +68,8 @@ from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Figure, Value
-from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Session, corpus, spent_record_sessions
+from cairn.bench.quality_builder import FACT_KINDS, Session
+from cairn.bench.quality_corpus import KINDS, corpus, spent_record_sessions
 from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, fits_window, judge_session, judge_set
 from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
 from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate

@@ -57,22 +57,9 @@ command ran as the arguments of a successful tool call after the record.
 from __future__ import annotations
 
 import random
-from typing import Literal
 
-import msgspec
-
-from cairn.events.codec import GENESIS, Record
-from cairn.events.kinds import (
-    AssistantMessage,
-    EventBase,
-    FileAccess,
-    SessionStarted,
-    ToolResult,
-    TurnCompleted,
-    TurnStarted,
-    UserMessage,
-)
-from cairn.events.model import ImagePart, Part, TextPart, ToolCall, ToolEffect, ToolStatus
+from cairn.bench.quality_builder import WORDS, FactNames, Session, SessionBuilder
+from cairn.events.model import ImagePart, TextPart
 
 SEED = 20_261_203
 _Q_TASK = "Which function does the current task ask to change?"
@@ -86,334 +73,16 @@ KINDS = (
     "huge-output",
     "multi-compaction",
 )
-FactKind = Literal[
-    "task", "constraint", "identifier", "decision", "error", "fix", "number", "next-action", "superseded"
-]
-FACT_KINDS: tuple[FactKind, ...] = (
-    "task",
-    "constraint",
-    "identifier",
-    "decision",
-    "error",
-    "fix",
-    "number",
-    "next-action",
-    "superseded",
-)
 #: fact kinds whose anchors are statements (all anchors within one line), not bare strings
 STATEMENT_KINDS = frozenset({"task", "constraint", "decision", "fix", "next-action"})
-WINDOW = 200_000
-WORKSPACE = "/bench/ws"
 
-_MODULES = ("ledger", "journal", "budget", "segment", "lease", "replay", "index", "router", "cache")
-#: filler words of the generated sessions (the long runs use its first 25)
-WORDS = [
-    "parser",
-    "module",
-    "config",
-    "retry",
-    "cache",
-    "index",
-    "token",
-    "buffer",
-    "handler",
-    "schema",
-    "request",
-    "session",
-    "journal",
-    "segment",
-    "offset",
-    "commit",
-    "replay",
-    "checkpoint",
-    "summary",
-    "budget",
-    "window",
-    "fixture",
-    "value",
-    "payload",
-    "record",
-    "entry",
-    "frame",
-    "reader",
-    "writer",
-    "stream",
-    "queue",
-    "worker",
-    "state",
-    "event",
-    "field",
-]
-_VERBS = ("validate", "normalize", "flush", "resolve", "encode", "split", "merge", "rotate")
-_GOALS = (
-    "reject empty frames",
-    "keep the byte order stable",
-    "return the reserve in tokens",
-    "stop reading past the last commit",
-    "count images once",
-    "retry only idempotent calls",
-    "drop stale leases on restart",
-    "report the first bad offset",
-)
-_RULES = (
-    "do not change the on-disk format of",
-    "keep the public signature of",
-    "add no new dependency to",
-    "never call the network from",
-    "keep thread safety of",
-)
-_REASONS = (
-    "the fsync per batch dominates the write path",
-    "the lease can expire while replay runs",
-    "msgspec decodes the envelope without a copy",
-    "the old index cannot be rebuilt from the log",
-    "the provider reuses call ids across turns",
-    "an image would otherwise count its base64 length",
-    "the segment header already carries the length",
-    "a second lock would invert the acquisition order",
-)
 _ALTERNATIVES = ("a sorted list", "a second index", "a background thread", "the json module", "an LRU dict")
-_ERRORS = ("KeyError", "ValueError", "AssertionError", "TypeError", "IndexError")
 _FIXES = ("guarding against an empty segment", "copying the buffer first", "re-reading the lease")
 _UNITS = (("ms", 2), ("MiB", 1), ("%", 2), ("s", 3))
 _CAPTIONS = ("the dashboard", "the failing CI job", "the profiler flame graph", "the terminal")
 
 
-class Fact(msgspec.Struct, frozen=True):
-    """One planted fact: its kind, the strings that carry it, and the log seq that planted it."""
-
-    key: str
-    kind: FactKind
-    anchors: tuple[str, ...]
-    seq: int
-    #: for a superseded fact: the key of the fact that replaced it
-    replaced_by: str = ""
-    #: the judge's question (`--provider openai` with `CAIRN_BENCH_JUDGE=1`) and the exact string a
-    #: right answer contains; a superseded fact asks its replacement's question, answered with the old
-    question: str = ""
-    answer: str = ""
-
-
-class Session(msgspec.Struct, frozen=True):
-    """One generated session: its records, where it compacts, and the facts planted in it."""
-
-    name: str
-    kind: str
-    records: tuple[Record, ...]
-    #: compaction points: a compaction runs right after the record of each of these seqs
-    compact_after: tuple[int, ...]
-    facts: tuple[Fact, ...]
-
-
-class _Builder:
-    """Appends events as records and remembers the facts they plant."""
-
-    def __init__(
-        self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0
-    ) -> None:
-        self.name = name
-        self.rng = rng
-        self.filler_scale = filler_scale
-        self.sfx = f"{rng.randrange(16**4):04x}"
-        self.records: list[Record] = []
-        self.facts: list[Fact] = []
-        self.compact_after: list[int] = []
-        self.turn: str | None = None
-        self.n = 0
-        self.add(SessionStarted(workspace=WORKSPACE, model="bench", context_window=window))
-
-    # -- events ---------------------------------------------------------------------------------
-
-    @property
-    def seq(self) -> int:
-        return len(self.records)
-
-    def add(self, event: EventBase) -> int:
-        seq = len(self.records) + 1
-        self.records.append(Record(seq - 1, self.name, seq, 1000 * seq, GENESIS, event))  # type: ignore[arg-type]
-        return seq
-
-    def ident(self, prefix: str) -> str:
-        self.n += 1
-        return f"{prefix}{self.n}"
-
-    def start_turn(self, text: str) -> int:
-        if self.turn is not None:
-            self.add(TurnCompleted(turn_id=self.turn, requests=1))
-        mid = self.ident("u")
-        seq = self.add(UserMessage(message_id=mid, content=(TextPart(text),)))
-        self.turn = self.ident("t")
-        self.add(TurnStarted(turn_id=self.turn, message_id=mid))
-        return seq
-
-    def user(self, parts: tuple[Part, ...]) -> int:
-        """A user message inside the open turn (steering: it joins the turn's task)."""
-        return self.add(UserMessage(message_id=self.ident("u"), content=parts))
-
-    def say(self, text: str) -> int:
-        return self.add(AssistantMessage(message_id=self.ident("a"), request_id=self.ident("r"), text=text))
-
-    def tool(
-        self,
-        name: str,
-        arguments: str,
-        output: str,
-        *,
-        text: str = "",
-        status: ToolStatus = "ok",
-        effect: ToolEffect = "read",
-        path: str | None = None,
-    ) -> int:
-        """One tool turn: the assistant's call (with `text`), then its result; the result's seq."""
-        call = ToolCall(self.ident("c"), name, arguments)
-        self.add(
-            AssistantMessage(
-                message_id=self.ident("a"), request_id=self.ident("r"), text=text, tool_calls=(call,)
-            )
-        )
-        files = (FileAccess(path, "write" if effect == "write" else "read"),) if path else ()
-        return self.add(
-            ToolResult(
-                call_id=call.id,
-                tool_name=name,
-                status=status,
-                effect=effect,
-                content=(TextPart(output),),
-                files=files,
-            )
-        )
-
-    def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, question: str, answer: str) -> str:
-        key = f"{kind}-{len(self.facts)}"
-        self.facts.append(Fact(key, kind, anchors, seq, question=question, answer=answer))
-        return key
-
-    def supersede(self, old_key: str, new_key: str) -> None:
-        """`old_key` was replaced by `new_key`: it becomes a superseded fact asking the new one's question."""
-        question = next(f.question for f in self.facts if f.key == new_key)
-        self.facts = [
-            msgspec.structs.replace(f, kind="superseded", replaced_by=new_key, question=question)
-            if f.key == old_key
-            else f
-            for f in self.facts
-        ]
-
-    def compact_here(self) -> None:
-        self.compact_after.append(self.seq)
-
-    def session(self, kind: str) -> Session:
-        return Session(self.name, kind, tuple(self.records), tuple(self.compact_after), tuple(self.facts))
-
-    # -- filler ---------------------------------------------------------------------------------
-
-    def prose(self, words: int) -> str:
-        return " ".join(self.rng.choice(WORDS) for _ in range(words))
-
-    def code(self, lines: int) -> str:
-        out = []
-        for i in range(lines):
-            a, b = self.rng.choice(WORDS), self.rng.choice(WORDS)
-            out.append(
-                self.rng.choice(
-                    (
-                        f"def {a}_{b}(self, {b}):",
-                        f"    {a} = self.{b}.get({b!r})",
-                        f"    if not {a}:",
-                        f"        return {b}",
-                        f"class {a.title()}{b.title()}:",
-                        f"    # {self.prose(6)}",
-                        f"    self.{a}.append({b})",
-                        "",
-                    )
-                )
-                if i
-                else f'"""{self.prose(8)}."""'
-            )
-        return "\n".join(out)
-
-    def filler_path(self) -> str:
-        return f"src/app/{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.py"
-
-    def read_filler(self) -> int:
-        path = self.filler_path()
-        return self.tool(
-            "read",
-            f'{{"path": "{path}"}}',
-            self.code(self.rng.randrange(40, 160)),
-            text=self.maybe_text(),
-            path=path,
-        )
-
-    def grep_filler(self) -> int:
-        word = self.rng.choice(WORDS)
-        hits = "\n".join(
-            f"{self.filler_path()}:{self.rng.randrange(1, 400)}: {self.prose(7)}" for _ in range(12)
-        )
-        return self.tool("grep", f'{{"pattern": "{word}"}}', hits, text=self.maybe_text())
-
-    def test_filler(self, passed: int | None = None) -> int:
-        count = passed if passed is not None else self.rng.randrange(5, 60)
-        lines = [
-            f"tests/test_{self.rng.choice(WORDS)}.py ....{'.' * self.rng.randrange(1, 9)}" for _ in range(6)
-        ]
-        lines.append(f"===== {count} passed =====")
-        return self.tool("bash", '{"cmd": "pytest -q"}', "\n".join(lines), text=self.maybe_text())
-
-    def edit_filler(self) -> int:
-        path = self.filler_path()
-        return self.tool(
-            "edit",
-            f'{{"path": "{path}"}}',
-            f"edited {path}: {self.prose(10)}",
-            effect="write",
-            text=self.maybe_text(),
-            path=path,
-        )
-
-    def maybe_text(self) -> str:
-        return self.prose(self.rng.randrange(6, 20)).capitalize() + "." if self.rng.random() < 0.6 else ""
-
-    def keeps_filler_step(self, i: int) -> bool:
-        """Whether the `i`-th filler step of a loop stays at this builder's scale (evenly spread)."""
-        return int((i + 1) * self.filler_scale) > int(i * self.filler_scale)
-
-    def filler(self, steps: int) -> None:
-        """`steps` filler tool calls, times the builder's filler scale (the judge's smaller sessions)."""
-        for _ in range(round(steps * self.filler_scale)):
-            pick = self.rng.random()
-            if pick < 0.45:
-                self.read_filler()
-            elif pick < 0.65:
-                self.grep_filler()
-            elif pick < 0.85:
-                self.edit_filler()
-            else:
-                self.test_filler()
-
-
 # -- fact templates: each plants one fact (or a pair) and returns its key ----------------------
-
-
-class _Names:
-    """The per-session names facts use; every one carries the session's suffix."""
-
-    def __init__(self, b: _Builder) -> None:
-        rng, s = b.rng, b.sfx
-        self.mod = rng.choice(_MODULES)
-        self.func = f"{rng.choice(_VERBS)}_{self.mod}_{s}"
-        self.func2 = f"{rng.choice(_VERBS)}_{rng.choice(_MODULES)}_{s}b"
-        self.cls = f"{self.mod.title()}Index{s.upper()}"
-        self.cls2 = f"{rng.choice(_MODULES).title()}Reader{s.upper()}"
-        self.path = f"src/cairn_{self.mod}/{self.mod}_{s}.py"
-        self.test = f"tests/test_{self.mod}_{s}.py"
-        self.const = f"{self.mod.upper()}_LIMIT_{s.upper()}"
-        self.case = f"{rng.choice(WORDS)}_{s}"
-        self.goal = rng.choice(_GOALS)
-        self.goal2 = rng.choice([g for g in _GOALS if g != self.goal])
-        self.rule = rng.choice(_RULES)
-        self.reasons = rng.sample(_REASONS, 3)
-        self.error = f"{rng.choice(_ERRORS)}: 'seg_{s}'"
-        self.done = f"DONE-{s}"
 
 
 def _value(rng: random.Random) -> str:
@@ -421,7 +90,7 @@ def _value(rng: random.Random) -> str:
     return f"{rng.uniform(10, 900):.{digits}f} {unit}"
 
 
-def _task(b: _Builder, nm: _Names, extra: str = "") -> str:
+def _task(b: SessionBuilder, nm: FactNames, extra: str = "") -> str:
     """Start a turn with a task and two constraints; plants task + constraints."""
     text = (
         f"Task: change `{nm.func}` so that it will {nm.goal}.\n"
@@ -435,7 +104,7 @@ def _task(b: _Builder, nm: _Names, extra: str = "") -> str:
     return key
 
 
-def _identifier(b: _Builder, nm: _Names) -> None:
+def _identifier(b: SessionBuilder, nm: FactNames) -> None:
     seq = b.tool(
         "edit",
         f'{{"path": "{nm.path}"}}',
@@ -452,7 +121,7 @@ def _identifier(b: _Builder, nm: _Names) -> None:
     b.plant("identifier", (nm.cls2,), seq, "What is the name of the reader class that grep found?", nm.cls2)
 
 
-def _decision(b: _Builder, nm: _Names, reason: str, choice: str | None = None) -> str:
+def _decision(b: SessionBuilder, nm: FactNames, reason: str, choice: str | None = None) -> str:
     choice = choice or f"`{nm.cls}.lookup`"
     alternative = b.rng.choice(_ALTERNATIVES)
     seq = b.say(f"Decision: use {choice} rather than {alternative} because {reason}.")
@@ -461,14 +130,14 @@ def _decision(b: _Builder, nm: _Names, reason: str, choice: str | None = None) -
     return b.plant("decision", (name, reason), seq, question, name)
 
 
-def _number(b: _Builder, label: str) -> str:
+def _number(b: SessionBuilder, label: str) -> str:
     value = _value(b.rng)
     out = f"{b.prose(30)}\n{label}: {value}\n{b.prose(20)}"
     seq = b.tool("bash", f'{{"cmd": "python -m bench {label.split()[0]}"}}', out, text="Measure it.")
     return b.plant("number", (f"{label}: {value}",), seq, f"What was the measured {label}?", value)
 
 
-def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
+def _superseded_value(b: SessionBuilder, nm: FactNames, *, by_user: bool) -> None:
     old, new = b.rng.randrange(100, 5000), b.rng.randrange(5000, 9999)
     seq = b.tool(
         "read",
@@ -495,7 +164,7 @@ def _superseded_value(b: _Builder, nm: _Names, *, by_user: bool) -> None:
     b.supersede(old_key, new_key)
 
 
-def _error_and_fix(b: _Builder, nm: _Names, failures: int) -> None:
+def _error_and_fix(b: SessionBuilder, nm: FactNames, failures: int) -> None:
     command = f"pytest {nm.test} -k {nm.case}"
     first = 0
     for attempt in range(failures):
@@ -514,7 +183,7 @@ def _error_and_fix(b: _Builder, nm: _Names, failures: int) -> None:
     b.test_filler()
 
 
-def _next_action(b: _Builder, nm: _Names, *, record: bool) -> None:
+def _next_action(b: SessionBuilder, nm: FactNames, *, record: bool) -> None:
     command = f"pytest {nm.test} -k {nm.case} --maxfail=1"
     text = f"Next: run `{command}` once the fixture is regenerated."
     if record:
@@ -526,8 +195,8 @@ def _next_action(b: _Builder, nm: _Names, *, record: bool) -> None:
 # -- the eight shapes ---------------------------------------------------------------------------
 
 
-def _coding(b: _Builder, index: int, *, steps: int = 1) -> None:
-    nm = _Names(b)
+def _coding(b: SessionBuilder, index: int, *, steps: int = 1) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(4, 9))
     _identifier(b, nm)
@@ -543,8 +212,8 @@ def _coding(b: _Builder, index: int, *, steps: int = 1) -> None:
     b.compact_here()
 
 
-def _debugging(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _debugging(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(2, 5))
     hypothesis = _decision(b, nm, nm.reasons[0], choice=f"`{nm.cls}.retry`")
@@ -558,8 +227,8 @@ def _debugging(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _research(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _research(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     for i in range(b.rng.randrange(25, 40)):
         if i in (5, 14, 22):
@@ -584,8 +253,8 @@ def _research(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _task_change(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _task_change(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     old_task = _task(b, nm)
     b.filler(b.rng.randrange(4, 8))
     _identifier(b, nm)
@@ -606,8 +275,8 @@ def _task_change(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _steering(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _steering(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(4, 8))
     seq = b.user((TextPart(f"Also: keep `{nm.cls2}` thread-safe while you are at it."),))
@@ -621,8 +290,8 @@ def _steering(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _images(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _images(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     for n in range(b.rng.randrange(2, 4)):
         value = _value(b.rng)
@@ -643,8 +312,8 @@ def _images(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _huge_output(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _huge_output(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(3, 6))
     for n in range(b.rng.randrange(2, 4)):
@@ -663,8 +332,8 @@ def _huge_output(b: _Builder, index: int) -> None:
     b.compact_here()
 
 
-def _multi(b: _Builder, index: int) -> None:
-    nm = _Names(b)
+def _multi(b: SessionBuilder, index: int) -> None:
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(6, 10))
     _identifier(b, nm)
@@ -698,7 +367,7 @@ _SHAPES = {
 def build_session(kind: str, index: int, rng: random.Random, filler_scale: float = 1.0) -> Session:
     """The `index`-th session of `kind`, drawn from `rng`. `filler_scale` < 1 makes a shorter one with
     the same shape and planted facts (fewer filler tool calls between them): the judge's own set."""
-    b = _Builder(f"{kind}-{index}", rng, filler_scale=filler_scale)
+    b = SessionBuilder(f"{kind}-{index}", rng, filler_scale=filler_scale)
     _SHAPES[kind](b, index)
     return b.session(kind)
 
@@ -709,9 +378,9 @@ def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
     return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
 
 
-def _spent_record(b: _Builder, index: int) -> None:
+def _spent_record(b: SessionBuilder, index: int) -> None:
     """A recorded next action, run, then replaced by a plain-text plan (the module doc)."""
-    nm = _Names(b)
+    nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(4, 8))
     done = f"pytest {nm.test} -k {nm.case}_first"
@@ -736,7 +405,7 @@ def spent_record_sessions(count: int, seed: int = SPENT_RECORD_SEED) -> list[Ses
     rng = random.Random(seed)
     out = []
     for index in range(count):
-        b = _Builder(f"spent-record-{index}", rng)
+        b = SessionBuilder(f"spent-record-{index}", rng)
         _spent_record(b, index)
         out.append(b.session("spent-record"))
     return out

@@ -49,7 +49,8 @@ from cairn.actors.provider.base import (
 )
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.tokens import TokenCounter
-from cairn.bench.quality_corpus import KINDS, Fact, Session, build_session
+from cairn.bench.quality_builder import Fact, Session
+from cairn.bench.quality_corpus import KINDS, build_session
 from cairn.bench.quality_probe import Probe, Run, run_strategy
 from cairn.events.model import Message
 

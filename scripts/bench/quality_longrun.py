@@ -32,7 +32,8 @@ from cairn.actors.session.slimming import apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
-from cairn.bench.quality_corpus import KINDS, WORDS, WORKSPACE
+from cairn.bench.quality_builder import WORDS, WORKSPACE
+from cairn.bench.quality_corpus import KINDS
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,

@@ -66,7 +66,8 @@ from cairn.actors.provider.base import Provider
 from cairn.actors.provider.scripted import Reply, ScriptedProvider, http_error
 from cairn.actors.session.tool_budget import render_context
 from cairn.actors.tokens import TokenCounter
-from cairn.bench.quality_corpus import FACT_KINDS, STATEMENT_KINDS, WORKSPACE, Fact, Session
+from cairn.bench.quality_builder import FACT_KINDS, WORKSPACE, Fact, Session
+from cairn.bench.quality_corpus import STATEMENT_KINDS
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import CHECKPOINT_VERSION, CheckpointCommitted, EventBase
 from cairn.events.model import Message, text_of

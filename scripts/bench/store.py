@@ -29,7 +29,8 @@ from cairn.bench import guarded
 from cairn.bench._figure import Comparison, Figure, compare
 from cairn.bench._measure import LoadMeter, threads_rate
 from cairn.bench._workload import mixed_event, sized_event
-from cairn.bench.store_replay import bench_eventsourcing, bench_replay, bench_restore
+from cairn.bench.store_eventsourcing import bench_eventsourcing
+from cairn.bench.store_replay import bench_replay, bench_restore
 from cairn.events.codec import GENESIS, encode_line
 from cairn.events.kinds import (
     EventBase,

@@ -16,7 +16,8 @@ from cairn.actors.provider.base import ProviderRequest
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench import quality
-from cairn.bench.quality_corpus import FACT_KINDS, KINDS, Fact, corpus, spent_record_sessions
+from cairn.bench.quality_builder import FACT_KINDS, Fact
+from cairn.bench.quality_corpus import KINDS, corpus, spent_record_sessions
 from cairn.bench.quality_longrun import simulate
 from cairn.bench.quality_probe import BLANK_SUMMARY, Lines, Score, evaluate, last_line, presented_as_current
 from cairn.events.model import Message, text_of
