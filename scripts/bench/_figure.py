@@ -72,6 +72,11 @@ class Figure(msgspec.Struct, frozen=True):
         )
 
 
+def shown(name: str, value: Value, unit: str, target: str | None, met: bool | None, detail: str) -> Figure:
+    """A figure judged where it has a target, else shown only with `--explore`."""
+    return Figure(name, value, unit, target, met, detail, explore=target is None)
+
+
 def unavailable(suite: str, why: str) -> Figure:
     """A suite that cannot run here (an extra not installed): shown, never failing the run."""
     return Figure(f"{suite}.unavailable", 0, "", detail=why, suite=suite, explore=True)

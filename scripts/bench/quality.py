@@ -58,7 +58,6 @@ known-bad input, fails it (tests/scripts/test_quality.py).
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -67,11 +66,11 @@ from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
-from cairn.bench._figure import Figure, Value
+from cairn.bench._figure import Figure, shown
 from cairn.bench.quality_builder import FACT_KINDS, Session
 from cairn.bench.quality_corpus import KINDS, corpus, spent_record_sessions
 from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, fits_window, judge_session, judge_set
-from cairn.bench.quality_longrun import TURNS, LongRun, simulate, simulate_all
+from cairn.bench.quality_longrun import TURNS, longrun_figures
 from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
 
 #: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
@@ -85,8 +84,6 @@ QUICK_PER_KIND = 2
 QUICK_TURNS = 200
 #: sessions of the spent-record probe set (a recorded next action run, then replaced)
 SPENT_RECORD_SESSIONS = 8
-#: a small window (a local model's) for the huge-output stress run
-STRESS_WINDOW = 16_000
 SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
 TARGET_TEXT = (
     f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} %, none stale, "
@@ -137,11 +134,6 @@ def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
     return Summarizer(name, lambda: provider, label, provider.close, config.model)
 
 
-def _figure(name: str, value: Value, unit: str, target: str | None, met: bool | None, detail: str) -> Figure:
-    """A figure of this suite: judged where it has a target, else shown only with `--explore`."""
-    return Figure(name, value, unit, target, met, detail, explore=target is None)
-
-
 def kept_pct(score: Score) -> float:
     """The share of probed facts kept, superseded ones aside (they are judged as stale or not)."""
     probed = sum(score.probed[k] for k in SCORED_KINDS)
@@ -176,7 +168,7 @@ def _strategy_figures(name: str, score: Score, ceiling: Score, sessions: int, la
         f"({cost:.0%} of the ceiling); by kind %: {_kinds_detail(score)}; "
         f"{score.compactions} compactions, {score.fallbacks} fell back, {score.refused} refused"
     )
-    figures = [_figure(f"{prefix}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)]
+    figures = [shown(f"{prefix}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)]
     target: str | None = None
     met: bool | None = None
     if name == "blank":
@@ -187,7 +179,7 @@ def _strategy_figures(name: str, score: Score, ceiling: Score, sessions: int, la
         f"ceiling {ceiling.summary_only_pct():.1f} %"
     )
     figures.append(
-        _figure(f"{prefix}.summary_only_kept", round(score.summary_only_pct(), 1), "%", target, met, detail)
+        shown(f"{prefix}.summary_only_kept", round(score.summary_only_pct(), 1), "%", target, met, detail)
     )
     target, met = ("0 %", score.stale == 0) if name == "fallback" else (None, None)
     detail = (
@@ -195,10 +187,10 @@ def _strategy_figures(name: str, score: Score, ceiling: Score, sessions: int, la
         f"old value still visible in {score.carried['superseded']}"
     )
     figures.append(
-        _figure(f"{prefix}.superseded_as_current", round(score.stale_pct(), 1), "%", target, met, detail)
+        shown(f"{prefix}.superseded_as_current", round(score.stale_pct(), 1), "%", target, met, detail)
     )
     figures.append(
-        _figure(
+        shown(
             f"{prefix}.tokens_over_ceiling",
             round(cost, 3),
             "ratio",
@@ -220,37 +212,7 @@ def _kind_figures(scores: dict[str, Score]) -> list[Figure]:
             parts.append(f"{name} {pct:.1f}" if pct is not None else f"{name} -")
         detail = f"{scores['summarizer'].probed[kind]} probed; " + ", ".join(parts)
         value = round(summarizer, 1) if summarizer is not None else 0
-        figures.append(_figure(f"quality.kind.{kind}", value, "% (summarizer)", None, None, detail))
-    return figures
-
-
-def _longrun_figures(runs: list[LongRun], variant: str, turns: int) -> list[Figure]:
-    figures = []
-    for r in runs:
-        saved = f"{statistics.median(r.saved):,.0f}" if r.saved else "-"
-        share = (
-            f"window {statistics.median(r.after_window_share):.2f} (max {max(r.after_window_share):.2f}), "
-            f"input budget {statistics.median(r.after_share):.2f} (max {max(r.after_share):.2f})"
-            if r.after_share
-            else "-"
-        )
-        detail = (
-            f"{r.compactions} compactions in {turns} turns ({r.llm} by summary); "
-            f"snips {r.per_100(r.snips):.1f}/100; median saved {saved} tokens; "
-            f"share in use after (median): {share}; still due after {r.still_due}; "
-            f"back-to-back {r.back_to_back}; longest compacting run {r.longest_compacting_run}; "
-            f"failed {r.failed}"
-        )
-        figures.append(
-            _figure(
-                f"quality.{variant}.{r.kind}",
-                round(r.per_100(r.compactions), 2),
-                "compactions/100 turns",
-                None,
-                None,
-                detail,
-            )
-        )
+        figures.append(shown(f"quality.kind.{kind}", value, "% (summarizer)", None, None, detail))
     return figures
 
 
@@ -268,7 +230,7 @@ def run_with(quick: bool, provider: str, environ: Mapping[str, str], *, longrun:
     try:
         summarizer = summarizer_for(provider, environ)
     except (ProviderConfigError, ValueError) as exc:
-        return [_figure("quality.provider", provider, "", "usable", False, str(exc))]
+        return [shown("quality.provider", provider, "", "usable", False, str(exc))]
     try:
         judge = summarizer.real and environ.get(JUDGE_ENV) == "1"
         return _run(quick, summarizer, longrun, judge)
@@ -296,42 +258,8 @@ def _run(quick: bool, summarizer_under_test: Summarizer, longrun: bool, judge: b
         summarizer=summarizer_under_test.factory,
         on_session=hook if judge_on_corpus else None,
     )
-    planted = sum(len(s.facts) for s in sessions)
-    carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
-    figures = [
-        _figure(
-            "quality.corpus",
-            len(sessions),
-            "sessions",
-            None,
-            None,
-            f"{len(KINDS)} kinds; {planted} facts planted, {len(probes)} probed (outside the retained tail): "
-            f"{carriers['summary']} summary-only, {carriers['task']} in the active task, "
-            f"{carriers['record']} in records",
-        )
-    ]
-    ceiling = scores["ceiling"]
-    labels = {**_LABELS, "summarizer": summarizer_under_test.label}
-    for name in STRATEGIES:
-        figures += _strategy_figures(name, scores[name], ceiling, len(sessions), labels[name])
-    figures += _kind_figures(scores)
-    summarizer = scores["summarizer"]
-    meets = meets_quality_target(summarizer)
-    real = summarizer_under_test.real
-    judged = "a real model" if real else "the scripted provider (offline: no target)"
-    blank = "yes" if meets_quality_target(scores["blank"]) else "no"
-    figures.append(
-        _figure(
-            "quality.summarizer.meets_quality_target",
-            "yes" if meets else "no",
-            "",
-            TARGET_TEXT if real else None,
-            meets if real else None,
-            f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
-        )
-    )
-    figures.append(_accepted_figure(summarizer))
-    figures.append(_over_fallback_figure(summarizer, scores["fallback_at_budget"], scores["fallback"], real))
+    figures = [_corpus_figure(sessions, probes)]
+    figures += _score_figures(scores, len(sessions), summarizer_under_test)
     if judge:
         where = "the corpus"
         if not judge_on_corpus:
@@ -343,7 +271,54 @@ def _run(quick: bool, summarizer_under_test: Summarizer, longrun: bool, judge: b
         figures.append(_judge_figure(verdicts, where))
     figures.append(_spent_record_figure(counter))
     if longrun:
-        figures += _longrun_part(QUICK_TURNS if quick else TURNS)
+        figures += longrun_figures(QUICK_TURNS if quick else TURNS)
+    return figures
+
+
+def _corpus_figure(sessions: list[Session], probes: list[Probe]) -> Figure:
+    """The corpus: its sessions, the facts planted in them and where the probed ones are carried."""
+    planted = sum(len(s.facts) for s in sessions)
+    carriers = {c: sum(1 for p in probes if p.carrier == c) for c in ("summary", "task", "record")}
+    return shown(
+        "quality.corpus",
+        len(sessions),
+        "sessions",
+        None,
+        None,
+        f"{len(KINDS)} kinds; {planted} facts planted, {len(probes)} probed (outside the retained tail): "
+        f"{carriers['summary']} summary-only, {carriers['task']} in the active task, "
+        f"{carriers['record']} in records",
+    )
+
+
+def _score_figures(
+    scores: dict[str, Score], sessions: int, summarizer_under_test: Summarizer
+) -> list[Figure]:
+    """Each strategy's and each kind's figures, then the summarizer's: its quality target (judged
+    only for a real model), the summaries taken, and its gain over the fallback."""
+    figures: list[Figure] = []
+    ceiling = scores["ceiling"]
+    labels = {**_LABELS, "summarizer": summarizer_under_test.label}
+    for name in STRATEGIES:
+        figures += _strategy_figures(name, scores[name], ceiling, sessions, labels[name])
+    figures += _kind_figures(scores)
+    summarizer = scores["summarizer"]
+    meets = meets_quality_target(summarizer)
+    real = summarizer_under_test.real
+    judged = "a real model" if real else "the scripted provider (offline: no target)"
+    blank = "yes" if meets_quality_target(scores["blank"]) else "no"
+    figures.append(
+        shown(
+            "quality.summarizer.meets_quality_target",
+            "yes" if meets else "no",
+            "",
+            TARGET_TEXT if real else None,
+            meets if real else None,
+            f"{TARGET_TEXT}; judges {judged} (blank: {blank})",
+        )
+    )
+    figures.append(_accepted_figure(summarizer))
+    figures.append(_over_fallback_figure(summarizer, scores["fallback_at_budget"], scores["fallback"], real))
     return figures
 
 
@@ -353,7 +328,7 @@ def _accepted_figure(summarizer: Score) -> Figure:
     taken = summarizer.compactions - failed
     share = 100.0 * taken / summarizer.compactions if summarizer.compactions else 100.0
     why = "; ".join(f"{count} x {reason}" for reason, count in summarizer.failures.most_common(4))
-    return _figure(
+    return shown(
         "quality.summarizer.accepted",
         round(share, 1),
         "% of summaries",
@@ -375,7 +350,7 @@ def _over_fallback_figure(summarizer: Score, at_budget: Score, fallback: Score, 
         f"({at_budget.tokens:,} vs {summarizer.tokens:,} tokens after the last compaction, all sessions), "
         f"the fallback at its own target {fallback.summary_only_pct():.1f} % ({fallback.tokens:,} tokens)"
     )
-    return _figure(
+    return shown(
         "quality.summarizer.over_fallback_at_budget",
         round(gap, 1),
         "points",
@@ -400,7 +375,7 @@ def _spent_record_figure(counter: TokenCounter) -> Figure:
     host = (scores["blank"], scores["fallback"])
     value = max(score.stale_pct() for score in host)
     met = all(score.stale == 0 for score in host)
-    return _figure(
+    return shown(
         "quality.spent_record.superseded_as_current",
         round(value, 1),
         "%",
@@ -432,7 +407,7 @@ def _judge_figure(v: JudgeScore, where: str) -> Figure:
         f"{v.before} of {v.asked}; superseded answered stale {v.stale_after} vs {v.stale_before} of "
         f"{v.superseded}; by kind (before->after/asked): {kinds}"
     )
-    return _figure(
+    return shown(
         "quality.judge.accuracy_after_over_before",
         None if ratio is None else round(ratio, 3),
         "ratio",
@@ -440,94 +415,6 @@ def _judge_figure(v: JudgeScore, where: str) -> Figure:
         None,
         detail if ratio is not None else f"no ratio: no answer right from the full context; {detail}",
     )
-
-
-def _longrun_part(turns: int) -> list[Figure]:
-    figures: list[Figure] = []
-    with_snip = simulate_all(turns)
-    without = simulate_all(turns, snip=False)
-    figures += _longrun_figures(with_snip, "longrun", turns)
-    figures += _longrun_figures(without, "longrun_nosnip", turns)
-    runs = with_snip + without
-    stress = simulate("huge-output", turns, window=STRESS_WINDOW)
-    figures += _longrun_figures([stress], "longrun_small_window", turns)
-    every = [*runs, stress]
-    back = sum(r.back_to_back for r in every)
-    figures.append(
-        _figure(
-            "quality.longrun.back_to_back_compactions",
-            back,
-            "compactions",
-            "0",
-            back == 0,
-            f"compactions on the turn right after another, {len(every)} sessions of {turns} turns "
-            f"(with and without snip, and the {STRESS_WINDOW:,}-token window); longest compacting run "
-            f"{max(r.longest_compacting_run for r in every)}",
-        )
-    )
-    missed = sum(r.room_missed for r in every)
-    figures.append(
-        _figure(
-            "quality.longrun.room_missed",
-            missed,
-            "checkpoints",
-            None,
-            None,
-            f"checkpoints whose smallest replacement could not leave room below the compaction threshold "
-            f"for two turns of the session's median growth (the room rule, beyond C10; the checkpoint "
-            f"says so in room_missed), {len(every)} sessions",
-        )
-    )
-    due = sum(r.still_due for r in every)
-    figures.append(
-        _figure(
-            "quality.longrun.still_due_after_compaction",
-            due,
-            "compactions",
-            "0",
-            due == 0,
-            f"compactions after which the context was still at or over the compaction threshold (no room "
-            f"for a turn of progress: the next request compacts again), {len(every)} sessions "
-            f"(the {STRESS_WINDOW:,}-token window had {stress.still_due})",
-        )
-    )
-    window = [s for r in runs for s in r.after_window_share]
-    budget = [s for r in runs for s in r.after_share]
-    figures.append(
-        _figure(
-            "quality.longrun.window_share_after_compaction",
-            round(max(window), 3) if window else 0,
-            "ratio (max)",
-            None,
-            None,
-            f"projection right after each of {len(window)} compactions (default windows) over the window; "
-            f"median {statistics.median(window):.3f}; over the input budget: median "
-            f"{statistics.median(budget):.3f}, max {max(budget):.3f}; the {STRESS_WINDOW:,}-token window: "
-            f"{_max(stress.after_window_share):.3f} of its window, {_max(stress.after_share):.3f} of its "
-            "input budget"
-            if window
-            else "no compaction",
-        )
-    )
-    saving = [s for r in every for s in r.saved_share]
-    least = min(saving) if saving else 1.0
-    figures.append(
-        _figure(
-            "quality.longrun.least_saving",
-            round(least, 3),
-            "of the source",
-            ">= 0.10",
-            least >= 0.10,
-            f"the smallest saving of {len(saving)} committed compactions (the reduction gate's minimum "
-            f"progress); failed {sum(r.failed for r in every)}; median "
-            f"{statistics.median(saving) if saving else 0:.3f}",
-        )
-    )
-    return figures
-
-
-def _max(values: list[float]) -> float:
-    return max(values) if values else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ compaction.
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import dataclass, field
 
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
@@ -32,6 +33,7 @@ from cairn.actors.session.slimming import apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
+from cairn.bench._figure import Figure, shown
 from cairn.bench.quality_builder import WORDS, WORKSPACE
 from cairn.bench.quality_corpus import KINDS
 from cairn.events.codec import GENESIS, Record
@@ -52,6 +54,8 @@ TURNS = 1_000
 LONGRUN_WINDOW = 128_000
 #: the multi-compaction kind runs in a small window, so it compacts often
 SMALL_WINDOW = 32_000
+#: a small window (a local model's) for the huge-output stress run
+STRESS_WINDOW = 16_000
 #: filler words: the corpus's first 25 (the same list, so the seeded text is unchanged)
 _WORDS = WORDS[:25]
 
@@ -250,3 +254,139 @@ def simulate(
 def simulate_all(turns: int = TURNS, seed: int = SEED, *, snip: bool = True) -> list[LongRun]:
     counter = TokenCounter()
     return [simulate(kind, turns, seed, counter, snip=snip) for kind in KINDS]
+
+
+# -- the figures ---------------------------------------------------------------------------------
+
+
+def _per_session_figures(runs: list[LongRun], variant: str, turns: int) -> list[Figure]:
+    figures = []
+    for r in runs:
+        saved = f"{statistics.median(r.saved):,.0f}" if r.saved else "-"
+        share = (
+            f"window {statistics.median(r.after_window_share):.2f} (max {max(r.after_window_share):.2f}), "
+            f"input budget {statistics.median(r.after_share):.2f} (max {max(r.after_share):.2f})"
+            if r.after_share
+            else "-"
+        )
+        detail = (
+            f"{r.compactions} compactions in {turns} turns ({r.llm} by summary); "
+            f"snips {r.per_100(r.snips):.1f}/100; median saved {saved} tokens; "
+            f"share in use after (median): {share}; still due after {r.still_due}; "
+            f"back-to-back {r.back_to_back}; longest compacting run {r.longest_compacting_run}; "
+            f"failed {r.failed}"
+        )
+        figures.append(
+            shown(
+                f"quality.{variant}.{r.kind}",
+                round(r.per_100(r.compactions), 2),
+                "compactions/100 turns",
+                None,
+                None,
+                detail,
+            )
+        )
+    return figures
+
+
+def longrun_figures(turns: int) -> list[Figure]:
+    """The long runs' figures: each kind's compactions per 100 turns (with and without snip, and the
+    huge-output kind in a small window), then the bounds every run must keep and the shares left."""
+    figures: list[Figure] = []
+    with_snip = simulate_all(turns)
+    without = simulate_all(turns, snip=False)
+    figures += _per_session_figures(with_snip, "longrun", turns)
+    figures += _per_session_figures(without, "longrun_nosnip", turns)
+    runs = with_snip + without
+    stress = simulate("huge-output", turns, window=STRESS_WINDOW)
+    figures += _per_session_figures([stress], "longrun_small_window", turns)
+    figures += _bound_figures([*runs, stress], stress, turns)
+    figures += _share_figures(runs, [*runs, stress], stress)
+    return figures
+
+
+def _bound_figures(every: list[LongRun], stress: LongRun, turns: int) -> list[Figure]:
+    """No compaction on the turn right after another, rooms missed, and none still due after one."""
+    figures: list[Figure] = []
+    back = sum(r.back_to_back for r in every)
+    figures.append(
+        shown(
+            "quality.longrun.back_to_back_compactions",
+            back,
+            "compactions",
+            "0",
+            back == 0,
+            f"compactions on the turn right after another, {len(every)} sessions of {turns} turns "
+            f"(with and without snip, and the {STRESS_WINDOW:,}-token window); longest compacting run "
+            f"{max(r.longest_compacting_run for r in every)}",
+        )
+    )
+    missed = sum(r.room_missed for r in every)
+    figures.append(
+        shown(
+            "quality.longrun.room_missed",
+            missed,
+            "checkpoints",
+            None,
+            None,
+            f"checkpoints whose smallest replacement could not leave room below the compaction threshold "
+            f"for two turns of the session's median growth (the room rule, beyond C10; the checkpoint "
+            f"says so in room_missed), {len(every)} sessions",
+        )
+    )
+    due = sum(r.still_due for r in every)
+    figures.append(
+        shown(
+            "quality.longrun.still_due_after_compaction",
+            due,
+            "compactions",
+            "0",
+            due == 0,
+            f"compactions after which the context was still at or over the compaction threshold (no room "
+            f"for a turn of progress: the next request compacts again), {len(every)} sessions "
+            f"(the {STRESS_WINDOW:,}-token window had {stress.still_due})",
+        )
+    )
+    return figures
+
+
+def _share_figures(runs: list[LongRun], every: list[LongRun], stress: LongRun) -> list[Figure]:
+    """The share of the window in use right after each compaction, and the least saving of any."""
+    figures: list[Figure] = []
+    window = [s for r in runs for s in r.after_window_share]
+    budget = [s for r in runs for s in r.after_share]
+    figures.append(
+        shown(
+            "quality.longrun.window_share_after_compaction",
+            round(max(window), 3) if window else 0,
+            "ratio (max)",
+            None,
+            None,
+            f"projection right after each of {len(window)} compactions (default windows) over the window; "
+            f"median {statistics.median(window):.3f}; over the input budget: median "
+            f"{statistics.median(budget):.3f}, max {max(budget):.3f}; the {STRESS_WINDOW:,}-token window: "
+            f"{_max(stress.after_window_share):.3f} of its window, {_max(stress.after_share):.3f} of its "
+            "input budget"
+            if window
+            else "no compaction",
+        )
+    )
+    saving = [s for r in every for s in r.saved_share]
+    least = min(saving) if saving else 1.0
+    figures.append(
+        shown(
+            "quality.longrun.least_saving",
+            round(least, 3),
+            "of the source",
+            ">= 0.10",
+            least >= 0.10,
+            f"the smallest saving of {len(saving)} committed compactions (the reduction gate's minimum "
+            f"progress); failed {sum(r.failed for r in every)}; median "
+            f"{statistics.median(saving) if saving else 0:.3f}",
+        )
+    )
+    return figures
+
+
+def _max(values: list[float]) -> float:
+    return max(values) if values else 0.0
