@@ -342,6 +342,16 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
             met=own_stall_met(own_median, float(versus.value or 0)),
         ),
         versus,
+    ]
+    figures[0] = msgspec.structs.replace(figures[0], runs=_runs_of(runs, "own"))
+    return figures + _explore_figures(runs, work, load)
+
+
+def _explore_figures(runs: Runs, work: str, load: LoadMeter) -> list[Figure]:
+    """What the async runs cost the loop, judged against nothing: its busiest stretch, its lateness
+    against an idle loop's, and the items each of its wake-ups took."""
+    s = runs.summaries
+    figures = [
         Figure(
             "asyncloop.loop_busy_ms",
             round(statistics.median(_series(s["async"], "busy")), 2),
@@ -350,10 +360,9 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
             f"(its own work, not waiting), per async run: {_listed(_series(s['async'], 'busy'))} ms; "
             f"an idle loop: {_listed(_series(s['idle'], 'busy'))} ms",
             explore=True,
-        ),
+            runs=_runs_of(runs, "busy"),
+        )
     ]
-    figures[0] = msgspec.structs.replace(figures[0], runs=_runs_of(runs, "own"))
-    figures[2] = msgspec.structs.replace(figures[2], runs=_runs_of(runs, "busy"))
     for key, said in (("p50", "median"), ("p99", "99th percentile"), ("max", "worst")):
         late = Comparison(
             f"asyncloop.late_{key}_ms",

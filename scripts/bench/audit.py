@@ -96,52 +96,7 @@ class _Session:
             UserMessage(message_id=f"u{n}", content=(TextPart(payload(rng, 40, 160)),)),
         ]
         for k in range(3):
-            rid = f"r{n}.{k}"
-            self.tokens += rng.randint(300, 900)
-            events.append(
-                Request(
-                    request_id=rid,
-                    turn_id=tid,
-                    attempt=1,
-                    fingerprint="f",
-                    history_revision=n,
-                    projected_tokens=self.tokens,
-                    phase="below_handoff",
-                    message_count=10 + k,
-                    model="bench",
-                )
-            )
-            if n % 40 == 7 and k == 0:
-                events.append(ProviderError(request_id=rid, error_class="server", output_delivered=False))
-                continue
-            calls = (
-                (ToolCall(id=f"c{n}.{k}", name="read", arguments='{"path": "src/app.py"}'),) if k < 2 else ()
-            )
-            events.append(
-                AssistantMessage(
-                    message_id=f"a{n}.{k}", request_id=rid, text=payload(rng, 20, 80), tool_calls=calls
-                )
-            )
-            events.append(
-                Usage(
-                    request_id=rid,
-                    prompt_tokens=self.tokens - 50,
-                    completion_tokens=40,
-                    total_tokens=self.tokens,
-                )
-            )
-            if calls:
-                text = payload(rng, 60, 240)
-                events.append(
-                    ToolResult(
-                        call_id=calls[0].id,
-                        tool_name="read",
-                        status="ok",
-                        effect="read",
-                        content=(TextPart(text),),
-                        original_chars=len(text),
-                    )
-                )
+            events += self._request(n, k, tid)
         if n % 13 == 5:
             events.append(ContextSlimmed(mode="micro", removed_call_ids=(f"c{n}.0",), tokens_saved=120))
             self.tokens -= 120
@@ -164,6 +119,56 @@ class _Session:
                 )
             )
             self.tokens = 3_000
+        return events
+
+    def _request(self, n: int, k: int, tid: str) -> list[EventBase]:
+        """Request `k` of turn `n`: the request, then a provider error (now and then) or the answer with
+        its usage and, for the first two, a tool call's result."""
+        rng = self.rng
+        events: list[EventBase] = []
+        rid = f"r{n}.{k}"
+        self.tokens += rng.randint(300, 900)
+        events.append(
+            Request(
+                request_id=rid,
+                turn_id=tid,
+                attempt=1,
+                fingerprint="f",
+                history_revision=n,
+                projected_tokens=self.tokens,
+                phase="below_handoff",
+                message_count=10 + k,
+                model="bench",
+            )
+        )
+        if n % 40 == 7 and k == 0:
+            return [*events, ProviderError(request_id=rid, error_class="server", output_delivered=False)]
+        calls = (ToolCall(id=f"c{n}.{k}", name="read", arguments='{"path": "src/app.py"}'),) if k < 2 else ()
+        events.append(
+            AssistantMessage(
+                message_id=f"a{n}.{k}", request_id=rid, text=payload(rng, 20, 80), tool_calls=calls
+            )
+        )
+        events.append(
+            Usage(
+                request_id=rid,
+                prompt_tokens=self.tokens - 50,
+                completion_tokens=40,
+                total_tokens=self.tokens,
+            )
+        )
+        if calls:
+            text = payload(rng, 60, 240)
+            events.append(
+                ToolResult(
+                    call_id=calls[0].id,
+                    tool_name="read",
+                    status="ok",
+                    effect="read",
+                    content=(TextPart(text),),
+                    original_chars=len(text),
+                )
+            )
         return events
 
 

@@ -256,6 +256,17 @@ def _per_session(before: dict[str, int], after: dict[str, int], sessions: int, k
 
 
 def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure], dict[int, dict[str, Any]]]:
+    """The spawn and passivation growth from `small` to `large` live sessions (and the close's), and
+    what each timing child said when ready."""
+    rounds, closes, ready, load = _timing_rounds(small, large, pairs, size)
+    return _timing_figures(rounds, closes, (small, large), size, load), ready
+
+
+def _timing_rounds(
+    small: int, large: int, pairs: int, size: int
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, dict[str, Any]], dict[int, dict[str, Any]], LoadMeter]:
+    """Rounds of `size` sessions on a host of `small` and one of `large` live sessions (each in a child
+    process), alternating; then each host's close."""
     children = {small: _Child("live", str(small)), large: _Child("live", str(large))}
     try:
         ready = {n: child.read() for n, child in children.items()}
@@ -273,6 +284,17 @@ def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure]
     finally:
         for child in children.values():
             child.finish()
+    return rounds, closes, ready, load
+
+
+def _timing_figures(
+    rounds: dict[int, list[dict[str, Any]]],
+    closes: dict[int, dict[str, Any]],
+    sizes: tuple[int, int],
+    size: int,
+    load: LoadMeter,
+) -> list[Figure]:
+    small, large = sizes
 
     def pairs_of(what: str, clock: str) -> Pairs:
         return Pairs([r[what][clock] for r in rounds[small]], [r[what][clock] for r in rounds[large]])
@@ -323,7 +345,7 @@ def _timing(small: int, large: int, pairs: int, size: int) -> tuple[list[Figure]
             explore=True,
         )
     )
-    return figures, ready
+    return figures
 
 
 def _memory(sizes: tuple[int, int], ready: dict[int, dict[str, Any]]) -> list[Figure]:

@@ -75,52 +75,6 @@ def run(quick: bool) -> list[Figure]:
 
 
 def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
-    import openai
-
-    from cairn import Host, HostConfig, SessionSettings
-    from cairn.actors.provider.base import TextDelta
-    from cairn.actors.provider.openai_compat import OpenAIProvider
-
-    sdk = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
-    provider = OpenAIProvider.from_env(server.environ(max_output_tokens=MAX_TOKENS))
-    settings = SessionSettings(
-        model=server.alias, context_window=2048, max_output_tokens=MAX_TOKENS, system_prompt=SYSTEM
-    )
-    workspace = root / "ws"
-    workspace.mkdir()
-    host = Host.open(root / "store", provider=provider, settings=settings, config=HostConfig(sweep=False))
-
-    def bare(n: int) -> float:
-        began = time.perf_counter()
-        stream = sdk.chat.completions.create(
-            model=server.alias,
-            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": message(n, "a")}],
-            max_tokens=MAX_TOKENS,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        first = 0.0
-        for chunk in stream:
-            if not first and chunk.choices and chunk.choices[0].delta.content:
-                first = time.perf_counter() - began
-        return first
-
-    turns: list[tuple[float, float]] = []  # (wall, provider) of each cairn turn
-
-    def through_cairn(n: int) -> float:
-        began = time.perf_counter()
-        turn = host.send(f"speed-{n + 1}", message(n, "b"), workspace=workspace)
-        first = 0.0
-        for item in turn.events(timeout=120):
-            if not first and isinstance(item, TextDelta) and item.text:
-                first = time.perf_counter() - began
-        result = turn.result(120)
-        wall = time.perf_counter() - began
-        if not result.ok:
-            raise RuntimeError(f"a turn on the local model failed: {result.error_class}: {result.error}")
-        turns.append((wall, result.provider_seconds))
-        return first
-
     first_token = Comparison(
         "model.first_token_ratio",
         "sdk",
@@ -133,36 +87,97 @@ def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
         better="lower",
         fmt=".3f",
     )
+    sides = _Sides(server, root)
     rounds = {"sdk": itertools.count(), "cairn": itertools.count()}
     try:
-        bare(-1)  # warm-up: the model's weights and the prompt cache, for both sides alike
-        through_cairn(-1)
-        turns.clear()
+        sides.bare(-1)  # warm-up: the model's weights and the prompt cache, for both sides alike
+        sides.through_cairn(-1)
+        sides.turns.clear()
         measures = [
-            ("sdk", lambda: bare(next(rounds["sdk"]))),
-            ("cairn", lambda: through_cairn(next(rounds["cairn"]))),
+            ("sdk", lambda: sides.bare(next(rounds["sdk"]))),
+            ("cairn", lambda: sides.through_cairn(next(rounds["cairn"]))),
         ]
         done = compare(measures, [first_token], pairs)
     finally:
-        host.close()
-        provider.close()
-        sdk.close()
+        sides.close()
+    return [*done.figures, _overhead_figure(sides.turns)]
+
+
+class _Sides:
+    """The two ways to the model: the openai SDK alone, and a turn through a `Host` (on its own
+    store); each returns the time to the first streamed token of message `n`."""
+
+    def __init__(self, server: Any, root: Path) -> None:
+        import openai
+
+        from cairn import Host, HostConfig, SessionSettings
+        from cairn.actors.provider.openai_compat import OpenAIProvider
+
+        self.server = server
+        self.sdk = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+        self.provider = OpenAIProvider.from_env(server.environ(max_output_tokens=MAX_TOKENS))
+        settings = SessionSettings(
+            model=server.alias, context_window=2048, max_output_tokens=MAX_TOKENS, system_prompt=SYSTEM
+        )
+        self.workspace = root / "ws"
+        self.workspace.mkdir()
+        self.host = Host.open(
+            root / "store", provider=self.provider, settings=settings, config=HostConfig(sweep=False)
+        )
+        self.turns: list[tuple[float, float]] = []  # (wall, provider) of each cairn turn
+
+    def bare(self, n: int) -> float:
+        began = time.perf_counter()
+        stream = self.sdk.chat.completions.create(
+            model=self.server.alias,
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": message(n, "a")}],
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        first = 0.0
+        for chunk in stream:
+            if not first and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - began
+        return first
+
+    def through_cairn(self, n: int) -> float:
+        from cairn.actors.provider.base import TextDelta
+
+        began = time.perf_counter()
+        turn = self.host.send(f"speed-{n + 1}", message(n, "b"), workspace=self.workspace)
+        first = 0.0
+        for item in turn.events(timeout=120):
+            if not first and isinstance(item, TextDelta) and item.text:
+                first = time.perf_counter() - began
+        result = turn.result(120)
+        wall = time.perf_counter() - began
+        if not result.ok:
+            raise RuntimeError(f"a turn on the local model failed: {result.error_class}: {result.error}")
+        self.turns.append((wall, result.provider_seconds))
+        return first
+
+    def close(self) -> None:
+        self.host.close()
+        self.provider.close()
+        self.sdk.close()
+
+
+def _overhead_figure(turns: list[tuple[float, float]]) -> Figure:
+    """A turn's wall time less its time in the provider adapter, over the latter (median)."""
     shares = [100 * (wall - inside) / inside for wall, inside in turns if inside > 0]
     share = statistics.median(shares)
     model = statistics.median(inside for _, inside in turns)
-    return [
-        *done.figures,
-        Figure(
-            "model.overhead_share",
-            round(share, 2),
-            "% of the model's time",
-            "< 2",
-            share < 2,
-            f"a turn's wall time less its time in the provider adapter, over the latter (median of "
-            f"{len(shares)} turns; range {min(shares):.2f}-{max(shares):.2f} %); the model's time "
-            f"{1000 * model:,.0f} ms a turn ({MAX_TOKENS} output tokens at most)",
-        ),
-    ]
+    return Figure(
+        "model.overhead_share",
+        round(share, 2),
+        "% of the model's time",
+        "< 2",
+        share < 2,
+        f"a turn's wall time less its time in the provider adapter, over the latter (median of "
+        f"{len(shares)} turns; range {min(shares):.2f}-{max(shares):.2f} %); the model's time "
+        f"{1000 * model:,.0f} ms a turn ({MAX_TOKENS} output tokens at most)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

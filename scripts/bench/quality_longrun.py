@@ -39,6 +39,7 @@ from cairn.bench.quality_corpus import KINDS
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,
+    CheckpointCommitted,
     EventBase,
     SessionStarted,
     ToolResult,
@@ -230,18 +231,7 @@ def simulate(
                 sim.output(t)  # the turn failed; the user goes on
                 continue
             sim.add(list(outcome.events))
-            checkpoint = outcome.checkpoint
-            result.compactions += 1
-            result.llm += checkpoint.strategy == "llm"
-            result.room_missed += checkpoint.diagnostics.room_missed
-            saved = checkpoint.source_tokens - checkpoint.replacement_tokens
-            result.saved.append(saved)
-            result.saved_share.append(saved / checkpoint.source_tokens)
-            after = occupancy(sim.state, sim.view).snapshot
-            projected = after.projected_tokens or 0
-            result.after_share.append(projected / (after.input_budget or 1))
-            result.after_window_share.append(projected / (after.budget.context_window or 1))
-            result.still_due += after.phase == "compaction_due"
+            _count_compaction(result, outcome.checkpoint, sim)
         else:
             run = 0
             if plan is not None:
@@ -249,6 +239,22 @@ def simulate(
                 result.snips += 1
         sim.output(t)
     return result
+
+
+def _count_compaction(result: LongRun, checkpoint: CheckpointCommitted, sim: _Sim) -> None:
+    """A committed compaction in `result`: by summary or not, its room, its saving, the share of the
+    window and of the input budget in use right after, and whether it is still due."""
+    result.compactions += 1
+    result.llm += checkpoint.strategy == "llm"
+    result.room_missed += checkpoint.diagnostics.room_missed
+    saved = checkpoint.source_tokens - checkpoint.replacement_tokens
+    result.saved.append(saved)
+    result.saved_share.append(saved / checkpoint.source_tokens)
+    after = occupancy(sim.state, sim.view).snapshot
+    projected = after.projected_tokens or 0
+    result.after_share.append(projected / (after.input_budget or 1))
+    result.after_window_share.append(projected / (after.budget.context_window or 1))
+    result.still_due += after.phase == "compaction_due"
 
 
 def simulate_all(turns: int = TURNS, seed: int = SEED, *, snip: bool = True) -> list[LongRun]:

@@ -197,27 +197,14 @@ def run_strategy(
             run.task = task_text(state.carried.open_turn)
             run.records = tuple(r.payload for r in source_records(source).records)
         if strategy in AT_BUDGET:
-            info = state.info
-            window = info.context_window if info is not None else None
-            cap = info.max_output_tokens if info is not None else None
-            budget = (
-                budgets[index]
-                if index < len(budgets)
-                else effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
-            )
+            budget = budgets[index] if index < len(budgets) else _budget_of(state, counter)
             build = _truncate if strategy == "truncation" else _fallback_at
             checkpoint = build(state, budget, counter)
             state = _apply(state, [checkpoint])
             run.used.append(strategy)
             run.replacement_tokens.append(checkpoint.replacement_tokens)
             continue
-        provider: Provider
-        if strategy == "blank":
-            provider = ScriptedProvider(default=Reply(text=BLANK_SUMMARY))
-        elif strategy == "fallback":
-            provider = ScriptedProvider(default=http_error(400))
-        else:
-            provider = summarizer()
+        provider = _provider_for(strategy, summarizer)
         request = CompactionRequest(state=state, workspace=WORKSPACE, trigger="threshold", now_ms=10**12)
         try:
             outcome = _compactor(provider, counter, blank=strategy == "blank").compact(request)
@@ -234,6 +221,24 @@ def run_strategy(
     run.context = state.context
     run.tokens = counter.messages(state.context)
     return run
+
+
+def _budget_of(state: SessionState, counter: TokenCounter) -> int:
+    """The token budget a compaction of `state` aims at (C10), from its window and output cap."""
+    info = state.info
+    window = info.context_window if info is not None else None
+    cap = info.max_output_tokens if info is not None else None
+    return effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
+
+
+def _provider_for(strategy: str, summarizer: ProviderFactory) -> Provider:
+    """The summarizer of a strategy: one that answers blank, one that fails (the fallback), or the
+    summarizer under test."""
+    if strategy == "blank":
+        return ScriptedProvider(default=Reply(text=BLANK_SUMMARY))
+    if strategy == "fallback":
+        return ScriptedProvider(default=http_error(400))
+    return summarizer()
 
 
 # -- probes -------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ context carried (C9), so a restore decodes what a real one decodes.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -100,36 +101,18 @@ def write_long_session(journal: JournalBackend, sid: str, total: int, checkpoint
 
 
 def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
-    """Loading a long session from its latest real checkpoint against its full replay, in pairs.
-
-    Both through the public path a restart uses: a fresh `Journal.open`, then
-    `load` (checkpoint + tail) or `replay_full` (every event), index walk
-    and reads included.
-    """
+    """Loading a long session from its latest real checkpoint against its full replay, in pairs, both
+    through the public path a restart uses: a fresh `Journal.open`, then `load` (checkpoint + tail)
+    or `replay_full` (every event), index walk and reads included."""
     long_events = 100_000 if quick else 1_000_000
     short_events = 4_000
     root = workdir / "restore"
-    journal = Journal.open(root)
-    try:
+    with Journal.open(root) as journal:
         built = write_compacted_session(journal, "long", long_events)
         write_compacted_session(journal, "short", short_events)
         events = journal.last_seq("long")
-    finally:
-        journal.close()
-
-    def restart(read: Callable[[Journal], SessionState]) -> float:
-        """The read's time on a journal just opened (its open is `open.*`'s figure, not timed here)."""
-        with Journal.open(root, readonly=True) as opened:
-            started = time.perf_counter()
-            read(opened)
-            return time.perf_counter() - started
-
-    def load() -> float:
-        return restart(lambda j: j.load("long"))
-
-    def full() -> float:
-        return restart(lambda j: j.replay_full("long"))
-
+    load = functools.partial(_read_after_restart, root, lambda j: j.load("long"))
+    full = functools.partial(_read_after_restart, root, lambda j: j.replay_full("long"))
     with Journal.open(root, readonly=True) as opened:
         assert opened.load("long") == opened.replay_full("long"), "load differs from full replay"
         mem_long = peak_memory(lambda: opened.load("long"))
@@ -152,16 +135,9 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
         loads = [load() for _ in range(9)] + done.values["load"]
     load_s = statistics.median(loads)
     growth = mem_long / max(mem_short, 1)
-    shape = built.problem()
+    memory = f"peak {mem_long:,} B at {long_events:,} events vs {mem_short:,} B at {short_events:,}"
     return [
-        Figure(
-            "restore.checkpoint_shape",
-            built.checkpoints,
-            "checkpoints",
-            "as the compactor writes them: ledger summary + >= 20 % of the context carried",
-            shape is None,
-            shape or built.describe(),
-        ),
+        _shape_figure(built),
         Figure.measured(
             "restore.load_ms",
             round(load_s * 1000, 3),
@@ -179,9 +155,30 @@ def bench_restore(workdir: Path, quick: bool) -> list[Figure]:
             "x",
             "<= 1.5 (flat in history)",
             growth <= 1.5,
-            f"peak {mem_long:,} B at {long_events:,} events vs {mem_short:,} B at {short_events:,}",
+            memory,
         ),
     ]
+
+
+def _read_after_restart(root: Path, read: Callable[[Journal], SessionState]) -> float:
+    """The read's time on a journal just opened (its open is `open.*`'s figure, not timed here)."""
+    with Journal.open(root, readonly=True) as opened:
+        started = time.perf_counter()
+        read(opened)
+        return time.perf_counter() - started
+
+
+def _shape_figure(built: Written) -> Figure:
+    """Whether the long session's checkpoints are what the compactor writes."""
+    shape = built.problem()
+    return Figure(
+        "restore.checkpoint_shape",
+        built.checkpoints,
+        "checkpoints",
+        "as the compactor writes them: ledger summary + >= 20 % of the context carried",
+        shape is None,
+        shape or built.describe(),
+    )
 
 
 # --- sessions written as a host writes them ------------------------------------------------
