@@ -17,11 +17,17 @@ def payload(rng: random.Random, low: int, high: int) -> str:
 def mixed_event(rng: random.Random, i: int, size_range: tuple[int, int]) -> EventBase:
     """Event `i` of the mix: a user message, an assistant message with a tool call, its result, in turn."""
     text = payload(rng, *size_range)
+    return _turn_event(i, text, text[:80])
+
+
+def _turn_event(i: int, text: str, said: str) -> EventBase:
+    """Event `i` of a turn's three: the user's `text`, the assistant saying `said` with a tool call,
+    the call's result `text`."""
     if i % 3 == 0:
         return UserMessage(message_id=f"u{i}", content=(TextPart(text),))
     if i % 3 == 1:
         call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
-        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text[:80], tool_calls=(call,))
+        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=said, tool_calls=(call,))
     return ToolResult(
         call_id=f"c{i - 1}",
         tool_name="read",
@@ -41,19 +47,7 @@ def sized_event(rng: random.Random, i: int, tokens: int) -> EventBase:
     each carrying about `tokens` tokens of text (+-20 %), for appends of a given event size."""
     chars = round(tokens * CHARS_PER_TOKEN)
     text = payload(rng, chars * 4 // 5, chars * 6 // 5)
-    if i % 3 == 0:
-        return UserMessage(message_id=f"u{i}", content=(TextPart(text),))
-    if i % 3 == 1:
-        call = ToolCall(id=f"c{i}", name="read", arguments='{"path": "src/app.py"}')
-        return AssistantMessage(message_id=f"a{i}", request_id=f"r{i}", text=text, tool_calls=(call,))
-    return ToolResult(
-        call_id=f"c{i - 1}",
-        tool_name="read",
-        status="ok",
-        effect="read",
-        content=(TextPart(text),),
-        original_chars=len(text),
-    )
+    return _turn_event(i, text, text)
 
 
 def event_text(event: EventBase) -> str:

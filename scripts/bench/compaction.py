@@ -33,6 +33,7 @@ from cairn.actors.compactor.replacement import fallback_summary_message
 from cairn.actors.provider.scripted import ScriptedProvider, http_error
 from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Figure
+from cairn.bench.quality_builder import WORDS
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
     AssistantMessage,
@@ -51,31 +52,8 @@ from cairn.events.state import SessionState, replay
 SEED = 20_261_202
 KINDS = ("coding", "long-request", "images", "huge-output", "tiny")
 WINDOWS = (32_000, 128_000, 200_000, 1_000_000)
-_WORDS = (
-    "parser",
-    "module",
-    "config",
-    "retry",
-    "cache",
-    "index",
-    "token",
-    "buffer",
-    "handler",
-    "schema",
-    "request",
-    "session",
-    "journal",
-    "segment",
-    "offset",
-    "commit",
-    "replay",
-    "checkpoint",
-    "summary",
-    "budget",
-    "window",
-    "fixture",
-    "assert",
-)
+#: the filler words: the quality corpus's first 22, and "assert"
+_WORDS = (*WORDS[:22], "assert")
 
 
 class Sample(msgspec.Struct, frozen=True):
