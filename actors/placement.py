@@ -8,25 +8,17 @@ one CPU the kernel lets each woken thread preempt the one that woke it,
 which `SCHED_BATCH` turns off. So on a quiet machine one CPU,
 batch-scheduled, can be faster for many sessions at once.
 
-It is not what a loaded machine rewards. Measured with `cairn bench --only
-placement` (OS placement, batch scheduling and one CPU, at 1, 16, 256 and
-1,024 sessions, for appends and for turns, alone and beside a CPU-bound
-process on the one-CPU placement's CPU or on the other one; every placement
-in its own process, ratios against the OS placement in alternating pairs)
-on a shared 2-vCPU machine, 92-100 % busy: one CPU collapsed to 0.06-0.09x
-of the OS placement with 1,024 sessions taking turns, alone or beside a
-competitor, and to 0.27-0.34x for one session beside a busy process on its
-CPU; batch scheduling fell to 0.11-0.25x for one session beside a busy
-process on either CPU (a batch-scheduled thread never preempts the busy
-one, so each wake-up can wait out a time slice). The OS placement's worst
-cell there was 0.71x of the best placement. A second run, on a machine
-about half busy, found the other side: one CPU made up to 4.0x the OS
-placement's turns at 1,024 sessions alone (the cell where it had collapsed)
-and 1.6x its appends at 256, but still fell to 0.03-0.04x for a lone
-session beside a busy process on its CPU; the OS placement's worst cell was
-0.25x of one CPU there. No placement wins everywhere; the OS placement is
-the one that never collapses, so it
-is the default: nothing is placed unless asked. `CAIRN_CPU=auto` (one CPU,
+It is not what a loaded machine rewards. Measured on a shared 2-vCPU
+machine (each placement in its own process, at 1 to 1,024 sessions, alone
+and beside a CPU-bound process; the bench suite that did it was retired with
+issue 24): one CPU fell to 0.03-0.34x of the OS placement for a lone
+session beside a busy process on its CPU, and to 0.06-0.09x with 1,024
+sessions taking turns on a busy machine, though it made up to 4x the OS
+placement's turns on a half-idle one; batch scheduling fell to 0.11-0.25x
+for one session beside a busy process (a batch-scheduled thread never
+preempts the busy one). No placement wins everywhere; the OS placement is
+the one that never collapses, so it is the default: nothing is placed
+unless asked. `CAIRN_CPU=auto` (one CPU,
 chosen by pid), `N` or `batch` ask for the others (`place_from_env`, which
 `cairn demo` calls); `pin_process` and `batch_process` are the calls.
 
