@@ -278,7 +278,6 @@ async def _follow(
                     size += len(part)
                     at = position
                     if size >= BATCH_BYTES:
-                        news.set()  # the rest is taken at once, in the next write
                         break
                 if size:
                     yield b"".join(parts)
