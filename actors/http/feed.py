@@ -327,6 +327,8 @@ class EventStream(StreamingResponse):
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                     write_bound.reschedule(None)
         except TimeoutError:
+            if not write_bound.expired():  # not the write bound's: the stream's own error
+                raise
             log.warning(
                 "cairn: dropped an event stream of session %s: its client read nothing for %g s",
                 self.session,
