@@ -401,3 +401,34 @@ def test_a_burst_of_turns_costs_the_loop_fewer_wake_ups_than_items(tmp_path: Pat
     wakeups, delivered = asyncio.run(main())
     assert delivered >= SESSIONS * TURNS * 10  # every record and delta of every turn, and its end
     assert wakeups < delivered
+
+
+def test_a_turns_news_event_is_set_by_each_item_and_by_its_end_while_its_block_runs(tmp_path: Path) -> None:
+    """`AsyncTurn.news()` (the HTTP streams' one wake-up per turn): set once an item reaches the loop,
+    set again after a clear when the next does (the turn waits in a tool call between them) and at
+    the turn's end; the block's event is forgotten after it, so later items leave it alone."""
+    tools = GatedTools()
+
+    async def main() -> tuple[bool, bool, bool, bool]:
+        async with open_async(tmp_path / "store", scripted(), tools=tools) as host:
+            turn = await host.send("s", "tools 2 x 10 #news", workspace=str(tmp_path))
+            with turn.news() as news:
+                await asyncio.wait_for(news.wait(), WAIT)
+                first = bool(turn.taken_after((0, 0)))
+                while not tools.entered.is_set():  # the turn waits in its first tool call
+                    await asyncio.sleep(0.001)
+                seen = turn.taken_after((0, 0))
+                news.clear()
+                quiet = not news.is_set() and turn.taken_after((0, 0)) == seen
+                tools.release.set()
+                await asyncio.wait_for(news.wait(), WAIT)  # the items after the tool call
+                while not turn.done():
+                    news.clear()
+                    await asyncio.wait_for(news.wait(), WAIT)  # ... up to the end, which sets it too
+            news.clear()
+            after = await host.send("s", "tools 1 x 10 #later", workspace=str(tmp_path))
+            await after.result()
+            return first, quiet, turn.done(), not news.is_set()
+
+    first, quiet, ended, forgotten = asyncio.run(main())
+    assert first and quiet and ended and forgotten
