@@ -27,7 +27,7 @@ from typing import Any
 
 from cairn.bench import guarded
 from cairn.bench._figure import Comparison, Figure, compare
-from cairn.bench._measure import LoadMeter, threads_rate
+from cairn.bench._measure import LoadMeter, threads_rate, timed
 from cairn.bench._workload import mixed_event, sized_event
 from cairn.bench.store_eventsourcing import bench_eventsourcing
 from cairn.bench.store_replay import bench_replay, bench_restore
@@ -305,16 +305,10 @@ def bench_open(workdir: Path, quick: bool) -> list[Figure]:
         Journal.open(root).close()
 
     measures = [
-        ("small", functools.partial(_seconds, open_close, small_root)),
-        ("large", functools.partial(_seconds, open_close, big_root)),
+        ("small", lambda: timed(lambda: open_close(small_root), 1)),
+        ("large", lambda: timed(lambda: open_close(big_root), 1)),
     ]
     return compare(measures, [OPEN], 7).figures
-
-
-def _seconds(fn: Callable[[Path], None], root: Path) -> float:
-    started = time.perf_counter()
-    fn(root)
-    return time.perf_counter() - started
 
 
 def run(quick: bool) -> list[Figure]:

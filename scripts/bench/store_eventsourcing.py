@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.bench._figure import Comparison, Figure, compare, unavailable
-from cairn.bench._measure import threads_rate
+from cairn.bench._measure import threads_rate, timed
 from cairn.bench._workload import event_text
 from cairn.events.kinds import EventBase, SessionStarted
 from cairn.store import Journal
@@ -173,19 +173,13 @@ def _reconstruct(
             scale=1000,
         )
         measures = [
-            ("eventsourcing", lambda: _seconds(lambda: app.repository.get(note.id))),
-            ("cairn", lambda: _seconds(lambda: journal.replay_full("note"))),
+            ("eventsourcing", lambda: timed(lambda: app.repository.get(note.id), 1)),
+            ("cairn", lambda: timed(lambda: journal.replay_full("note"), 1)),
         ]
         return compare(measures, [read], 5).figures[0]
     finally:
         journal.close()
         app.close()
-
-
-def _seconds(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
 
 
 def _es_save(app: Any, note: Any, texts: list[str], n: int, i: int) -> None:
