@@ -144,13 +144,15 @@ class SessionFeeds:
         return found
 
     @contextlib.contextmanager
-    def waking(self, event: asyncio.Event) -> Iterator[None]:
-        """`event` is set at the server's close too, while the block runs (a live stream's wake-up)."""
-        self._waking.add(event)
-        try:
-            yield
-        finally:
-            self._waking.discard(event)
+    def news_of(self, turn: AsyncTurn) -> Iterator[asyncio.Event]:
+        """`turn.news()`, an event set at each item and at the end of the turn, which the server's
+        close sets too while the block runs (a live stream's one wake-up)."""
+        with turn.news() as news:
+            self._waking.add(news)
+            try:
+                yield news
+            finally:
+                self._waking.discard(news)
 
     def close(self) -> None:
         """The server stops: every stream ends."""
@@ -202,7 +204,7 @@ async def session_events(
             if turn is not None and first is None and not turn.done():
                 # its first record is on its way to the loop, and the turn brings every one after:
                 # wait for it rather than read the log (a new turn wakes all the session's streams)
-                with turn.news() as started, feeds.waking(started):
+                with feeds.news_of(turn) as started:
                     waiting = turn.first_seq() is None and not turn.done() and not feeds.closing.is_set()
                     if waiting and not await _within(started.wait(), heartbeat_s):
                         yield HEARTBEAT
@@ -264,8 +266,8 @@ async def _follow(
     What reached the loop meanwhile goes in as few writes as it can (a turn's deltas come in bursts,
     and a session's streams all wake together), each of at most `BATCH_BYTES` (or one item, if
     larger), so that a client that stopped reading holds up one write, not the rest of the turn.
-    It waits on one event for the whole turn (`AsyncTurn.news`), which the server's close sets too."""
-    with turn.news() as news, feeds.waking(news):
+    It waits on one event for the whole turn (`SessionFeeds.news_of`)."""
+    with feeds.news_of(turn) as news:
         while not feeds.closing.is_set():
             news.clear()  # before taking: an item that comes after the take sets it again
             batch = turn.taken_after(at)
