@@ -108,16 +108,16 @@ class SessionRoutes(ApiBase):
     async def send(self, request: Request) -> Response:
         caller, sid = self.session_of(request)
         limit = self.config.max_body_bytes
-        if caller.tenant.max_message_bytes:
-            limit = min(limit, caller.tenant.max_message_bytes)
-        body = await self.body(request, MessageBody, "a message", limit=limit)
+        for tenants_cap in (caller.tenant.max_message_bytes, caller.tenant.message_bytes_per_minute):
+            limit = min(limit, tenants_cap or limit)  # a body over its minute's bytes would never fit
+        body, size = await self.body_sized(request, MessageBody, "a message", limit=limit)
         wait = flag(request, "wait")
         if (body.text is None) == (body.content is None):
             raise Problem(400, "BadBody", 'a message has either "text" or "content"')
         message = body.text if body.text is not None else body.content or ()
         key = request.headers.get("idempotency-key")
         settings = self._with_client_tools(body)
-        self.admit_turn(caller, sid)
+        self.admit_turn(caller, sid, size)
         workspace, made = await self.workspace(caller, sid, body.workspace)
 
         async def here() -> Response:

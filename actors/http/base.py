@@ -26,8 +26,8 @@ from cairn.actors.host.ops import ACCEPT_WAIT_S, Opening
 from cairn.actors.http.client_tools import ClientTools
 from cairn.actors.http.feed import HEARTBEAT_S, WRITE_TIMEOUT_S, SessionFeeds
 from cairn.actors.http.places import LocalPlaces
-from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, convert, problem_of, read_json
-from cairn.actors.http.tenants import NOBODY, Tenant, Tenants, TurnRate
+from cairn.actors.http.problems import MAX_BODY_BYTES, Problem, convert, problem_of, read_json_sized
+from cairn.actors.http.tenants import NOBODY, RollingQuota, Tenant, Tenants
 from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import TurnResult
 from cairn.actors.tokens import TokenCounter
@@ -169,7 +169,8 @@ class ApiBase:
         self.tools = tools
         self.feeds = SessionFeeds()
         self.counter = TokenCounter()
-        self._rates: dict[str, TurnRate] = {}
+        #: per tenant: its turns and its message bytes of the last minute
+        self._quotas: dict[str, tuple[RollingQuota, RollingQuota]] = {}
 
     def caller(self, request: Request) -> Caller:
         """The tenant of the request's bearer token (`Unauthorized`, 401, for none or a wrong one)."""
@@ -186,8 +187,15 @@ class ApiBase:
     async def body(self, request: Request, kind: type[T], what: str, *, limit: int | None = None) -> T:
         """The request's JSON body as `kind`, read up to `limit` (default `max_body_bytes`): 413, 415
         or 400 (`problems.read_json`, `problems.convert`) before anything else is done."""
-        value = await read_json(request, limit=self.config.max_body_bytes if limit is None else limit)
-        return cast(T, convert(value, kind, what))
+        return (await self.body_sized(request, kind, what, limit=limit))[0]
+
+    async def body_sized(
+        self, request: Request, kind: type[T], what: str, *, limit: int | None = None
+    ) -> tuple[T, int]:
+        """`body`, with the number of bytes the body had."""
+        limit = self.config.max_body_bytes if limit is None else limit
+        value, size = await read_json_sized(request, limit=limit)
+        return cast(T, convert(value, kind, what)), size
 
     def session_of(self, request: Request) -> tuple[Caller, str]:
         """The caller and the store's id of the session the path names."""
@@ -195,22 +203,37 @@ class ApiBase:
         self.feeds.follow(self.host.host)  # once: from then on `heads` knows every append's session
         return caller, caller.sid(request.path_params["session"])
 
-    def admit_turn(self, caller: Caller, sid: str) -> None:
-        """The tenant's limits on starting a turn: `TooManyTurns` (its turns per minute) and
-        `TooManySessions` (its live sessions, for a session not live now): 429 with `Retry-After`."""
+    def admit_turn(self, caller: Caller, sid: str, message_bytes: int = 0) -> None:
+        """The tenant's limits on starting a turn, each 429 with `Retry-After`: `TooManySessions`
+        (its live sessions, for a session not live now), `TooManyTurns` (turns started in the last
+        minute), `TooManyMessageBytes` (message bytes sent in the last minute). A refused turn
+        spends nothing; an admitted one spends a turn and its bytes."""
         tenant = caller.tenant
         if tenant.max_live_sessions and sid not in self.host.live_sessions:
             live = sum(1 for s in self.host.live_sessions if caller.owns(s))
             if live >= tenant.max_live_sessions:
                 why = f"tenant {tenant.name} has {live} live sessions, its limit"
                 raise Problem(429, "TooManySessions", why, {"Retry-After": str(LIVE_RETRY_S)})
-        rate = self._rates.setdefault(tenant.name, TurnRate(tenant.turns_per_minute))
-        wait_s = rate.admit(int(time.time() * 1000))
+        turns, data = self._quotas.setdefault(
+            tenant.name,
+            (RollingQuota(tenant.turns_per_minute), RollingQuota(tenant.message_bytes_per_minute)),
+        )
+        now_ms = int(time.time() * 1000)
+        wait_s = turns.wait_s(now_ms)
         if wait_s:
             why = (
                 f"tenant {tenant.name} started {tenant.turns_per_minute} turns in the last minute, its limit"
             )
             raise Problem(429, "TooManyTurns", why, {"Retry-After": str(wait_s)})
+        wait_s = data.wait_s(now_ms, message_bytes)
+        if wait_s:
+            why = (
+                f"tenant {tenant.name} sent {tenant.message_bytes_per_minute} bytes of messages in the"
+                f" last minute, its limit, and this one has {message_bytes}"
+            )
+            raise Problem(429, "TooManyMessageBytes", why, {"Retry-After": str(wait_s)})
+        turns.take(now_ms)
+        data.take(now_ms, message_bytes)
 
     async def known(self, caller: Caller, sid: str) -> None:
         """`UnknownSession` (404) for a session with no events, before the host is asked (asking

@@ -101,6 +101,11 @@ def problem_of(exc: CairnError) -> Problem:
 async def read_json(request: Request, *, limit: int = MAX_BODY_BYTES) -> Any:
     """The request's JSON body, read up to `limit` bytes: `BodyTooLarge` (413) past it, `NotJson`
     (415) for another media type, `BadJson` (400) for bytes that do not parse; an empty body is {}."""
+    return (await read_json_sized(request, limit=limit))[0]
+
+
+async def read_json_sized(request: Request, *, limit: int = MAX_BODY_BYTES) -> tuple[Any, int]:
+    """`read_json`, with the number of bytes the body had (what a tenant's byte quota counts)."""
     media = request.headers.get("content-type", "application/json").split(";", 1)[0].strip().lower()
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -114,11 +119,11 @@ async def read_json(request: Request, *, limit: int = MAX_BODY_BYTES) -> Any:
         chunks.append(chunk)
     data = b"".join(chunks)
     if not data.strip():
-        return {}
+        return {}, size
     if media not in ("application/json", "") and not media.endswith("+json"):
         raise Problem(415, "NotJson", f"the body must be application/json, not {media}")
     try:
-        return msgspec.json.decode(data)
+        return msgspec.json.decode(data), size
     except msgspec.DecodeError as exc:
         raise Problem(400, "BadJson", f"the body is not JSON: {exc}") from None
 

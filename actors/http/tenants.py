@@ -4,7 +4,8 @@ The operator writes a tenants file (`cairn serve --http ... --tenants FILE`):
 
     {"tenants": [
       {"name": "acme", "token_sha256": "<64 hex digits>",
-       "max_live_sessions": 100, "max_message_bytes": 1048576, "turns_per_minute": 60}
+       "max_live_sessions": 100, "max_message_bytes": 1048576, "turns_per_minute": 60,
+       "message_bytes_per_minute": 16777216}
     ]}
 
 The file holds SHA-256 hashes of the tokens, never the tokens
@@ -12,9 +13,13 @@ The file holds SHA-256 hashes of the tokens, never the tokens
 Bearer <token>`; its hash names the tenant (`Tenants.resolve`). A tenant's
 sessions live under its own prefix in the store (`acme:s1` for its `s1`), so
 it sees, streams and changes only its own: another tenant's session is the
-same 404 as one that does not exist. Limits (0: none): live sessions, the
-bytes of one message's body, and turns started per rolling minute; past one
-the answer is 429 with `Retry-After` (a message over its size: 413).
+same 404 as one that does not exist. Limits (0: none): live sessions, turns
+started per rolling minute, the bytes of message bodies sent per rolling
+minute, and the bytes of one message's body. Past one of the first three the
+answer is 429 with `Retry-After`, the seconds until the tenant's live sessions
+may have left or until enough of its last minute has. A single body larger
+than `max_message_bytes` (or than the whole `message_bytes_per_minute`) is 413
+without it: no wait would make that message fit (RFC 9110 §15.5.14).
 
 Without a tenants file there is one tenant, unnamed, with no prefix and no
 limits, and the server listens on loopback only.
@@ -35,7 +40,7 @@ from cairn.events.errors import InputError
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 _HEX = re.compile(r"[0-9a-f]{64}")
-#: the rolling window of `turns_per_minute`
+#: the rolling window of `turns_per_minute` and `message_bytes_per_minute`
 MINUTE_MS = 60_000
 
 
@@ -51,6 +56,7 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_live_sessions: int = 0
     max_message_bytes: int = 0
     turns_per_minute: int = 0
+    message_bytes_per_minute: int = 0
 
     @property
     def prefix(self) -> str:
@@ -100,7 +106,12 @@ class Tenants:
                 raise BadTenants(f"{where}: a tenant name is 1-32 of [a-z0-9-], not {tenant.name!r}")
             if not _HEX.fullmatch(tenant.token_sha256):
                 raise BadTenants(f"{where}: {tenant.name}'s token_sha256 is 64 lowercase hex digits")
-            limits = (tenant.max_live_sessions, tenant.max_message_bytes, tenant.turns_per_minute)
+            limits = (
+                tenant.max_live_sessions,
+                tenant.max_message_bytes,
+                tenant.turns_per_minute,
+                tenant.message_bytes_per_minute,
+            )
             if any(limit < 0 for limit in limits):
                 raise BadTenants(f"{where}: {tenant.name}'s limits are 0 (none) or positive")
             if tenant.name in names or tenant.token_sha256 in hashes:
@@ -123,24 +134,47 @@ class Tenants:
         return found
 
 
-class TurnRate:
-    """Turns a tenant started in the last minute (a rolling window); pure apart from its own deque."""
+class RollingQuota:
+    """What a tenant spent in the last minute (turns started, message bytes), as a rolling window;
+    pure apart from its own deque. `wait_s` asks, `take` spends: a caller checking two quotas asks
+    both before it spends either, so a refused request costs nothing."""
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
-        self._starts: deque[int] = deque()
+        self._spent: deque[tuple[int, int]] = deque()  # (at_ms, amount), oldest first
+        self._total = 0
 
-    def admit(self, now_ms: int) -> int:
-        """0 and the start counted when one more turn fits the window at `now_ms`; else the whole
-        seconds until one does (for `Retry-After`, at least 1)."""
+    def wait_s(self, now_ms: int, amount: int = 1) -> int:
+        """0 when `amount` more fits the window at `now_ms` (always, without a limit); else the whole
+        seconds until enough of the window has left that it does (for `Retry-After`, at least 1).
+        An amount over the whole limit never fits: the caller refuses it before (ValueError here)."""
         if self.per_minute <= 0:
             return 0
-        while self._starts and self._starts[0] <= now_ms - MINUTE_MS:
-            self._starts.popleft()
-        if len(self._starts) < self.per_minute:
-            self._starts.append(now_ms)
+        if amount > self.per_minute:
+            raise ValueError(f"{amount} can never fit a limit of {self.per_minute} per minute")
+        while self._spent and self._spent[0][0] <= now_ms - MINUTE_MS:
+            self._total -= self._spent.popleft()[1]
+        over = self._total + amount - self.per_minute
+        if over <= 0:
             return 0
-        return max(1, -(-(self._starts[0] + MINUTE_MS - now_ms) // 1000))
+        for at_ms, spent in self._spent:  # the window frees `over` once these have left it
+            over -= spent
+            if over <= 0:
+                return max(1, -(-(at_ms + MINUTE_MS - now_ms) // 1000))
+        raise AssertionError("unreachable: the window's total covers any excess")  # pragma: no cover
+
+    def take(self, now_ms: int, amount: int = 1) -> None:
+        """Count `amount` spent at `now_ms` (after `wait_s` said 0)."""
+        if self.per_minute > 0:
+            self._spent.append((now_ms, amount))
+            self._total += amount
+
+    def admit(self, now_ms: int, amount: int = 1) -> int:
+        """`wait_s`, and `take` when it is 0: one quota asked and spent at once."""
+        wait = self.wait_s(now_ms, amount)
+        if not wait:
+            self.take(now_ms, amount)
+        return wait
 
 
 def example(name: str, token: str) -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cairn.actors.http.tenants import MINUTE_MS, BadTenants, Tenant, Tenants, TurnRate, token_hash
+from cairn.actors.http.tenants import MINUTE_MS, BadTenants, RollingQuota, Tenant, Tenants, token_hash
+from cairn.events.kinds import UserMessage
+from cairn.events.model import TextPart
 from cairn.store.journal import Journal
 from tests.cluster.serve_helpers import Holding
 from tests.http.helpers import ApiServer, read_sse
@@ -137,13 +139,64 @@ def test_a_message_over_the_tenants_size_is_413(tmp_path: Path) -> None:
         api.stop()
 
 
-def test_turn_rate_is_a_rolling_minute() -> None:
-    rate = TurnRate(2)
+def test_a_tenants_message_bytes_per_minute_are_429_with_retry_after_and_cost_nothing_when_refused(
+    tmp_path: Path,
+) -> None:
+    """A quota of 1,000 message bytes a minute: two bodies of about 420 bytes fit, a third is 429
+    `TooManyMessageBytes` with the seconds until the first leaves the minute, and refusing it spent
+    no turn; a body over the whole minute's bytes is 413 (no wait would make it fit)."""
+    api = ApiServer(
+        tmp_path / "store",
+        tmp_path / "ws",
+        Holding(),
+        tenants=_tenants(message_bytes_per_minute=1_000, turns_per_minute=3),
+    )
+    try:
+        for _ in range(2):
+            sent = api.client.post(
+                "/v1/sessions/s1/messages?wait=true", json={"text": "x" * 400}, headers=_auth(ACME)
+            )
+            assert sent.status_code == 200, sent.text
+        third = api.client.post("/v1/sessions/s1/messages", json={"text": "x" * 400}, headers=_auth(ACME))
+        assert third.status_code == 429 and third.json()["code"] == "TooManyMessageBytes", third.text
+        assert 1 <= int(third.headers["retry-after"]) <= 60
+        small = api.client.post(
+            "/v1/sessions/s1/messages?wait=true", json={"text": "x" * 10}, headers=_auth(ACME)
+        )
+        assert small.status_code == 200, small.text  # the refused one spent neither bytes nor a turn
+        huge = api.client.post("/v1/sessions/s1/messages", json={"text": "x" * 1_200}, headers=_auth(ACME))
+        assert huge.status_code == 413 and huge.json()["code"] == "BodyTooLarge"
+        assert "retry-after" not in huge.headers
+        other = api.client.post(
+            "/v1/sessions/s1/messages?wait=true", json={"text": "x" * 900}, headers=_auth(GLOBEX)
+        )
+        assert other.status_code == 200  # another tenant's bytes are its own
+    finally:
+        api.stop()
+    with Journal.open(tmp_path / "store") as journal:
+        said = [r.event.content for r in journal.read("acme:s1") if isinstance(r.event, UserMessage)]
+    assert [len(part.text) for (part,) in said if isinstance(part, TextPart)] == [400, 400, 10]
+
+
+def test_rolling_quota_counts_turns_in_a_rolling_minute() -> None:
+    rate = RollingQuota(2)
     assert rate.admit(0) == 0 and rate.admit(10_000) == 0
     assert rate.admit(30_000) == 30  # the first start leaves the window at 60,000
     assert rate.admit(59_999) == 1
     assert rate.admit(MINUTE_MS) == 0  # the first one left
-    assert TurnRate(0).admit(0) == 0 and TurnRate(0).admit(0) == 0  # no limit
+    assert RollingQuota(0).admit(0) == 0 and RollingQuota(0).admit(0, 10**9) == 0  # no limit
+
+
+def test_rolling_quota_weighs_amounts_and_waits_for_enough_to_leave() -> None:
+    data = RollingQuota(1_000)
+    assert data.admit(0, 300) == 0 and data.admit(20_000, 300) == 0 and data.admit(40_000, 300) == 0
+    assert data.wait_s(45_000, 100) == 0  # 900 + 100 fits exactly
+    assert data.wait_s(45_000, 400) == 15  # 300 must leave: the first, at 60,000
+    assert data.wait_s(45_000, 700) == 35  # 600 must leave: the first two, the second at 80,000
+    assert data.wait_s(45_000, 1_000) == 55  # all three
+    assert data.admit(45_000, 400) == 15 and data.admit(60_000, 400) == 0  # a refusal spent nothing
+    with pytest.raises(ValueError, match="never fit"):
+        data.wait_s(60_000, 1_001)
 
 
 @pytest.mark.parametrize(
@@ -155,6 +208,12 @@ def test_turn_rate_is_a_rolling_minute() -> None:
         ('{"tenants": [{"name": "acme", "token_sha256": "abc"}]}', "64 lowercase hex"),
         (
             '{"tenants": [{"name": "acme", "token_sha256": "' + "a" * 64 + '", "turns_per_minute": -1}]}',
+            "limits",
+        ),
+        (
+            '{"tenants": [{"name": "acme", "token_sha256": "'
+            + "a" * 64
+            + '", "message_bytes_per_minute": -5}]}',
             "limits",
         ),
         (
