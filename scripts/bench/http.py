@@ -1,41 +1,30 @@
-"""The HTTP API's cost (issue 25 point 7): a turn through HTTP and SSE against the same turn in process,
-and 1,000 event streams open at once on one server.
+"""The HTTP API's cost: a turn through HTTP and SSE against the same turn in process, and 1,000 event
+streams open at once on one server.
 
 Usage: python -m cairn.bench.http [--quick] [--json]
 
-- **turn overhead**: the same scripted turn (a tool call, then a reply in
-  deltas) through an `AsyncHost` in this process, and through the API
-  served by uvicorn in a process of its own (`http_child`), read from here as a host would
-  (the session's event stream held open, each message posted and read there
-  to its `turn-completed`; the 202 answers once the message is recorded).
-  The client is HTTP/1.1 on two kept-alive sockets (`_Poster`, `_Stream`),
-  so the figure is the API's cost and not a Python client library's: httpx
-  spends several times a bare round trip of its own on each request here.
-  The two alternate run by run (`interleave`); each run is `turns` turns,
-  one after the other; a run's figure is its median turn.
-  Judged: the median over the pairs of (HTTP - in process), at most 2 ms.
-- **1,000 streams**: `cairn serve --http` as a child process with the
-  demo's scripted agent; 50 sessions, 20 event streams open on each (raw
-  sockets, read here, parsed after the run), then one turn on every
-  session, twice: started at seeded random times within 5 s (about 10 a
-  second, as a host's users send them), then all at once. Judged: the
-  server's resident memory per open stream (its RSS with the streams open
-  and caught up, less before, over 1,000) at most 64 KiB; the time from a
-  record's append (its `ts`) to its arrival at a client, p99 over every
-  record every stream received in the first run, at most 50 ms. The burst's
-  p99 is shown beside it (`--explore`: its own figure): 50 turns' records
-  written to 1,000 sockets by one event loop, a worst case bound by the
-  loop's writes, not by waiting.
+- **turn overhead**: asyncloop's scripted turn through an `AsyncHost` in
+  this process, and through the API served by uvicorn in a process of its
+  own (this module with `--serve`), read as a host would: the session's
+  event stream held open, each message posted and read there to its
+  `turn-completed`. The client is raw HTTP/1.1 on two kept-alive sockets,
+  not httpx, which adds ~0.4 ms a request. The two alternate run by run; a
+  run's figure is its median turn. Judged: the median over the pairs of
+  (HTTP - in process), at most 2 ms.
+- **1,000 streams**: `cairn serve --http` with the demo's agent; 20 event
+  streams open on each of 50 sessions, then one turn on every session, all
+  at once (the burst, `--explore`: one event loop writes every stream's
+  bytes), then at seeded random times within 5 s. Judged: the server's RSS
+  per open stream at most 64 KiB; the time from a record's append (its
+  `ts`) to its arrival at a client, p99 over the spread run, at most 50 ms.
 
-`--quick`: 20 turns per run, 3 pairs; full: 50 turns, 7 pairs. The stream
-part is the same in both (one run).
+`--quick`: 20 turns per run, 3 pairs; full: 50 turns, 7 pairs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import gc
 import itertools
 import json
@@ -47,56 +36,49 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cairn import AsyncHost, ToolOutcome
 from cairn.bench._figure import Figure, unavailable
 from cairn.bench._measure import LoadMeter, interleave
+from cairn.bench.asyncloop import provider
+from cairn.bench.turns import rss_kib
 
-QUICK = {"turns": 20, "rounds": 3}
-FULL = {"turns": 50, "rounds": 7}
+#: (turns, rounds) by `quick`
+SHAPES = {False: (50, 7), True: (20, 3)}
 STREAMS, SESSIONS = 1_000, 50
-#: the judged bounds
 ADDED_P50_MS = 2.0
 STREAM_KIB = 64.0
 LATENCY_P99_MS = 50.0
 WAIT_S = 60.0
-#: the judged latency's turns start at seeded random times within this many seconds (about 10 a
-#: second on 50 sessions, each streamed to 20 clients); the burst (all at once) is shown beside it
 SPREAD_S = 5.0
 SPREAD_SEED = 25
 
 
-def turn_provider() -> Any:
-    from cairn import Reply, ScriptedProvider
-    from cairn.events.model import ToolCall
-
-    def agent(request: Any) -> Any:
-        if request.messages and request.messages[-1].role == "tool":
-            return Reply(text="I read it; nothing in there needs a change. Done for now.")
-        call = ToolCall(f"call-{len(request.messages)}", "read", '{"path": "src/app.py"}')
-        return Reply(text="Let me read the file first.", tool_calls=(call,))
-
-    return ScriptedProvider(responder=agent, chunk_chars=12, keep_requests=False)
-
-
-def read_tool(invocation: Any) -> Any:
-    from cairn import ToolOutcome
-
+def read_tool(invocation: Any) -> ToolOutcome:
     return ToolOutcome(content="nothing to see here", effect="read")
+
+
+async def _serve(store: Path, workspaces: Path) -> None:
+    """The API server of the turn overhead (`--serve STORE WORKSPACES`): prints `serving URL`."""
+    from cairn.actors.http.app import HttpConfig
+    from cairn.actors.http.serve import HttpServer, bind_socket
+
+    host = await AsyncHost.open(store, provider=provider(), tools=read_tool)
+    server = HttpServer(host, HttpConfig(workspaces=workspaces), bind_socket("127.0.0.1:0"), grace=1)
+    print(f"serving {server.address}", flush=True)
+    await server.serve()
 
 
 class TurnRuns:
     """The two measures of the turn overhead: each returns its run's median turn, in ms."""
 
     def __init__(self, root: Path, turns: int) -> None:
-        from cairn.actors.host.async_host import AsyncHost
-
         self.turns = turns
         self.root = root
         (root / "ws").mkdir()
-        argv = [sys.executable, "-m", "cairn.bench.http_child", str(root / "served"), str(root / "ws")]
+        argv = [sys.executable, "-m", "cairn.bench.http", "--serve", str(root / "served"), str(root / "ws")]
         self.child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         line = self.child.stdout.readline() if self.child.stdout is not None else ""
         if not line.startswith("serving http://"):
@@ -106,15 +88,11 @@ class TurnRuns:
         self.port = int(self.address.rsplit(":", 1)[1])
         self.loop = asyncio.new_event_loop()
         self.host = self.loop.run_until_complete(
-            AsyncHost.open(root / "local", provider=turn_provider(), tools=read_tool)
+            AsyncHost.open(root / "local", provider=provider(), tools=read_tool)
         )
-        self.client = self._client()
-        self.sent = 0
-
-    def _client(self) -> Any:
-        import httpx
-
-        return httpx.AsyncClient(base_url=self.address, timeout=WAIT_S)
+        self.loop.run_until_complete(
+            self._request("POST", "/v1/sessions/s/messages?wait=true", b'{"text": "hello"}')
+        )
 
     def in_process(self) -> float:
         async def run() -> list[float]:
@@ -131,24 +109,26 @@ class TurnRuns:
 
         return statistics.median(self.loop.run_until_complete(run())) * 1000
 
-    def via_http(self) -> float:
-        """A run's median turn over HTTP: the session's stream held open, each message posted and read
-        to its `turn-completed` there (the session is made, untimed, by the first run)."""
+    async def _request(self, method: str, path: str, body: bytes = b"") -> Any:
+        """An untimed request on a connection of its own: its answer (200), parsed."""
+        poster = await _Poster.open(self.port)
+        try:
+            return json.loads(await poster.request(method, path, body, expect=200))
+        finally:
+            poster.close()
 
+    def via_http(self) -> float:
         async def run() -> list[float]:
-            if not self.sent:
-                first = await self.client.post("/v1/sessions/s/messages?wait=true", json={"text": "hello"})
-                if first.status_code != 200:
-                    raise RuntimeError(f"first send: {first.status_code} {first.text}")
-                self.sent = 1
-            last = (await self.client.get("/v1/sessions/s")).json()["last_seq"]
+            last = (await self._request("GET", "/v1/sessions/s"))["last_seq"]
             times = []
             stream = await _Stream.open(self.port, "s", last)
             poster = await _Poster.open(self.port)
             try:
                 for turn in range(1, self.turns + 1):
                     began = time.perf_counter()
-                    await poster.post("/v1/sessions/s/messages", b'{"text": "have a look"}', expect=202)
+                    await poster.request(
+                        "POST", "/v1/sessions/s/messages", b'{"text": "have a look"}', expect=202
+                    )
                     await stream.until_completed(turn)
                     times.append(time.perf_counter() - began)
                     stream.received.clear()
@@ -160,7 +140,6 @@ class TurnRuns:
         return statistics.median(self.loop.run_until_complete(run())) * 1000
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.client.aclose())
         self.loop.run_until_complete(self.host.close())
         self.loop.close()
         self.child.terminate()
@@ -195,19 +174,10 @@ def turn_overhead(turns: int, rounds: int) -> Figure:
     )
 
 
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        found = re.search(r"^VmRSS:\s+(\d+) kB", status.read(), flags=re.M)
-    if found is None:
-        raise RuntimeError("no VmRSS in /proc")
-    return int(found.group(1))
-
-
 class _Stream(asyncio.Protocol):
-    """One SSE connection, read by callbacks: every piece that arrives is kept with its arrival time
-    (`received`, parsed after the run by `latencies`), and the turns it saw end are counted. No
-    coroutine runs per read, so one loop keeps up with a thousand of them and a late stamp is the
-    server's lateness, not the reader's."""
+    """One SSE connection read by callbacks: each piece kept with its arrival time (`received`, parsed
+    after the run by `latencies`), the turns it saw end counted. No coroutine runs per read, so one
+    loop keeps up with a thousand and a late stamp is the server's lateness, not the reader's."""
 
     MARK = b"event: turn-completed"
 
@@ -282,16 +252,16 @@ class _Poster:
     async def open(cls, port: int) -> _Poster:
         return cls(*await asyncio.open_connection("127.0.0.1", port))
 
-    async def post(self, path: str, body: bytes, *, expect: int) -> bytes:
-        """POST `body` to `path`; the answer's body (`RuntimeError` unless its status is `expect`)."""
-        head_lines = b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n" % path.encode()
-        self.writer.write(head_lines + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    async def request(self, method: str, path: str, body: bytes, *, expect: int) -> bytes:
+        """Send `body` to `path`; the answer's body (`RuntimeError` unless its status is `expect`)."""
+        head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n".encode()
+        self.writer.write(head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         head = await self.reader.readuntil(b"\r\n\r\n")
         found = re.search(rb"\r\ncontent-length: *(\d+)", head, flags=re.I)
         answer = await self.reader.readexactly(int(found.group(1))) if found else b""
         if not head.startswith(b"HTTP/1.1 %d" % expect):
             status = head.split(b"\r\n", 1)[0]
-            raise RuntimeError(f"POST {path}: {status!r} {answer[:200]!r}")
+            raise RuntimeError(f"{method} {path}: {status!r} {answer[:200]!r}")
         return answer
 
     def close(self) -> None:
@@ -313,19 +283,6 @@ def latencies(received: list[tuple[float, bytes]]) -> list[float]:
     return found
 
 
-@contextlib.contextmanager
-def _collector_off() -> Iterator[None]:
-    """This process's garbage collector off while the streams are read (as `timeit` does): a full
-    collection of the bench process, which holds what every suite before left, stalls every
-    stream's read at once (up to 120 ms, seen) and would count as the server's latency."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 async def _streams_run(
     port: int, pid: int, streams_n: int, sessions: int
 ) -> tuple[float, dict[str, list[float]]]:
@@ -341,30 +298,35 @@ async def _streams_run(
                 f"/v1/sessions/{sid}/messages?wait=true", json={"text": "List the files."}
             )
             last[sid] = done.json()["last_seq"]
-        before = _rss_kib(pid)
-        streams = []
-        for n in range(streams_n):
-            sid = sids[n % sessions]
-            streams.append((sid, await _Stream.open(port, sid, last[sid])))
+        before = rss_kib(pid)[1]
+        streams = [
+            await _Stream.open(port, sids[n % sessions], last[sids[n % sessions]]) for n in range(streams_n)
+        ]
         await asyncio.sleep(1.0)  # the streams caught up (nothing to catch up) and wait for news
-        per_stream = (_rss_kib(pid) - before) / streams_n
+        per_stream = (rss_kib(pid)[1] - before) / streams_n
         rng = random.Random(SPREAD_SEED)
         starts = {"burst": [0.0] * sessions, "spread": [rng.uniform(0, SPREAD_S) for _ in sids]}
         found: dict[str, list[float]] = {}
         for run, (name, offsets) in enumerate(starts.items(), 1):
-            for _, stream in streams:
+            for stream in streams:
                 stream.received = []
-            reading = [asyncio.ensure_future(stream.until_completed(run)) for _, stream in streams]
+            reading = [asyncio.ensure_future(stream.until_completed(run)) for stream in streams]
 
             async def send(sid: str, after_s: float) -> None:
                 await asyncio.sleep(after_s)
                 await client.post(f"/v1/sessions/{sid}/messages", json={"text": "Again."})
 
-            with _collector_off():
+            # the reader's GC off while it reads (as `timeit` does): a full collection of the bench
+            # process stalls every stream's read at once (up to 120 ms) and would count as latency
+            gc.collect()
+            gc.disable()
+            try:
                 await asyncio.gather(*(send(sid, at) for sid, at in zip(sids, offsets, strict=True)))
                 await asyncio.wait_for(asyncio.gather(*reading), WAIT_S)
-            found[name] = [ms for _, stream in streams for ms in latencies(stream.received)]
-        for _, stream in streams:
+            finally:
+                gc.enable()
+            found[name] = [ms for stream in streams for ms in latencies(stream.received)]
+        for stream in streams:
             stream.close()
     return per_stream, found
 
@@ -424,15 +386,19 @@ def run(quick: bool) -> list[Figure]:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         return [unavailable("http", f"needs the http extra and httpx: {exc}")]
-    shape = QUICK if quick else FULL
-    return [turn_overhead(shape["turns"], shape["rounds"]), *many_streams()]
+    return [turn_overhead(*SHAPES[quick]), *many_streams()]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`."""
+    """Run this suite alone, with the report and flags of `cairn bench`; `--serve STORE WORKSPACES`
+    is the API server `turn_overhead` starts."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--serve"] and len(args) == 3:
+        asyncio.run(_serve(Path(args[1]), Path(args[2])))
+        return 0
     from cairn import bench
 
-    return bench.main(sys.argv[1:] if argv is None else argv, suite="http")
+    return bench.main(args, suite="http")
 
 
 if __name__ == "__main__":

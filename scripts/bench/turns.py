@@ -1,31 +1,20 @@
-"""Runtime benchmark: cairn's own time per turn, and memory with many sessions, through a real host.
+"""Runtime benchmark: memory with many sessions through a real host, bounded by the live-actor cap.
 
 Usage: python -m cairn.bench.turns [--quick] [--json]
 
-1. Turn overhead. 1,000 sessions x 5 turns through one host on a
-   zero-latency scripted provider (a one-line reply, no tools), driven by 16
-   client threads (16 turns in flight), every session live. Each turn's time
-   is measured from `send` to its result, minus the time spent inside the
-   provider adapter (`TurnResult.provider_seconds`): what is left is cairn's
-   own time (routing, the pre-request checks, three fsynced appends, the
-   actor hops, streaming). Reported at p50 and p99, plus throughput; also at
-   one turn in flight (the per-turn cost without queueing), and with a live
-   cap of 256 visited round-robin, where every turn respawns its session by
-   replay (the worst case of passivation). Judged against nothing: only
-   measured with `--explore`.
-2. Memory. 10,000 sessions touched (one turn each) through a host with a
-   live-actor cap of 256. Anonymous resident memory (heap and stacks, not the
-   page cache of the mmapped index) is read at checkpoints, in a fresh process
-   so no earlier benchmark has grown the heap. The target is that it is
-   bounded by the cap, not by the number of sessions: a session touched past
-   2,500 (passivated again) adds less than 5 % of what a live session costs.
-   The growth from 2,500 to 10,000 sessions touched is reported beside it.
-
-`--quick` shrinks both (seconds).
+10,000 sessions touched (one turn each, a zero-latency scripted provider)
+through a host with a live-actor cap of 256. Anonymous resident memory
+(heap and stacks, not the page cache of the mmapped index) is read at
+checkpoints, in a fresh process so no earlier benchmark has grown the heap.
+The target is that it is bounded by the cap, not by the number of sessions:
+a session touched past 2,500 (passivated again) adds less than 5 % of what
+a live session costs. The growth from 2,500 to 10,000 sessions touched is
+reported beside it. `--quick`: 2,000 sessions.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -33,8 +22,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,109 +30,14 @@ from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.bench._figure import Figure
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
-CLIENTS = 16
 MEMORY_CAP = 256
 MEMORY_TARGET = 0.05
 
 
-def _provider() -> ScriptedProvider:
-    return ScriptedProvider(default=Reply(text="ok"), keep_requests=False)
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _drive(
-    host: Host, workspace: Path, jobs: list[str], clients: int, after: Callable[[int], None] | None = None
-) -> tuple[list[float], float]:
-    """Send one turn per job (a session id) from `clients` threads; cairn's time of each, and wall time."""
-    own: list[float] = []
-    lock = threading.Lock()
-    cursor = iter(range(len(jobs)))
-    errors: list[str] = []
-
-    def client() -> None:
-        while True:
-            with lock:
-                index = next(cursor, None)
-            if index is None:
-                return
-            started = time.perf_counter()
-            result = host.send(jobs[index], "hello", workspace=workspace).result(timeout=120)
-            spent = time.perf_counter() - started - result.provider_seconds
-            with lock:
-                if not result.ok:
-                    errors.append(f"{result.status} {result.phase} {result.error_class}")
-                own.append(spent)
-            if after is not None:
-                after(index)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} turns failed, first: {errors[0]}")
-    return own, time.perf_counter() - started
-
-
-def _overhead_run(sessions: int, turns: int, cap: int, serial: int) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="cairn-bench-turns-"))
-    try:
-        host = Host.open(
-            root / "store",
-            provider=_provider(),
-            settings=SETTINGS,
-            config=HostConfig(sweep=False, max_live_sessions=cap),
-        )
-        try:
-            workspace = root / "ws"
-            jobs = [f"s{n:05d}" for _ in range(turns) for n in range(sessions)]
-            own, wall = _drive(host, workspace, jobs, CLIENTS)
-            alone: list[float] = []
-            if serial:
-                alone, _ = _drive(host, workspace, [f"s{n:05d}" for n in range(serial)], 1)
-            spawned = host.stats.spawned
-        finally:
-            host.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return {"own": own, "wall": wall, "serial": alone, "spawned": spawned}
-
-
-def turn_overhead(quick: bool) -> list[Figure]:
-    sessions, turns = (200, 3) if quick else (1_000, 5)
-    live = _overhead_run(sessions, turns, cap=sessions + 24, serial=200)
-    churn_cap = 64 if quick else 256
-    churn = _overhead_run(sessions, 2, cap=churn_cap, serial=0)
-    own, serial = live["own"], live["serial"]
-    label = f"{sessions:,} sessions x {turns} turns, {CLIENTS} in flight, all live"
-    churned = (
-        f"{sessions:,} sessions x 2 turns round-robin, {CLIENTS} in flight, live cap {churn_cap}: "
-        f"{churn['spawned']:,} spawns by replay"
-    )
-
-    def ms(name: str, values: list[float], detail: str) -> Figure:
-        p50, p99 = (round(_percentile(values, q) * 1000, 2) for q in (0.50, 0.99))
-        return Figure(name, p50, "ms", detail=f"p50; p99 {p99} ms; {detail}", explore=True)
-
-    return [
-        ms("turns.overhead_ms", own, f"{label}; {len(own) / live['wall']:,.0f} turns/s"),
-        ms("turns.serial_ms", serial, f"one turn in flight, {len(serial)} turns"),
-        ms(
-            "turns.lru_churn_ms", churn["own"], f"{churned}; {len(churn['own']) / churn['wall']:,.0f} turns/s"
-        ),
-    ]
-
-
-def _rss_kib() -> tuple[int, int]:
-    """(anonymous RSS, total RSS) of this process in KiB, from /proc."""
+def rss_kib(pid: int | str = "self") -> tuple[int, int]:
+    """(anonymous RSS, total RSS) of process `pid` in KiB, from /proc."""
     anon = total = 0
-    with open("/proc/self/status") as status:
+    with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("RssAnon:"):
                 anon = int(line.split()[1])
@@ -155,42 +47,54 @@ def _rss_kib() -> tuple[int, int]:
 
 
 def _memory_child(touched: int) -> dict[str, Any]:
-    """Runs in a fresh process, so no earlier benchmark has grown the heap: touch, read /proc."""
+    """Runs in a fresh process: touch `touched` sessions from 32 threads, reading /proc at the marks."""
     marks = sorted({MEMORY_CAP, touched // 4, touched // 2, touched})
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-memory-"))
     readings: dict[int, tuple[int, int]] = {}
+    cursor, finished = iter(range(touched)), itertools.count(1)
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def send(sid: str) -> None:
+        result = host.send(sid, "hello", workspace=root / "ws").result(timeout=120)
+        if not result.ok:
+            errors.append(f"{result.status} {result.phase} {result.error_class}")
+
+    def client() -> None:
+        while True:
+            with lock:
+                n = next(cursor, None)
+            if n is None:
+                return
+            send(f"m{n:06d}")
+            count = next(finished)
+            if count in marks:
+                readings[count] = rss_kib()
+
     try:
-        host = Host.open(
-            root / "store",
-            provider=_provider(),
-            settings=SETTINGS,
-            config=HostConfig(sweep=False, max_live_sessions=MEMORY_CAP),
-        )
+        provider = ScriptedProvider(default=Reply(text="ok"), keep_requests=False)
+        config = HostConfig(sweep=False, max_live_sessions=MEMORY_CAP)
+        host = Host.open(root / "store", provider=provider, settings=SETTINGS, config=config)
         try:
-            _drive(host, root / "ws", ["warm-up"], 1)
+            send("warm-up")
             host.passivate_idle(now_ms=1 << 62)
-            readings[0] = _rss_kib()
-            done = 0
-            lock = threading.Lock()
-
-            def after(index: int) -> None:
-                nonlocal done
-                with lock:
-                    done += 1
-                    count = done
-                if count in marks:
-                    readings[count] = _rss_kib()
-
-            _drive(host, root / "ws", [f"m{n:06d}" for n in range(touched)], 32, after)
+            readings[0] = rss_kib()
+            threads = [threading.Thread(target=client) for _ in range(32)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
             peak = host.stats.peak_live
         finally:
             host.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if errors:
+        raise RuntimeError(f"{len(errors)} turns failed, first: {errors[0]}")
     return {"marks": marks[1:], "readings": {str(k): v for k, v in readings.items()}, "peak": peak}
 
 
-def memory(quick: bool) -> list[Figure]:
+def run(quick: bool) -> list[Figure]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
         [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
@@ -228,21 +132,9 @@ def memory(quick: bool) -> list[Figure]:
     ]
 
 
-def run(quick: bool) -> list[Figure]:
-    """Memory with many sessions (judged)."""
-    return memory(quick)
-
-
-def explore(quick: bool) -> list[Figure]:
-    """The turn overhead, judged against nothing: measured only with `--explore`."""
-    return turn_overhead(quick)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`.
-
-    `--memory-child N` is the measuring subprocess `memory` starts; not for people.
-    """
+    """Run this suite alone, with the report and flags of `cairn bench`; `--memory-child N` is the
+    measuring subprocess `run` starts."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--memory-child"] and len(args) == 2:
         print(json.dumps(_memory_child(int(args[1]))))
