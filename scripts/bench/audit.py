@@ -1,32 +1,23 @@
-"""Audit benchmarks of `cairn bench` (issue 15): export (Parquet) and report of a store of 1M events.
+"""Audit benchmarks: memory of `cairn export --format parquet`, `report` and `verify` on 250k and 1M events.
 
 Usage: python -m cairn.bench.audit [--quick] [--json]
 
-Two stores are built with the journal's batch append (`Journal.append` of
-one turn-shaped batch of about 2,000 events per call, no actor): a small one
-(250,000 events) and a large one (1,000,000), each of 8 sessions, so the
-large store's sessions are also 4x longer. Each holds what a host writes:
-turns of requests, assistant messages with tool calls, usage, tool results,
-slimming, provider errors, failed turns and a checkpoint every 150 turns.
-
-`cairn export --format parquet` and `cairn report` of each store run in a
-fresh child process (`--child`), which reports its time and its memory:
-the peak resident set (`VmHWM`) and the peak anonymous resident set
-(`RssAnon` sampled every 10 ms: heap and stacks, not the file pages of the
-mmapped log and index, which the kernel reclaims and which grow with the
-store whatever the code keeps). Small and large run in alternating pairs;
-the figure is the small store's peak over the large store's, target at
-least 0.8 (the large within 1.25x): memory is flat in the number of events
-(and in a session's length). Each command's time is shown with `--explore`.
-
-`cairn verify` (which the report runs first) is measured alone the same way,
-as its share of the report.
-
-`--quick`: 25,000 and 100,000 events, one pair.
+Two stores of 8 sessions are built with the journal's batch append (one
+turn-shaped batch of about 2,000 events per call): 250,000 events and
+1,000,000 (so its sessions are also 4x longer), holding what a host writes:
+requests, tool calls and results, usage, slimming, provider errors, failed
+turns, a checkpoint every 150 turns. Each command runs on each store in a
+fresh child process (`--child`), small and large in alternating pairs,
+sampling its peak anonymous RSS (`RssAnon` every 10 ms: heap and stacks,
+not the file pages of the mmapped log and index, which the kernel reclaims).
+Target: the small store's peak over the large one's at least 0.8 (the large
+within 1.25x): memory flat in the number of events. With `--explore`, each
+command's time. `--quick`: 25,000 and 100,000 events, one pair.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -64,14 +55,11 @@ from cairn.events.model import Message, TextPart, ToolCall
 SESSIONS = 8
 BATCH = 2_000
 MEMORY_TARGET = 1.25
-#: what runs in the children: `cairn verify` alone too, as the report runs it (its share of the report)
+#: what runs in the children (`cairn verify` too: the report runs it first)
 TASKS = ("export", "report", "verify")
 #: (small, large) events of the stores, and pairs
 FULL = (250_000, 1_000_000, 2)
 QUICK = (25_000, 100_000, 1)
-
-
-# --- the stores ---------------------------------------------------------------------------
 
 
 class _Session:
@@ -122,41 +110,32 @@ class _Session:
         return events
 
     def _request(self, n: int, k: int, tid: str) -> list[EventBase]:
-        """Request `k` of turn `n`: the request, then a provider error (now and then) or the answer with
-        its usage and, for the first two, a tool call's result."""
-        rng = self.rng
-        events: list[EventBase] = []
-        rid = f"r{n}.{k}"
+        """Request `k` of turn `n`: a provider error now and then, else the answer with its usage and,
+        for the first two, a tool call's result."""
+        rng, rid = self.rng, f"r{n}.{k}"
         self.tokens += rng.randint(300, 900)
-        events.append(
-            Request(
-                request_id=rid,
-                turn_id=tid,
-                attempt=1,
-                fingerprint="f",
-                history_revision=n,
-                projected_tokens=self.tokens,
-                phase="below_handoff",
-                message_count=10 + k,
-                model="bench",
-            )
+        request = Request(
+            request_id=rid,
+            turn_id=tid,
+            attempt=1,
+            fingerprint="f",
+            history_revision=n,
+            projected_tokens=self.tokens,
+            phase="below_handoff",
+            message_count=10 + k,
+            model="bench",
         )
         if n % 40 == 7 and k == 0:
-            return [*events, ProviderError(request_id=rid, error_class="server", output_delivered=False)]
+            return [request, ProviderError(request_id=rid, error_class="server", output_delivered=False)]
         calls = (ToolCall(id=f"c{n}.{k}", name="read", arguments='{"path": "src/app.py"}'),) if k < 2 else ()
-        events.append(
-            AssistantMessage(
-                message_id=f"a{n}.{k}", request_id=rid, text=payload(rng, 20, 80), tool_calls=calls
-            )
-        )
-        events.append(
+        said = payload(rng, 20, 80)
+        events: list[EventBase] = [
+            request,
+            AssistantMessage(message_id=f"a{n}.{k}", request_id=rid, text=said, tool_calls=calls),
             Usage(
-                request_id=rid,
-                prompt_tokens=self.tokens - 50,
-                completion_tokens=40,
-                total_tokens=self.tokens,
-            )
-        )
+                request_id=rid, prompt_tokens=self.tokens - 50, completion_tokens=40, total_tokens=self.tokens
+            ),
+        ]
         if calls:
             text = payload(rng, 60, 240)
             events.append(
@@ -189,16 +168,12 @@ def build_store(root: Path, events: int, sessions: int = SESSIONS) -> int:
                 if len(batch) >= BATCH or session.seq + len(batch) >= per_session:
                     journal.append(session.sid, batch, expected_seq=session.seq)
                     session.seq += len(batch)
-                    written += len(batch)
                     batch = []
-            if batch:
+            if batch:  # a session of one event
                 journal.append(session.sid, batch, expected_seq=session.seq)
                 session.seq += len(batch)
-                written += len(batch)
+            written += session.seq
     return written
-
-
-# --- one measured run, in a child process ---------------------------------------------------
 
 
 def _status_kib(field: str) -> int:
@@ -210,7 +185,7 @@ def _status_kib(field: str) -> int:
 
 
 def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
-    """Run `task` (export or report) on `store` into `out`: its time and peak memory (this process)."""
+    """Run `task` on `store` into `out`: its time and peak memory (this process's)."""
     from cairn import cli
 
     peak_anon = _status_kib("RssAnon")
@@ -223,20 +198,14 @@ def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    argv = ["--store", str(store), "--json"]
-    if task == "export":
-        argv = ["export", *argv, "--format", "parquet", "--to", str(out)]
-    elif task == "report":
-        argv = ["report", *argv, "--out", str(out)]
-    else:
-        argv = ["verify", *argv]
+    argv = {
+        "export": ["export", "--format", "parquet", "--to", str(out)],
+        "report": ["report", "--out", str(out)],
+        "verify": ["verify"],
+    }[task]
     started = time.perf_counter()
-    with open(os.devnull, "w") as sink:
-        stdout, sys.stdout = sys.stdout, sink
-        try:
-            code = cli.main(argv)
-        finally:
-            sys.stdout = stdout
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        code = cli.main([*argv, "--store", str(store), "--json"])
     seconds = time.perf_counter() - started
     done.set()
     sampler.join()
@@ -261,9 +230,6 @@ def measure(task: str, store: Path, workdir: Path) -> dict[str, Any]:
     if result["code"] != 0:
         raise RuntimeError(f"{task} of {store} exited {result['code']}: {done.stderr.strip()[-300:]}")
     return result
-
-
-# --- the suite ------------------------------------------------------------------------------
 
 
 def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) -> list[Figure]:
@@ -321,19 +287,10 @@ def run(quick: bool) -> list[Figure]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`.
-
-    `--child TASK STORE OUT` is the measuring subprocess; not for people.
-    """
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--child"] and len(args) == 4:
-        print(json.dumps(_child(args[1], Path(args[2]), Path(args[3]))))
-        return 0
-    from cairn import bench
-
-    return bench.main(args, suite="audit")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--child"]:  # a measuring child: `--child TASK STORE OUT`
+        print(json.dumps(_child(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))))
+    else:
+        from cairn import bench
+
+        sys.exit(bench.main(suite="audit"))

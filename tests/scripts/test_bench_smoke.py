@@ -30,7 +30,7 @@ def test_the_compaction_bench_runs_and_its_quality_targets_hold() -> None:
 
 def test_the_context_bench_runs() -> None:
     figures = {f.name: asdict(f) for f in bench_context.run(quick=True)}
-    assert {"context.speedup", "context.recount_matches", "context.check_band_ms"} == set(figures)
+    assert {"context.speedup", "context.recount_matches"} == set(figures)
     assert figures["context.recount_matches"]["met"] is True  # the baseline counts what cairn counts
     speedup = figures["context.speedup"]
     assert len(speedup["pairs"]["ratios"]) == 10  # one pair a turn
@@ -59,10 +59,8 @@ def test_the_cluster_bench_runs_and_loads_a_long_session_from_its_checkpoint() -
 
     figures = {f.name: asdict(f) for f in bench_cluster.run(quick=True, sizes=bench_cluster.SMOKE)}
     assert "cluster.unavailable" not in figures, figures.get("cluster.unavailable")
-    for sessions in (1, 16, 256):
-        assert figures[f"cluster.append.sessions_{sessions}.ratio"]["value"] > 0
     judged = figures["cluster.append.sessions_256.ratio"]
-    assert judged["target"] == ">= 0.5 x local"
+    assert judged["target"] == ">= 0.5 x local" and judged["value"] > 0
     assert (
         "placed by the OS" in judged["detail"] and judged["met"] is not None
     )  # cairn's default placement is the one judged
