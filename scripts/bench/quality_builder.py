@@ -1,17 +1,14 @@
-"""The quality corpus's sessions as built: facts, sessions, and the builder that writes their records.
+"""The quality corpus's building blocks: facts, sessions, and the seeded builder that writes their records.
 
-`SessionBuilder` appends events as log records (the same `Record`s a live
-log holds), plants facts at the seqs that carry them, marks compaction
-points, and writes the filler around them (reads, greps, test runs and edits
-of made-up code, from one seeded `random.Random`). `FactNames` draws the
-names a session's facts use, each carrying the session's suffix. The shapes
-of the sessions and what they plant are `quality_corpus`'s.
+`SessionBuilder` appends real log `Record`s, plants facts at the seqs that
+carry them, marks compaction points and writes the filler around them (reads,
+greps, test runs and edits of made-up code, from one seeded `random.Random`).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -31,20 +28,9 @@ from cairn.events.model import Part, TextPart, ToolCall, ToolEffect, ToolStatus
 FactKind = Literal[
     "task", "constraint", "identifier", "decision", "error", "fix", "number", "next-action", "superseded"
 ]
-FACT_KINDS: tuple[FactKind, ...] = (
-    "task",
-    "constraint",
-    "identifier",
-    "decision",
-    "error",
-    "fix",
-    "number",
-    "next-action",
-    "superseded",
-)
+FACT_KINDS: tuple[FactKind, ...] = get_args(FactKind)
 WINDOW = 200_000
 WORKSPACE = "/bench/ws"
-
 #: filler words of the generated sessions (the long runs use its first 25)
 WORDS = [
     "parser",
@@ -83,6 +69,16 @@ WORDS = [
     "event",
     "field",
 ]
+_CODE = (
+    "def {a}_{b}(self, {b}):",
+    "    {a} = self.{b}.get({b!r})",
+    "    if not {a}:",
+    "        return {b}",
+    "class {A}{B}:",
+    "    # {prose}",
+    "    self.{a}.append({b})",
+    "",
+)
 
 
 class Fact(msgspec.Struct, frozen=True):
@@ -94,8 +90,8 @@ class Fact(msgspec.Struct, frozen=True):
     seq: int
     #: for a superseded fact: the key of the fact that replaced it
     replaced_by: str = ""
-    #: the judge's question (`--provider openai` with `CAIRN_BENCH_JUDGE=1`) and the exact string a
-    #: right answer contains; a superseded fact asks its replacement's question, answered with the old
+    #: the judge's question and the string a right answer contains (a superseded fact asks its
+    #: replacement's question, answered with the old value)
     question: str = ""
     answer: str = ""
 
@@ -106,7 +102,7 @@ class Session(msgspec.Struct, frozen=True):
     name: str
     kind: str
     records: tuple[Record, ...]
-    #: compaction points: a compaction runs right after the record of each of these seqs
+    #: a compaction runs right after the record of each of these seqs
     compact_after: tuple[int, ...]
     facts: tuple[Fact, ...]
 
@@ -114,21 +110,22 @@ class Session(msgspec.Struct, frozen=True):
 class SessionBuilder:
     """Appends events as records and remembers the facts they plant."""
 
+    #: the filler words (the long runs use the first 25)
+    words = WORDS
+
     def __init__(
         self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0
     ) -> None:
         self.name = name
         self.rng = rng
+        #: the share of filler steps kept (< 1: the judge's shorter sessions, same facts)
         self.filler_scale = filler_scale
-        self.sfx = f"{rng.randrange(16**4):04x}"
         self.records: list[Record] = []
         self.facts: list[Fact] = []
         self.compact_after: list[int] = []
         self.turn: str | None = None
         self.n = 0
         self.add(SessionStarted(workspace=WORKSPACE, model="bench", context_window=window))
-
-    # -- events ---------------------------------------------------------------------------------
 
     @property
     def seq(self) -> int:
@@ -172,22 +169,14 @@ class SessionBuilder:
     ) -> int:
         """One tool turn: the assistant's call (with `text`), then its result; the result's seq."""
         call = ToolCall(self.ident("c"), name, arguments)
-        self.add(
-            AssistantMessage(
-                message_id=self.ident("a"), request_id=self.ident("r"), text=text, tool_calls=(call,)
-            )
-        )
+        mid, rid = self.ident("a"), self.ident("r")
+        self.add(AssistantMessage(message_id=mid, request_id=rid, text=text, tool_calls=(call,)))
         files = (FileAccess(path, "write" if effect == "write" else "read"),) if path else ()
-        return self.add(
-            ToolResult(
-                call_id=call.id,
-                tool_name=name,
-                status=status,
-                effect=effect,
-                content=(TextPart(output),),
-                files=files,
-            )
+        content = (TextPart(output),)
+        result = ToolResult(
+            call_id=call.id, tool_name=name, status=status, effect=effect, content=content, files=files
         )
+        return self.add(result)
 
     def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, question: str, answer: str) -> str:
         key = f"{kind}-{len(self.facts)}"
@@ -197,10 +186,9 @@ class SessionBuilder:
     def supersede(self, old_key: str, new_key: str) -> None:
         """`old_key` was replaced by `new_key`: it becomes a superseded fact asking the new one's question."""
         question = next(f.question for f in self.facts if f.key == new_key)
+        replace = msgspec.structs.replace
         self.facts = [
-            msgspec.structs.replace(f, kind="superseded", replaced_by=new_key, question=question)
-            if f.key == old_key
-            else f
+            replace(f, kind="superseded", replaced_by=new_key, question=question) if f.key == old_key else f
             for f in self.facts
         ]
 
@@ -210,45 +198,32 @@ class SessionBuilder:
     def session(self, kind: str) -> Session:
         return Session(self.name, kind, tuple(self.records), tuple(self.compact_after), tuple(self.facts))
 
-    # -- filler ---------------------------------------------------------------------------------
+    # -- filler (the order of the rng's draws is the corpus: changing it changes every session) --
 
     def prose(self, words: int) -> str:
-        return " ".join(self.rng.choice(WORDS) for _ in range(words))
+        return " ".join(self.rng.choice(self.words) for _ in range(words))
 
     def code(self, lines: int) -> str:
         out = []
         for i in range(lines):
             a, b = self.rng.choice(WORDS), self.rng.choice(WORDS)
-            out.append(
-                self.rng.choice(
-                    (
-                        f"def {a}_{b}(self, {b}):",
-                        f"    {a} = self.{b}.get({b!r})",
-                        f"    if not {a}:",
-                        f"        return {b}",
-                        f"class {a.title()}{b.title()}:",
-                        f"    # {self.prose(6)}",
-                        f"    self.{a}.append({b})",
-                        "",
-                    )
-                )
-                if i
-                else f'"""{self.prose(8)}."""'
-            )
+            if not i:
+                out.append(f'"""{self.prose(8)}."""')
+                continue
+            prose = self.prose(6)
+            out.append(self.rng.choice(_CODE).format(a=a, b=b, A=a.title(), B=b.title(), prose=prose))
         return "\n".join(out)
 
     def filler_path(self) -> str:
         return f"src/app/{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.py"
 
+    def on_file(self, name: str, path: str, output: str, text: str, effect: ToolEffect = "read") -> int:
+        """A tool call that reads or writes the file `path`."""
+        return self.tool(name, f'{{"path": "{path}"}}', output, text=text, effect=effect, path=path)
+
     def read_filler(self) -> int:
         path = self.filler_path()
-        return self.tool(
-            "read",
-            f'{{"path": "{path}"}}',
-            self.code(self.rng.randrange(40, 160)),
-            text=self.maybe_text(),
-            path=path,
-        )
+        return self.on_file("read", path, self.code(self.rng.randrange(40, 160)), self.maybe_text())
 
     def grep_filler(self) -> int:
         word = self.rng.choice(WORDS)
@@ -257,8 +232,8 @@ class SessionBuilder:
         )
         return self.tool("grep", f'{{"pattern": "{word}"}}', hits, text=self.maybe_text())
 
-    def test_filler(self, passed: int | None = None) -> int:
-        count = passed if passed is not None else self.rng.randrange(5, 60)
+    def test_filler(self) -> int:
+        count = self.rng.randrange(5, 60)
         lines = [
             f"tests/test_{self.rng.choice(WORDS)}.py ....{'.' * self.rng.randrange(1, 9)}" for _ in range(6)
         ]
@@ -267,14 +242,7 @@ class SessionBuilder:
 
     def edit_filler(self) -> int:
         path = self.filler_path()
-        return self.tool(
-            "edit",
-            f'{{"path": "{path}"}}',
-            f"edited {path}: {self.prose(10)}",
-            effect="write",
-            text=self.maybe_text(),
-            path=path,
-        )
+        return self.on_file("edit", path, f"edited {path}: {self.prose(10)}", self.maybe_text(), "write")
 
     def maybe_text(self) -> str:
         return self.prose(self.rng.randrange(6, 20)).capitalize() + "." if self.rng.random() < 0.6 else ""
@@ -284,7 +252,7 @@ class SessionBuilder:
         return int((i + 1) * self.filler_scale) > int(i * self.filler_scale)
 
     def filler(self, steps: int) -> None:
-        """`steps` filler tool calls, times the builder's filler scale (the judge's smaller sessions)."""
+        """`steps` filler tool calls, times the builder's filler scale."""
         for _ in range(round(steps * self.filler_scale)):
             pick = self.rng.random()
             if pick < 0.45:
@@ -332,10 +300,12 @@ _ERRORS = ("KeyError", "ValueError", "AssertionError", "TypeError", "IndexError"
 
 
 class FactNames:
-    """The per-session names facts use; every one carries the session's suffix."""
+    """The per-session names facts use; every one carries the session's suffix (the first draw of a
+    session's rng)."""
 
     def __init__(self, b: SessionBuilder) -> None:
-        rng, s = b.rng, b.sfx
+        rng = b.rng
+        self.sfx = s = f"{rng.randrange(16**4):04x}"
         self.mod = rng.choice(_MODULES)
         self.func = f"{rng.choice(_VERBS)}_{self.mod}_{s}"
         self.func2 = f"{rng.choice(_VERBS)}_{rng.choice(_MODULES)}_{s}b"

@@ -1,57 +1,19 @@
-"""The quality bench's corpus: seeded agent sessions, as cairn events, with planted facts of known kinds.
+"""The quality bench's corpus: seeded agent sessions, as real cairn events, with planted facts of known kinds.
 
-Every session is a list of real log records (`events.kinds`: session-started,
-user-message, turn-started, assistant-message with tool calls, tool-result,
-turn-completed), so it folds with the same `replay`/`evolve` as a live log
-and goes through the real compactor. `corpus(per_kind, seed)` builds
-`per_kind` sessions of each of the eight kinds, from one `random.Random(seed)`
-in a fixed order: the same seed always gives byte-identical sessions.
+`corpus(per_kind, seed)` builds `per_kind` sessions of each of eight shapes
+(`KINDS`: one coding turn; a test failing 4-7 times then fixed; 25-40 reads
+and fetches then a decision; a task replaced midway; steering messages
+mid-turn; screenshots; tool outputs of 30,000-90,000 chars; a long turn
+compacted three times) from one `random.Random(seed)`: the same seed gives
+byte-identical sessions. Every other shape compacts once, at its end, with its
+turn still open. Facts (`quality_builder.Fact`, nine kinds) have anchors
+filler never contains (a per-session 4-hex suffix, or a number with a unit);
+a superseded fact names the one that replaced it. Every third session also
+records its next action as an exact continuation record (C8).
 
-Kinds (the shapes agents produce):
-
-| kind              | shape                                                                      |
-|-------------------|----------------------------------------------------------------------------|
-| coding            | one turn: reads, edits (write effect), test runs, a benchmark              |
-| debugging         | one turn: the same test failing 4-7 times with one error, then the fix     |
-| research          | one turn: 25-40 reads, greps and web fetches; findings, then a decision    |
-| task-change       | turn 1 on task A, then the user replaces it with task B (A is superseded)  |
-| steering          | one turn with 2-3 user messages sent mid-turn (a correction among them)    |
-| images            | screenshots (image parts) from the user with captions, then coding         |
-| huge-output       | two or three tool outputs of 30,000-90,000 chars, facts near their end     |
-| multi-compaction  | a long coding turn compacted three times (after 35 %, 65 % and 100 %)      |
-
-Every other kind is compacted once, at its end, while its turn is still open
-(as a threshold compaction happens: before the next request).
-
-Planted facts (`Fact`), each with anchors that filler text never contains
-(a per-session 4-hex suffix, or a number with a unit that filler never
-prints):
-
-| kind        | planted as                                                 | anchors                    |
-|-------------|------------------------------------------------------------|----------------------------|
-| task        | first line of the turn's user request                      | function, goal phrase      |
-| constraint  | a line of the request (or a steering message)              | identifier, rule phrase    |
-| identifier  | a path written by an edit, a class found by grep           | the path / the name        |
-| decision    | an assistant line "Decision: X rather than Y because R"    | X, the reason phrase       |
-| error       | a failing test's error line                                | the exact error text       |
-| fix         | an assistant line naming the error and the fixed function  | error text, function       |
-| number      | a measured or configured value in tool output              | value with its unit        |
-| next-action | an assistant line "Next: run `<command>` ..." left pending | the exact command          |
-| superseded  | a value, task or decision later replaced by another fact   | the old value              |
-
-A superseded fact names the fact that replaced it (`replaced_by`); the newer
-one is probed as a fact of its own kind. Some sessions (every third) also
-state the pending next action as an exact continuation record (C8), so the
-host keeps it whatever the summary says.
-
-Apart from the corpus, `spent_record_sessions` builds a probe set of one
-shape C8 alone got wrong: the agent records its next action as an exact
-continuation record, runs that very command (it passes), then plans a new
-next action in plain text and works on. The recorded command is then a
-superseded fact. C8 alone carried the record verbatim as the next action in
-every later ledger; the spent rule (beyond C8, `actors.compactor.ledger`)
-moves it under Verification evidence as no longer pending, because the
-command ran as the arguments of a successful tool call after the record.
+`spent_record_sessions` is the probe set of the spent rule (beyond C8,
+`actors.compactor.ledger`): a next action recorded, run as a successful tool
+call, then replaced by a plain-text plan, so the recorded command is stale.
 """
 
 from __future__ import annotations
@@ -63,16 +25,6 @@ from cairn.events.model import ImagePart, TextPart
 
 SEED = 20_261_203
 _Q_TASK = "Which function does the current task ask to change?"
-KINDS = (
-    "coding",
-    "debugging",
-    "research",
-    "task-change",
-    "steering",
-    "images",
-    "huge-output",
-    "multi-compaction",
-)
 #: fact kinds whose anchors are statements (all anchors within one line), not bare strings
 STATEMENT_KINDS = frozenset({"task", "constraint", "decision", "fix", "next-action"})
 
@@ -90,12 +42,12 @@ def _value(rng: random.Random) -> str:
     return f"{rng.uniform(10, 900):.{digits}f} {unit}"
 
 
-def _task(b: SessionBuilder, nm: FactNames, extra: str = "") -> str:
-    """Start a turn with a task and two constraints; plants task + constraints."""
+def _task(b: SessionBuilder, nm: FactNames) -> str:
+    """Start a turn with a task and two constraints; the task's key."""
     text = (
         f"Task: change `{nm.func}` so that it will {nm.goal}.\n"
         f"Constraint: {nm.rule} `{nm.cls}`.\n"
-        f"Constraint: the final answer must end with the line {nm.done}.{extra}"
+        f"Constraint: the final answer must end with the line {nm.done}."
     )
     seq = b.start_turn(text)
     key = b.plant("task", (nm.func, nm.goal), seq, _Q_TASK, nm.func)
@@ -105,14 +57,8 @@ def _task(b: SessionBuilder, nm: FactNames, extra: str = "") -> str:
 
 
 def _identifier(b: SessionBuilder, nm: FactNames) -> None:
-    seq = b.tool(
-        "edit",
-        f'{{"path": "{nm.path}"}}',
-        f"wrote {nm.path} (+{b.rng.randrange(3, 40)} -{b.rng.randrange(1, 20)} lines)",
-        effect="write",
-        text="Apply the change to the module.",
-        path=nm.path,
-    )
+    out = f"wrote {nm.path} (+{b.rng.randrange(3, 40)} -{b.rng.randrange(1, 20)} lines)"
+    seq = b.on_file("edit", nm.path, out, "Apply the change to the module.", "write")
     b.plant("identifier", (nm.path,), seq, "Which file did the edit to the module write?", nm.path)
     hits = f"{b.filler_path()}:{b.rng.randrange(10, 300)}: class {nm.cls2}(Base):\n" + "\n".join(
         f"{b.filler_path()}:{b.rng.randrange(1, 400)}: {b.prose(6)}" for _ in range(5)
@@ -139,26 +85,14 @@ def _number(b: SessionBuilder, label: str) -> str:
 
 def _superseded_value(b: SessionBuilder, nm: FactNames, *, by_user: bool) -> None:
     old, new = b.rng.randrange(100, 5000), b.rng.randrange(5000, 9999)
-    seq = b.tool(
-        "read",
-        f'{{"path": "{nm.path}"}}',
-        f"{b.code(10)}\n{nm.const} = {old}\n{b.code(10)}",
-        text="Read the current limit.",
-        path=nm.path,
-    )
+    out = f"{b.code(10)}\n{nm.const} = {old}\n{b.code(10)}"
+    seq = b.on_file("read", nm.path, out, "Read the current limit.")
     old_key = b.plant("number", (f"{nm.const} = {old}",), seq, "", str(old))
     b.filler(b.rng.randrange(2, 6))
     if by_user:
         seq = b.user((TextPart(f"Correction: set {nm.const} = {new}, the old value was too small."),))
     else:
-        seq = b.tool(
-            "edit",
-            f'{{"path": "{nm.path}"}}',
-            f"wrote {nm.path}: {nm.const} = {new}",
-            effect="write",
-            text="Raise the limit.",
-            path=nm.path,
-        )
+        seq = b.on_file("edit", nm.path, f"wrote {nm.path}: {nm.const} = {new}", "Raise the limit.", "write")
     question = f"What is the current value of {nm.const}?"
     new_key = b.plant("number", (f"{nm.const} = {new}",), seq, question, str(new))
     b.supersede(old_key, new_key)
@@ -192,12 +126,11 @@ def _next_action(b: SessionBuilder, nm: FactNames, *, record: bool) -> None:
     b.plant("next-action", (command,), seq, "What exact command is the pending next action?", command)
 
 
-# -- the eight shapes ---------------------------------------------------------------------------
+# -- the eight shapes: each follows the task (`build_session`), and returns the range of the filler
+# steps after the pending next action that ends it
 
 
-def _coding(b: SessionBuilder, index: int, *, steps: int = 1) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _coding(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(4, 9))
     _identifier(b, nm)
     b.filler(b.rng.randrange(3, 8))
@@ -207,14 +140,10 @@ def _coding(b: SessionBuilder, index: int, *, steps: int = 1) -> None:
     _error_and_fix(b, nm, 2)
     _number(b, "p99 latency")
     b.filler(b.rng.randrange(3, 8))
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 14))
-    b.compact_here()
+    return 8, 14
 
 
-def _debugging(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _debugging(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(2, 5))
     hypothesis = _decision(b, nm, nm.reasons[0], choice=f"`{nm.cls}.retry`")
     _error_and_fix(b, nm, b.rng.randrange(4, 8))
@@ -222,14 +151,10 @@ def _debugging(b: SessionBuilder, index: int) -> None:
     b.supersede(hypothesis, new)
     _identifier(b, nm)
     _number(b, "peak memory")
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 14))
-    b.compact_here()
+    return 8, 14
 
 
-def _research(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _research(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     for i in range(b.rng.randrange(25, 40)):
         if i in (5, 14, 22):
             _number(b, ("max frame", "median fetch", "cache hit rate")[(5, 14, 22).index(i)])
@@ -248,14 +173,10 @@ def _research(b: SessionBuilder, index: int) -> None:
             b.read_filler() if b.rng.random() < 0.6 else b.grep_filler()
     _superseded_value(b, nm, by_user=False)
     _decision(b, nm, nm.reasons[0])
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(6, 10))
-    b.compact_here()
+    return 6, 10
 
 
-def _task_change(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    old_task = _task(b, nm)
+def _task_change(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(4, 8))
     _identifier(b, nm)
     _decision(b, nm, nm.reasons[0])
@@ -266,18 +187,14 @@ def _task_change(b: SessionBuilder, index: int) -> None:
         f"Constraint: the final answer must end with the line {nm.done}."
     )
     new_task = b.plant("task", (nm.func2, nm.goal2), seq, _Q_TASK, nm.func2)
-    b.supersede(old_task, new_task)
+    b.supersede(task, new_task)
     b.filler(b.rng.randrange(4, 8))
     _error_and_fix(b, nm, 2)
     _number(b, "throughput")
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 12))
-    b.compact_here()
+    return 8, 12
 
 
-def _steering(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _steering(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(4, 8))
     seq = b.user((TextPart(f"Also: keep `{nm.cls2}` thread-safe while you are at it."),))
     b.plant("constraint", (nm.cls2, "thread-safe"), seq, "Which class must be kept thread-safe?", nm.cls2)
@@ -285,21 +202,17 @@ def _steering(b: SessionBuilder, index: int) -> None:
     _superseded_value(b, nm, by_user=True)
     _decision(b, nm, nm.reasons[0])
     _error_and_fix(b, nm, 2)
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 12))
-    b.compact_here()
+    return 8, 12
 
 
-def _images(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _images(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     for n in range(b.rng.randrange(2, 4)):
         value = _value(b.rng)
         caption = (
-            f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route /v2/{nm.mod}{n}_{b.sfx}"
+            f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route /v2/{nm.mod}{n}_{nm.sfx}"
         )
         seq = b.user((TextPart(caption), ImagePart(data="iVBORw0KGgo" * 400)))
-        route = f"/v2/{nm.mod}{n}_{b.sfx}"
+        route = f"/v2/{nm.mod}{n}_{nm.sfx}"
         question = f"What error rate did the screenshot show on {route}?"
         b.plant("number", (f"error rate {value}",), seq, question, value)
         b.say(f"The screenshot shows {b.prose(12)}.")
@@ -307,14 +220,10 @@ def _images(b: SessionBuilder, index: int) -> None:
     _identifier(b, nm)
     _decision(b, nm, nm.reasons[0])
     _error_and_fix(b, nm, 2)
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 12))
-    b.compact_here()
+    return 8, 12
 
 
-def _huge_output(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _huge_output(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(3, 6))
     for n in range(b.rng.randrange(2, 4)):
         value = _value(b.rng)
@@ -327,14 +236,10 @@ def _huge_output(b: SessionBuilder, index: int) -> None:
     _identifier(b, nm)
     _decision(b, nm, nm.reasons[0])
     _superseded_value(b, nm, by_user=False)
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(8, 12))
-    b.compact_here()
+    return 8, 12
 
 
-def _multi(b: SessionBuilder, index: int) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
+def _multi(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     b.filler(b.rng.randrange(6, 10))
     _identifier(b, nm)
     _decision(b, nm, nm.reasons[0])
@@ -347,9 +252,7 @@ def _multi(b: SessionBuilder, index: int) -> None:
     b.filler(b.rng.randrange(10, 16))
     b.compact_here()
     _number(b, "p99 latency")
-    _next_action(b, nm, record=index % 3 == 0)
-    b.filler(b.rng.randrange(10, 16))
-    b.compact_here()
+    return 10, 16
 
 
 _SHAPES = {
@@ -362,13 +265,18 @@ _SHAPES = {
     "huge-output": _huge_output,
     "multi-compaction": _multi,
 }
+KINDS = tuple(_SHAPES)
 
 
 def build_session(kind: str, index: int, rng: random.Random, filler_scale: float = 1.0) -> Session:
-    """The `index`-th session of `kind`, drawn from `rng`. `filler_scale` < 1 makes a shorter one with
-    the same shape and planted facts (fewer filler tool calls between them): the judge's own set."""
+    """The `index`-th session of `kind`, drawn from `rng`; `filler_scale` < 1 keeps that share of its
+    filler steps (the same facts in a shorter session: the judge's own set)."""
     b = SessionBuilder(f"{kind}-{index}", rng, filler_scale=filler_scale)
-    _SHAPES[kind](b, index)
+    nm = FactNames(b)
+    low, high = _SHAPES[kind](b, nm, _task(b, nm))
+    _next_action(b, nm, record=index % 3 == 0)
+    b.filler(b.rng.randrange(low, high))
+    b.compact_here()
     return b.session(kind)
 
 
@@ -378,8 +286,7 @@ def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
     return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
 
 
-def _spent_record(b: SessionBuilder, index: int) -> None:
-    """A recorded next action, run, then replaced by a plain-text plan (the module doc)."""
+def _spent_record(b: SessionBuilder) -> None:
     nm = FactNames(b)
     _task(b, nm)
     b.filler(b.rng.randrange(4, 8))
@@ -396,16 +303,14 @@ def _spent_record(b: SessionBuilder, index: int) -> None:
     b.compact_here()
 
 
-#: the spent-record probe set's own seed (the corpus stays byte-identical without it)
 SPENT_RECORD_SEED = 20_261_205
 
 
 def spent_record_sessions(count: int, seed: int = SPENT_RECORD_SEED) -> list[Session]:
-    """`count` sessions of the spent-record shape (the module doc), from one seeded generator."""
     rng = random.Random(seed)
     out = []
     for index in range(count):
         b = SessionBuilder(f"spent-record-{index}", rng)
-        _spent_record(b, index)
+        _spent_record(b)
         out.append(b.session("spent-record"))
     return out

@@ -1,48 +1,23 @@
 """The quality bench's strategies and probes: what the effective context still carries after compaction.
 
-Each session of the corpus (`quality_corpus`) is folded record by record
-with the real `evolve`; at each of its compaction points one strategy
-replaces the effective context, through the real compactor where it can:
+Each corpus session is folded with the real `evolve`; at each compaction
+point one strategy (`STRATEGIES`) replaces the effective context: `ceiling`
+none; `blank` the compactor with a summary of seven "- No evidence observed."
+headings (the host still adds C9's tail, C8's records and C11's task: what it
+carries, no summary did); `truncation` a marker and the newest whole units,
+no task, to the tokens of the summarizer's replacement at that point;
+`fallback` the compactor whose summary call fails (F1-F5); `fallback_at_budget`
+F1-F5 built for the summarizer's tokens (the host's parts at the same budget);
+`summarizer` the compactor with the provider under test.
 
-| strategy     | replacement                                                                    |
-|--------------|--------------------------------------------------------------------------------|
-| ceiling      | none: the full uncompacted context                                             |
-| blank        | the compactor with a summary of seven headings, each "- No evidence observed." |
-| truncation   | the newest whole units (one cut to fit) after a one-line marker, no summary and |
-|              | no task checkpoint, to the tokens of the summarizer's replacement at that point |
-| fallback     | the compactor whose summary call fails (HTTP 400): the deterministic F1-F5     |
-| fallback_at_budget | F1-F5 (records, active task, newest units) built for the tokens of the    |
-|              | summarizer's replacement at that point: the host's parts at the same budget    |
-| summarizer   | the compactor with the provider under test (offline: the scripted provider)    |
-
-The blank summary goes through the real pipeline, so the host still adds
-the retained tail (C9), the exact records (C8) and the active task (C11):
-what it carries, the summary did not.
-
-Probes. The *probed* facts of a session are those planted at or before its
-last compaction point and not carried by the retained tail (C9: the newest
-20 % of the summarizer's source at the last compaction), where they survive
-anyway. Each is checked against the model-visible text of the effective
-context (`render_context`, X1-X2; tool calls as `name arguments` lines,
-images as the M4 placeholder) with one rule:
-
-- a fact is carried when all its anchors occur within one line of one
-  message; identifiers, paths, error texts and numbers exactly (case
-  included), statement anchors (task, constraint, decision, fix, next
-  action) case-insensitively;
-- a superseded fact is *presented as current* when its old value is carried
-  by a line that does not mark it as replaced (`superseded`, `no longer`,
-  `replaced by`, `instead of`, `was changed`, `outdated`, case-insensitive)
-  and the fact that replaced it is absent or only carried earlier in the
-  context (a reader taking the newest mention as true would take the old).
-
-The ceiling is the model-visible context too: a fact inside a tool output
-over 100,000 chars is out of the 2,000-char preview (X1) and missing even
-there (two numbers of the huge-output sessions).
-
-A probed fact is *summary-only* when neither the active task (C11, the open
-turn's request and steering) nor an exact continuation record (C8) carries
-it: only a summary could keep it past compaction.
+Probes: the facts planted at or before the last compaction point and not in
+C9's retained tail. A fact is carried when all its anchors occur within one
+line of the model-visible context (`render_context`; tool calls as `name
+arguments` lines), exactly, or case-insensitively for statements. A
+superseded fact is *presented as current* when a line carries its old value
+without marking it replaced (`SUPERSESSION_MARKERS`) and its replacement is
+absent or only earlier. A probed fact is *summary-only* when neither the
+active task (C11) nor an exact record (C8) carries it.
 """
 
 from __future__ import annotations
@@ -58,7 +33,7 @@ from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compacto
 from cairn.actors.compactor.active_task import active_task_message, task_text
 from cairn.actors.compactor.checkpoint import strip_handoff
 from cairn.actors.compactor.errors import CompactionIneffective
-from cairn.actors.compactor.fallback import FallbackPlan, plan_fallback
+from cairn.actors.compactor.fallback import plan_fallback
 from cairn.actors.compactor.gates import effect_target
 from cairn.actors.compactor.ledger import source_records
 from cairn.actors.compactor.replacement import fallback_summary_message, message_ids, retained_tail
@@ -83,7 +58,7 @@ BLANK_SUMMARY = (
 TRUNCATION_MARKER = "[Earlier messages were truncated to fit the context window.]"
 SUPERSESSION_MARKERS = ("superseded", "no longer", "replaced by", "instead of", "was changed", "outdated")
 
-#: makes the summary provider of the strategy under test (the scripted one offline)
+#: makes the summarizer under test (the scripted one offline)
 ProviderFactory = Callable[[], Provider]
 
 
@@ -96,8 +71,8 @@ class Run:
     compactions: int = 0
     #: compactions that committed nothing (the compactor found nothing smaller)
     refused: int = 0
-    #: the strategy of each committed checkpoint (`llm` or `fallback`)
-    used: list[str] = field(default_factory=list)
+    #: committed checkpoints of the fallback's (the summary failed)
+    fallbacks: int = 0
     #: why each summary failed (`reason: detail` of its `compaction-failed`), in order
     failures: list[str] = field(default_factory=list)
     replacement_tokens: list[int] = field(default_factory=list)
@@ -107,54 +82,29 @@ class Run:
     records: tuple[str, ...] = ()
 
 
-def _record(state: SessionState, event: EventBase) -> Record:
-    seq = state.last_seq + 1
-    return Record(seq - 1, state.sid, seq, 1000 * seq, GENESIS, event)  # type: ignore[arg-type]
-
-
 def _apply(state: SessionState, events: Sequence[EventBase]) -> SessionState:
     for event in events:
-        state = evolve(state, _record(state, event))
+        seq = state.last_seq + 1
+        record = Record(seq - 1, state.sid, seq, 1000 * seq, GENESIS, event)  # type: ignore[arg-type]
+        state = evolve(state, record)
     return state
 
 
-def _compactor(provider: Provider, counter: TokenCounter, *, blank: bool = False) -> Compactor:
-    # the bench workspace has no files on disk; the blank summary is committed on purpose, though
-    # it has no line of its own (`grounding` would refuse it)
-    config = CompactionConfig(restore_files=False, require_grounding=not blank)
-    return Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter, config=config)
-
-
-def _truncate(state: SessionState, budget: int, counter: TokenCounter) -> CheckpointCommitted:
-    """Plain truncation: the marker, then the newest units that fit `budget` tokens (one cut to fit)."""
+def _at_budget(state: SessionState, strategy: str, budget: int, counter: TokenCounter) -> CheckpointCommitted:
+    """Truncation (a marker, then the newest units that fit `budget`, one cut to fit) or the fallback
+    built for `budget` instead of C10's target (F1-F5: the records' notice, newest units, the task)."""
     source = strip_handoff(state.context)
-    marker = Message(role="user", content=TRUNCATION_MARKER, id=f"trunc-{state.epoch + 1}")
-    plan = plan_fallback(source, summary=marker, task_message=None, task="", target=budget, counter=counter)
-    return _bench_checkpoint(state, source, plan, counter)
-
-
-def _fallback_at(state: SessionState, budget: int, counter: TokenCounter) -> CheckpointCommitted:
-    """The deterministic fallback (F1-F5: the notice with the records, the newest units, the active
-    task) built for `budget` tokens instead of C10's target, or for its mandatory part when that
-    is larger (F2)."""
-    source = strip_handoff(state.context)
-    summary_id, _, task_id = message_ids(state.epoch + 1)
-    task = task_text(state.carried.open_turn)
+    task, task_message = "", None
+    if strategy == "truncation":
+        summary = Message(role="user", content=TRUNCATION_MARKER, id=f"trunc-{state.epoch + 1}")
+    else:
+        summary_id, _, task_id = message_ids(state.epoch + 1)
+        task = task_text(state.carried.open_turn)
+        summary = fallback_summary_message(source_records(source).records, summary_id)
+        task_message = active_task_message(task, task_id)
     plan = plan_fallback(
-        source,
-        summary=fallback_summary_message(source_records(source).records, summary_id),
-        task_message=active_task_message(task, task_id),
-        task=task,
-        target=budget,
-        counter=counter,
+        source, summary=summary, task_message=task_message, task=task, target=budget, counter=counter
     )
-    return _bench_checkpoint(state, source, plan, counter)
-
-
-def _bench_checkpoint(
-    state: SessionState, source: Sequence[Message], plan: FallbackPlan, counter: TokenCounter
-) -> CheckpointCommitted:
-    """The checkpoint a baseline built without the compactor commits: `plan`'s replacement."""
     return CheckpointCommitted(
         version=CHECKPOINT_VERSION,
         epoch=state.epoch + 1,
@@ -168,6 +118,29 @@ def _bench_checkpoint(
     )
 
 
+def _budget_of(state: SessionState, counter: TokenCounter) -> int:
+    """The token budget a compaction of `state` aims at (C10), from its window and output cap."""
+    info = state.info
+    window = info.context_window if info is not None else None
+    cap = info.max_output_tokens if info is not None else None
+    return effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
+
+
+def _compactor(strategy: str, summarizer: ProviderFactory, counter: TokenCounter) -> Compactor:
+    """The compactor of a strategy: its summarizer answers blank, fails (the fallback), or is the one
+    under test. The bench workspace has no files; the blank summary has no line of its own, so
+    `grounding` would refuse it: it is committed on purpose."""
+    provider: Provider
+    if strategy == "blank":
+        provider = ScriptedProvider(default=Reply(text=BLANK_SUMMARY))
+    elif strategy == "fallback":
+        provider = ScriptedProvider(default=http_error(400))
+    else:
+        provider = summarizer()
+    config = CompactionConfig(restore_files=False, require_grounding=strategy != "blank")
+    return Compactor(provider, model="bench-summary", sleep=lambda _s: None, counter=counter, config=config)
+
+
 def run_strategy(
     session: Session,
     strategy: str,
@@ -176,18 +149,14 @@ def run_strategy(
     summarizer: ProviderFactory = ScriptedProvider,
     budgets: Sequence[int] = (),
 ) -> Run:
-    """Fold `session`, compacting with `strategy` at each of its points (see the module doc).
-
-    `budgets`: the token budget of truncation and of the fallback at budget at each point (the
-    summarizer's replacement tokens).
-    """
+    """Fold `session`, compacting with `strategy` at each of its points; `budgets`: the tokens of
+    the strategies `AT_BUDGET` at each point (the summarizer's replacement tokens)."""
     run = Run()
     state = SessionState()
-    points = set(session.compact_after)
     last = max(session.compact_after)
     for record in session.records:
         state = _apply(state, [record.event])
-        if record.seq not in points or strategy == "ceiling":
+        if record.seq not in session.compact_after or strategy == "ceiling":
             continue
         index = run.compactions
         run.compactions += 1
@@ -198,47 +167,26 @@ def run_strategy(
             run.records = tuple(r.payload for r in source_records(source).records)
         if strategy in AT_BUDGET:
             budget = budgets[index] if index < len(budgets) else _budget_of(state, counter)
-            build = _truncate if strategy == "truncation" else _fallback_at
-            checkpoint = build(state, budget, counter)
+            checkpoint = _at_budget(state, strategy, budget, counter)
             state = _apply(state, [checkpoint])
-            run.used.append(strategy)
             run.replacement_tokens.append(checkpoint.replacement_tokens)
             continue
-        provider = _provider_for(strategy, summarizer)
         request = CompactionRequest(state=state, workspace=WORKSPACE, trigger="threshold", now_ms=10**12)
         try:
-            outcome = _compactor(provider, counter, blank=strategy == "blank").compact(request)
+            outcome = _compactor(strategy, summarizer, counter).compact(request)
         except CompactionIneffective as exc:
             state = _apply(state, exc.events)
             run.refused += 1
             run.failures.extend(f"{e.reason}: {e.detail}" for e in exc.events[:1])
             continue
         state = _apply(state, outcome.events)
-        run.used.append(outcome.strategy)
+        run.fallbacks += outcome.strategy == "fallback"
         if outcome.failure is not None:
             run.failures.append(f"{outcome.failure.reason}: {outcome.failure.detail}")
         run.replacement_tokens.append(outcome.checkpoint.replacement_tokens)
     run.context = state.context
     run.tokens = counter.messages(state.context)
     return run
-
-
-def _budget_of(state: SessionState, counter: TokenCounter) -> int:
-    """The token budget a compaction of `state` aims at (C10), from its window and output cap."""
-    info = state.info
-    window = info.context_window if info is not None else None
-    cap = info.max_output_tokens if info is not None else None
-    return effect_target(counter.messages(state.context), window, input_budget_of(window, cap))
-
-
-def _provider_for(strategy: str, summarizer: ProviderFactory) -> Provider:
-    """The summarizer of a strategy: one that answers blank, one that fails (the fallback), or the
-    summarizer under test."""
-    if strategy == "blank":
-        return ScriptedProvider(default=Reply(text=BLANK_SUMMARY))
-    if strategy == "fallback":
-        return ScriptedProvider(default=http_error(400))
-    return summarizer()
 
 
 # -- probes -------------------------------------------------------------------------------------
@@ -257,16 +205,13 @@ class Lines:
 
 
 def last_line(fact: Fact, lines: Lines, *, unmarked: bool = False) -> int | None:
-    """The index of the last line carrying `fact` (the rule in the module doc), or None.
-
-    `unmarked`: skip lines that mark a value as replaced (for superseded facts).
-    """
+    """The index of the last line carrying `fact`, or None; `unmarked` skips lines that mark a value
+    as replaced."""
     statement = fact.kind in STATEMENT_KINDS or (fact.kind == "superseded" and len(fact.anchors) > 1)
     anchors = tuple(a.lower() for a in fact.anchors) if statement else fact.anchors
     pool = lines.lowered if statement else lines.lines
     for index in range(len(pool) - 1, -1, -1):
-        line = pool[index]
-        if all(anchor in line for anchor in anchors):
+        if all(anchor in pool[index] for anchor in anchors):
             if unmarked and any(marker in lines.lowered[index] for marker in SUPERSESSION_MARKERS):
                 continue
             return index
@@ -274,7 +219,7 @@ def last_line(fact: Fact, lines: Lines, *, unmarked: bool = False) -> int | None
 
 
 def presented_as_current(fact: Fact, replacing: Fact | None, lines: Lines) -> bool:
-    """A superseded fact's old value shown as if it still held (the rule in the module doc)."""
+    """A superseded fact's old value shown as if it still held."""
     old = last_line(fact, lines, unmarked=True)
     if old is None:
         return False
@@ -283,11 +228,10 @@ def presented_as_current(fact: Fact, replacing: Fact | None, lines: Lines) -> bo
 
 
 class Probe(msgspec.Struct, frozen=True):
-    """One probed fact of one session: its kind and what carries it besides a summary."""
+    """One probed fact and what carries it besides a summary: `task` (C11), `record` (C8) or
+    `summary` (only a summary can)."""
 
-    session: str
     fact: Fact
-    #: `task` (C11), `record` (C8) or `summary` (only a summary can carry it)
     carrier: str
 
 
@@ -306,7 +250,7 @@ def probes_of(session: Session, reference: Run) -> list[Probe]:
             carrier = "task"
         elif last_line(fact, records) is not None:
             carrier = "record"
-        out.append(Probe(session.name, fact, carrier))
+        out.append(Probe(fact, carrier))
     return out
 
 
@@ -328,10 +272,6 @@ class Score:
     #: why summaries failed: each failure's reason with its detail's first clause, and how often
     failures: Counter[str] = field(default_factory=Counter)
 
-    def overall(self) -> float:
-        probed = sum(self.probed.values())
-        return 100.0 * sum(self.carried.values()) / probed if probed else 100.0
-
     def kind(self, kind: str) -> float | None:
         return 100.0 * self.carried[kind] / self.probed[kind] if self.probed[kind] else None
 
@@ -341,27 +281,26 @@ class Score:
     def stale_pct(self) -> float:
         return 100.0 * self.stale / self.superseded if self.superseded else 0.0
 
-
-def score_run(score: Score, session: Session, probes: Sequence[Probe], run: Run) -> None:
-    """Add one strategy's run of `session` to `score`."""
-    lines = Lines(run.context)
-    by_key = {fact.key: fact for fact in session.facts}
-    for probe in probes:
-        fact = probe.fact
-        ok = last_line(fact, lines) is not None
-        score.probed[fact.kind] += 1
-        score.carried[fact.kind] += ok
-        if probe.carrier == "summary":
-            score.summary_only += 1
-            score.summary_only_carried += ok
-        if fact.kind == "superseded":
-            score.superseded += 1
-            score.stale += presented_as_current(fact, by_key.get(fact.replaced_by), lines)
-    score.tokens += run.tokens
-    score.compactions += run.compactions
-    score.refused += run.refused
-    score.fallbacks += sum(1 for used in run.used if used == "fallback")
-    score.failures.update(failure.split(";")[0][:160] for failure in run.failures)
+    def add(self, session: Session, probes: Sequence[Probe], run: Run) -> None:
+        """Add one strategy's run of `session`."""
+        lines = Lines(run.context)
+        by_key = {fact.key: fact for fact in session.facts}
+        for probe in probes:
+            fact = probe.fact
+            ok = last_line(fact, lines) is not None
+            self.probed[fact.kind] += 1
+            self.carried[fact.kind] += ok
+            if probe.carrier == "summary":
+                self.summary_only += 1
+                self.summary_only_carried += ok
+            if fact.kind == "superseded":
+                self.superseded += 1
+                self.stale += presented_as_current(fact, by_key.get(fact.replaced_by), lines)
+        self.tokens += run.tokens
+        self.compactions += run.compactions
+        self.refused += run.refused
+        self.fallbacks += run.fallbacks
+        self.failures.update(failure.split(";")[0][:160] for failure in run.failures)
 
 
 #: sees each session's probes and runs by strategy (the judge's hook)
@@ -375,10 +314,7 @@ def evaluate(
     summarizer: ProviderFactory = ScriptedProvider,
     on_session: SessionHook | None = None,
 ) -> tuple[dict[str, Score], list[Probe]]:
-    """Every strategy over every session: the scores by strategy and the probes.
-
-    `on_session(session, probes, runs)`: called with each session's runs by strategy (the judge).
-    """
+    """Every strategy over every session: the scores by strategy, and the probes."""
     scores = {name: Score() for name in STRATEGIES}
     probes_all: list[Probe] = []
     for session in sessions:
@@ -386,13 +322,11 @@ def evaluate(
         probes = probes_of(session, reference)
         probes_all.extend(probes)
         runs = {"summarizer": reference}
-        for name in STRATEGIES:
-            if name not in runs:
-                runs[name] = run_strategy(session, name, counter, budgets=reference.replacement_tokens)
+        for name in STRATEGIES[:-1]:
+            runs[name] = run_strategy(session, name, counter, budgets=reference.replacement_tokens)
         for name, run in runs.items():
-            score_run(scores[name], session, probes, run)
-        for score in scores.values():
-            score.ceiling_tokens += runs["ceiling"].tokens
+            scores[name].add(session, probes, run)
+            scores[name].ceiling_tokens += runs["ceiling"].tokens
         if on_session is not None:
             on_session(session, probes, runs)
     return scores, probes_all
