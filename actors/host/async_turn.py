@@ -42,6 +42,9 @@ class LoopInbox:
         self._queue: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._pending = False
         self._closed = False
+        #: wake-ups asked of the loop, and calls run (for the tests and the bench)
+        self.wakeups = 0
+        self.delivered = 0
 
     def post(self, call: Callable[..., None], *args: Any) -> None:
         """Any thread: run `call(*args)` on the loop, after everything posted before it.
@@ -58,6 +61,7 @@ class LoopInbox:
             # A drain clears the flag before it takes: a post that saw it set was queued before
             # that, so the drain takes it; one that sees it clear asks for a drain of its own.
             self._pending = True
+            self.wakeups += 1
             try:
                 self.loop.call_soon_threadsafe(self._drain)
             except RuntimeError:  # the loop closed meanwhile
@@ -73,6 +77,7 @@ class LoopInbox:
         queue = self._queue
         while queue:
             call, args = queue.popleft()
+            self.delivered += 1
             call(*args)
 
 
