@@ -228,8 +228,8 @@ class ApiBase:
         wait_s = data.wait_s(now_ms, message_bytes)
         if wait_s:
             why = (
-                f"tenant {tenant.name} sent {tenant.message_bytes_per_minute} bytes of messages in the"
-                f" last minute, its limit, and this one has {message_bytes}"
+                f"tenant {tenant.name}'s messages of the last minute and this one's {message_bytes} bytes"
+                f" are over its {tenant.message_bytes_per_minute} bytes a minute"
             )
             raise Problem(429, "TooManyMessageBytes", why, {"Retry-After": str(wait_s)})
         turns.take(now_ms)

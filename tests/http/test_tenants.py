@@ -159,6 +159,7 @@ def test_a_tenants_message_bytes_per_minute_are_429_with_retry_after_and_cost_no
             assert sent.status_code == 200, sent.text
         third = api.client.post("/v1/sessions/s1/messages", json={"text": "x" * 400}, headers=_auth(ACME))
         assert third.status_code == 429 and third.json()["code"] == "TooManyMessageBytes", third.text
+        assert "over its 1000 bytes a minute" in third.json()["detail"]
         assert 1 <= int(third.headers["retry-after"]) <= 60
         small = api.client.post(
             "/v1/sessions/s1/messages?wait=true", json={"text": "x" * 10}, headers=_auth(ACME)
