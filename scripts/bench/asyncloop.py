@@ -3,22 +3,21 @@
 Usage: python -m cairn.bench.asyncloop [--quick] [--json]
 
 A monitor task sleeps 1 ms on the loop over and over while a plain thread
-of the process does the same; the loop's own stall of a wake-up is the part
-of its wait through which the plain thread kept running (the wait less the
-thread's longest gap inside it). Three runs alternate (`interleave`), each
-in a fresh store: **async**, 100 sessions x 10 turns through one
-`AsyncHost` on the loop (a tool call, then a reply streamed in deltas, read
-live); **idle**, the monitor alone for as long; **threaded**, the same
-turns through the threaded `Host` on 100 plain threads beside an idle loop.
+does the same; the loop's own stall of a wake-up is the part of its wait
+through which the plain thread kept running (the wait less the thread's
+longest gap inside it). Three runs alternate (`interleave`), each in a
+fresh store: **async**, 100 sessions x 10 turns through one `AsyncHost` on
+the loop (a tool call, then a reply streamed in deltas, read live);
+**idle**, the monitor alone for as long; **threaded**, the same turns
+through the threaded `Host` on 100 plain threads beside an idle loop.
 
 Target: the loop's own worst stall per async run at most 5 ms (median of
-the runs), or, where the GIL does not allow that, at most 1.25x that of the
-idle loop beside the threaded run (`own_stall_vs_threaded` >= 0.8). 5 ms is
-CPython's GIL switch interval, while a blocking call on the loop (a turn, a
-spawn, a store read) costs a few to hundreds of ms. With every CPU taken
-(100 sessions are some 220 threads) any loop waits for a CPU or the GIL:
-the idle loop beside the threaded run stalls 3-46 ms on a quiet 2-CPU
-machine, and what AsyncHost answers for is not adding to that.
+the runs; CPython's GIL switch interval, while a blocking call on the loop
+costs a few to hundreds of ms), or, where the GIL does not allow that, at
+most 1.25x that of the idle loop beside the threaded run
+(`own_stall_vs_threaded` >= 0.8): with every CPU taken (some 220 threads)
+any loop waits for a CPU or the GIL, 3-46 ms on a quiet 2-CPU machine, and
+what AsyncHost answers for is not adding to that.
 
 `--quick`: 32 sessions x 5 turns, 3 rounds. Full: 100 x 10, 7 rounds.
 """
@@ -64,8 +63,7 @@ def own_stall_met(own_median_ms: float, vs_threaded: float) -> bool:
     return own_median_ms <= OWN_STALL_TARGET_MS or vs_threaded >= VS_THREADED_TARGET
 
 
-#: (sessions, turns, rounds) by `quick`
-SHAPES = {False: (100, 10, 7), True: (32, 5, 3)}
+SHAPES = {False: (100, 10, 7), True: (32, 5, 3)}  # (sessions, turns, rounds) by `quick`
 _TOOL_TEXT = " ".join(f"line {n}: nothing to see here." for n in range(40))
 
 
@@ -200,46 +198,43 @@ class Runs:
 
     def threaded(self) -> float:
         with tempfile.TemporaryDirectory(prefix="cairn-bench-asyncloop-", ignore_cleanup_errors=True) as root:
-            return self._record("threaded", self._threaded(root))
+            host = Host.open(Path(root) / "store", **_options(len(self.sids)))
+            errors: list[str] = []
+            go = threading.Event()
 
-    def _threaded(self, root: str) -> dict[str, float]:
-        host = Host.open(Path(root) / "store", **_options(len(self.sids)))
-        errors: list[str] = []
-        go = threading.Event()
+            def converse(sid: str) -> None:
+                go.wait()
+                for n in range(self.turns):
+                    turn = host.send(sid, f"turn {n}: have a look at src/app.py", workspace=root)
+                    deltas = sum(isinstance(item, TextDelta) for item in turn.events())
+                    result = turn.result()
+                    if not result.ok or deltas == 0:
+                        errors.append(f"{sid} turn {n}: {result.status} {result.phase} ({deltas} deltas)")
 
-        def converse(sid: str) -> None:
-            go.wait()
-            for n in range(self.turns):
-                turn = host.send(sid, f"turn {n}: have a look at src/app.py", workspace=root)
-                deltas = sum(isinstance(item, TextDelta) for item in turn.events())
-                result = turn.result()
-                if not result.ok or deltas == 0:
-                    errors.append(f"{sid} turn {n}: {result.status} {result.phase} ({deltas} deltas)")
-
-        # started before the monitor, off its watch: `Thread.start` waits for the new thread to run
-        threads = [threading.Thread(target=converse, args=(sid,)) for sid in self.sids]
-        for thread in threads:
-            thread.start()
-
-        async def everyone() -> None:
-            go.set()
-            while any(thread.is_alive() for thread in threads):
-                await asyncio.sleep(0.01)  # the loop only waits; the clients are plain threads
-
-        try:
-            summary = asyncio.run(_monitored(everyone))
-        finally:
-            go.set()
+            # started before the monitor, off its watch: `Thread.start` waits for the new thread to run
+            threads = [threading.Thread(target=converse, args=(sid,)) for sid in self.sids]
             for thread in threads:
-                thread.join()
-            host.close()
+                thread.start()
+
+            async def everyone() -> None:
+                go.set()
+                while any(thread.is_alive() for thread in threads):
+                    await asyncio.sleep(0.01)  # the loop only waits; the clients are plain threads
+
+            try:
+                summary = asyncio.run(_monitored(everyone))
+            finally:
+                go.set()
+                for thread in threads:
+                    thread.join()
+                host.close()
         if errors:
             raise RuntimeError(f"{len(errors)} threaded turns failed, first: {errors[0]}")
-        return summary
+        return self._record("threaded", summary)
 
 
-def _series(summaries: list[dict[str, float]], key: str) -> list[float]:
-    return [round(s[key], 2) for s in summaries]
+def _own(summaries: list[dict[str, float]]) -> list[float]:
+    return [round(s["own"], 2) for s in summaries]
 
 
 def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
@@ -248,13 +243,13 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
     runs.summaries["async"].clear()
     with LoadMeter() as load:
         interleave([("idle", runs.idle), ("async", runs.on_loop), ("threaded", runs.threaded)], rounds)
-    s = runs.summaries
-    own = _series(s["async"], "own")
+    every_run = {name: _own(summaries) for name, summaries in runs.summaries.items()}
+    own = every_run["async"]
     own_median = statistics.median(own)
     work = f"{sessions} sessions x {turns} turns on one loop (one tool call and a streamed reply each)"
-    pairs_said = ", ".join(f"{b:.2f}->{a:.2f}" for b, a in zip(_series(s["idle"], "own"), own, strict=True))
-    threaded = ", ".join(f"{v:.2f}" for v in _series(s["threaded"], "own"))
-    versus = _vs_threaded(s, work, load)
+    pairs_said = ", ".join(f"{b:.2f}->{a:.2f}" for b, a in zip(every_run["idle"], own, strict=True))
+    threaded = ", ".join(f"{v:.2f}" for v in every_run["threaded"])
+    versus = _vs_threaded(runs.summaries, work, load)
     judged = Figure.measured(
         "asyncloop.own_stall_ms",
         round(own_median, 2),
@@ -267,7 +262,6 @@ def measure(sessions: int, turns: int, rounds: int) -> list[Figure]:
         f"{VS_THREADED_TARGET:g}",
         met=own_stall_met(own_median, float(versus.value or 0)),
     )
-    every_run = {name: _series(values, "own") for name, values in s.items()}
     return [msgspec.structs.replace(judged, runs=every_run), versus]
 
 
@@ -287,7 +281,7 @@ VS_THREADED = Comparison(
 
 def _vs_threaded(s: dict[str, list[dict[str, float]]], work: str, load: LoadMeter) -> Figure:
     """VS_THREADED over the runs' own stalls, each at least 0.001 ms (a ratio's side, never zero)."""
-    values = {name: [max(v, 0.001) for v in _series(s[name], "own")] for name in ("threaded", "async")}
+    values = {name: [max(v, 0.001) for v in _own(s[name])] for name in ("threaded", "async")}
     return VS_THREADED.judge(values, load, work)
 
 
@@ -295,12 +289,7 @@ def run(quick: bool) -> list[Figure]:
     return measure(*SHAPES[quick])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`."""
+if __name__ == "__main__":
     from cairn import bench
 
-    return bench.main(sys.argv[1:] if argv is None else argv, suite="asyncloop")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench.main(suite="asyncloop"))

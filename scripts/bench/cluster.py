@@ -1,32 +1,31 @@
 """The `cluster` suite of `cairn bench` (issue 12): the JetStream backend against the local log.
 
-On its own 3-node cluster on 127.0.0.1 (`LocalCluster`, replicas 3), needing
-the `cluster` extra (nats-py and the nats-server binary):
+On its own 3-node cluster on 127.0.0.1 (`LocalCluster`, replicas 3; the
+`cluster` extra: nats-py and the nats-server binary):
 
-- durable appends with 256 sessions, each a thread appending one event per
-  call and waiting for its ack (the store suite's `append_rate`), cluster
-  and local log in alternating pairs; target: at least 0.5x the local rate;
+- durable appends by 256 sessions (the store suite's `append_rate`),
+  cluster and local log in alternating pairs: at least 0.5x the local rate;
 - loading a long session from its checkpoint reads O(tail) messages;
-- failover: two `cairn serve` hosts (`demo.cluster_procs.HostProcs`, the
-  production lease TTL of 15 s) serve a few sessions one turn each; the
-  host owning most of them is SIGKILLed and the next message of each sent
-  at once. The survivor serves each once the dead host's lease has run
-  out, writing `owner-changed` first; the failover time is the SIGKILL to
-  that event, read from the log (`session_facts`, as the demo reports it).
-  Target: under the lease TTL + 2 s;
-- leader loss: threads append one event per call to their own sessions;
-  the node leading the stream is SIGKILLed, and a new leader takes writes
-  after the election (5-7 s here: PITFALLS "NATS JetStream"). The figure
-  is the longest call that ended after the kill (under way at it or begun
-  after it: the calls in flight at that instant may be acknowledged before
-  the node dies), from its start to its acknowledgement or failure.
-  Target: under the 12 s request timeout, with no call failed.
+- failover: two `cairn serve` hosts (`demo.cluster_procs.HostProcs`, lease
+  TTL 15 s) serve a few sessions a turn each; the host owning most of them
+  is SIGKILLed and the next message of each sent at once. The survivor
+  takes each over once the dead host's lease has run out, writing
+  `owner-changed` first; the failover time is the SIGKILL to that event,
+  read from the log (`session_facts`, as the demo reports it). Target:
+  under the lease TTL + 2 s;
+- leader loss: threads append one event per call to their own sessions and
+  the node leading the stream is SIGKILLed; a new leader takes writes after
+  the election (5-7 s here: PITFALLS "NATS JetStream"). The figure is the
+  longest call that ended after the kill (the calls in flight at that
+  instant may be acknowledged before the node dies), start to ack or
+  failure. Target: under the 12 s request timeout, with no call failed.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import shutil
 import statistics
@@ -36,12 +35,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from cairn.actors.cluster import ClusterClient
 from cairn.bench._figure import Comparison, Figure, compare, unavailable
 from cairn.bench._measure import LoadMeter
-from cairn.bench.store import append_events, append_rate
+from cairn.bench.store import append_events, append_rate, new_journal_rate
 from cairn.bench.store_replay import write_long_session
+from cairn.demo.cluster_facts import session_facts
+from cairn.demo.cluster_procs import HostProcs
 from cairn.events.kinds import SessionStarted
 from cairn.events.state import user_text_message
 from cairn.store import Journal
@@ -50,9 +51,6 @@ from cairn.store.jetstream.journal import JetStreamJournal
 from cairn.store.jetstream.layout import Layout
 from cairn.store.jetstream.lease_policy import DEFAULT_TTL_S
 from cairn.store.jetstream.local_cluster import ClusterStartFailed, LocalCluster
-
-if TYPE_CHECKING:
-    from cairn.actors.cluster import ClusterClient
 
 #: the judged ratio: the cluster's durable appends at 256 sessions against the local log's
 TARGET_RATIO = 0.5
@@ -88,21 +86,11 @@ def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes)
     """Durable appends of 256 sessions, cluster against local in alternating pairs."""
     events = append_events()
     runs = itertools.count()
-
-    def local() -> float:
-        root = workdir / f"append-{next(runs)}"
-        try:
-            with Journal.open(root) as journal:
-                return append_rate(journal, SESSIONS, sizes.per_session, events)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    local = functools.partial(new_journal_rate, workdir / "append", SESSIONS, sizes.per_session, events)
 
     def cluster() -> float:
-        journal = JetStreamJournal.open(cluster_url, layout=layout)
-        try:
+        with JetStreamJournal.open(cluster_url, layout=layout) as journal:
             return append_rate(journal, SESSIONS, sizes.per_session, events, prefix=f"a{next(runs)}")
-        finally:
-            journal.close()
 
     ratio = Comparison(
         f"cluster.append.sessions_{SESSIONS}.ratio",
@@ -118,12 +106,9 @@ def bench_appends(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes)
 
 def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) -> Figure:
     """Loading a long session from its checkpoint on the cluster: the messages read."""
-    every = 200
-    local = Journal.open(workdir / "load")
-    remote = JetStreamJournal.open(cluster_url, layout=layout)
-    try:
-        write_long_session(local, "long", sizes.load_events, every)
-        write_long_session(remote, "long", sizes.load_events, every)
+    with Journal.open(workdir / "load") as local, JetStreamJournal.open(cluster_url, layout=layout) as remote:
+        write_long_session(local, "long", sizes.load_events, 200)
+        write_long_session(remote, "long", sizes.load_events, 200)
         remote.load("long")  # the pointer is written with the appends; this checks it is there
         before = remote.messages_read
         remote_state = remote.load("long")
@@ -131,9 +116,6 @@ def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) ->
         assert remote_state == remote.replay_full("long"), "the cluster's load differs from its full replay"
         events = local.last_seq("long")
         tail = events - local.checkpoints("long")[-1].seq + 1
-    finally:
-        local.close()
-        remote.close()
     return Figure(
         "cluster.load_messages_read",
         read,
@@ -145,15 +127,10 @@ def bench_load(workdir: Path, cluster_url: str, layout: Layout, sizes: Sizes) ->
     )
 
 
-def bench_failover(workdir: Path, cluster: LocalCluster, sessions_sent: int, ttl_s: int) -> list[Figure]:
+def bench_failover(workdir: Path, cluster: LocalCluster, sessions_sent: int, ttl_s: int) -> Figure:
     """SIGKILL the host owning most of `sessions_sent` sessions; the seconds until each is taken over."""
-    try:
-        from cairn.actors.cluster import ClusterClient
-        from cairn.demo.cluster_facts import session_facts
-        from cairn.demo.cluster_procs import HostProcs
-    except ImportError as exc:
-        return [unavailable("cluster.failover", f"not measured: no cluster hosts here ({exc})")]
     target_s = ttl_s + MARGIN_S
+    target = f"< {target_s} s (TTL + 2 s)"
     accept_s = ttl_s * 3 + 30.0  # a message waits for the dead owner's lease to run out first
     sessions = [f"failover-{n}" for n in range(sessions_sent)]
     hosts = HostProcs(cluster.url, ttl_s, workdir / "failover")
@@ -168,16 +145,13 @@ def bench_failover(workdir: Path, cluster: LocalCluster, sessions_sent: int, ttl
                 served = _serve_one_turn_each(client, moved, workdir / "failover-workspaces", accept_s)
             except Exception as exc:  # reported as the figure, not raised: the other figures stand
                 why = f"after the SIGKILL of {victim}: {type(exc).__name__}: {exc}"
-                return [Figure("cluster.failover_s", 0, "s", f"< {target_s} s (TTL + 2 s)", False, why)]
+                return Figure("cluster.failover_s", 0, "s", target, False, why)
     finally:
         hosts.end_all()
-    journal = JetStreamJournal.open(cluster.url)
-    try:
+    with JetStreamJournal.open(cluster.url) as journal:
         facts = [
             session_facts(sid, list(journal.read(sid)), killed_ms=killed_ms, victim=victim) for sid in moved
         ]
-    finally:
-        journal.close()
     times = [f.failover_s for f in facts if f.failover_s is not None]
     taken = all(f.new_owner is not None and f.new_owner == served[f.sid] != victim for f in facts)
     worst = max(times) if times and taken else float("inf")
@@ -189,16 +163,9 @@ def bench_failover(workdir: Path, cluster: LocalCluster, sessions_sent: int, ttl
         detail += f"; NOT all taken over: {[(f.sid, f.new_owner) for f in facts]}"
     if times:
         detail += f"; median {statistics.median(times):.2f} s over the moved sessions"
-    return [
-        Figure(
-            "cluster.failover_s",
-            round(worst, 2) if times else 0,
-            "s",
-            f"< {target_s} s (TTL + 2 s)",
-            worst < target_s,
-            detail,
-        )
-    ]
+    return Figure(
+        "cluster.failover_s", round(worst, 2) if times else 0, "s", target, worst < target_s, detail
+    )
 
 
 def _serve_one_turn_each(
@@ -220,72 +187,65 @@ def _serve_one_turn_each(
         return {sid: future.result() for sid, future in futures.items()}
 
 
-class _Calls:
-    """Every call's start and end (monotonic), and the calls that failed, from all writer threads."""
-
-    def __init__(self, sessions: int) -> None:
-        self.lock = threading.Lock()
-        self.spans: list[tuple[float, float]] = []
-        self.failed: list[str] = []
-        self.ready = threading.Barrier(sessions + 1)
-        self.stop = threading.Event()
-
-
-def _writer(journal: JetStreamJournal, sid: str, calls: _Calls) -> None:
-    seq = journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)[-1].seq
-    calls.ready.wait()
-    n = 0
-    while not calls.stop.is_set():
-        began = time.monotonic()
-        try:
-            event = user_text_message(f"u{n}", f"{sid} call {n}")
-            seq = journal.append(sid, [event], expected_seq=seq)[-1].seq
-        except StorageError as exc:  # doubtful: go on from what the cluster holds
-            with calls.lock:
-                calls.failed.append(f"{type(exc).__name__}: {exc}")
-            seq = journal.last_seq(sid)
-        with calls.lock:
-            calls.spans.append((began, time.monotonic()))
-        n += 1
-
-
 def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, after_s: float) -> Figure:
     """Kill the stream leader under `sessions` appending threads; the stall of the calls in flight."""
     journal = JetStreamJournal.open(cluster.url, layout=layout)
-    calls = _Calls(sessions)
-    threads = [
-        threading.Thread(target=_writer, args=(journal, f"leader-{n}", calls), daemon=True)
-        for n in range(sessions)
-    ]
+    spans: list[tuple[float, float]] = []  # every call's start and end (monotonic), from all threads
+    failed: list[str] = []
+    ready, stop = threading.Barrier(sessions + 1), threading.Event()
+
+    def writer(sid: str) -> None:
+        seq = journal.append(sid, [SessionStarted(workspace="/w", model="m")], expected_seq=0)[-1].seq
+        ready.wait()
+        n = 0
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                event = user_text_message(f"u{n}", f"{sid} call {n}")
+                seq = journal.append(sid, [event], expected_seq=seq)[-1].seq
+            except StorageError as exc:  # doubtful: go on from what the cluster holds
+                failed.append(f"{type(exc).__name__}: {exc}")
+                seq = journal.last_seq(sid)
+            spans.append((began, time.monotonic()))
+            n += 1
+
+    threads = [threading.Thread(target=writer, args=(f"leader-{n}",), daemon=True) for n in range(sessions)]
     load = LoadMeter()
     try:
         for thread in threads:
             thread.start()
-        calls.ready.wait(120)
+        ready.wait(120)
         info = journal._call(journal._nc.jetstream().stream_info(layout.stream))
         leader = info.cluster.leader if info.cluster else None
         index = next(i for i, node in enumerate(cluster.nodes) if node.name == leader)
         with load:
             killed = time.monotonic()
             cluster.kill(index)
-            calls.stop.wait(after_s)  # appends go on through the election and after it
-            calls.stop.set()
+            stop.wait(after_s)  # appends go on through the election and after it
+            stop.set()
             for thread in threads:
                 thread.join(120)
     finally:
-        calls.stop.set()
+        stop.set()
         journal.close()
     cluster.start_node(index)
     cluster.wait_ready()
-    stalls = [end - began for began, end in calls.spans if end >= killed]
+    return _stall(spans, failed, killed, f"leader {leader}", load)
+
+
+def _stall(
+    spans: list[tuple[float, float]], failed: list[str], killed: float, who: str, load: LoadMeter
+) -> Figure:
+    """The longest of the calls that ended after `who` was killed (under way at it or begun after it)."""
+    stalls = [end - began for began, end in spans if end >= killed]
     worst = max(stalls, default=0.0)
-    at_kill = [end - began for began, end in calls.spans if began <= killed <= end]
+    at_kill = [end - began for began, end in spans if began <= killed <= end]
     waited = [stall for stall in stalls if stall >= 1.0]
     detail = (
-        f"the longest of the {len(stalls):,} calls that ended after leader {leader} was SIGKILLed "
+        f"the longest of the {len(stalls):,} calls that ended after {who} was SIGKILLed "
         f"(under way at it or begun after it; {len(waited)} of them waited 1 s or more); the "
         f"{len(at_kill)} under way at the kill took at most {max(at_kill, default=0.0):.2f} s; "
-        f"{len(calls.failed)} calls failed"
+        f"{len(failed)} calls failed"
     )
     return Figure.measured(
         "cluster.leader_kill_stall_s",
@@ -294,7 +254,7 @@ def bench_leader_kill(cluster: LocalCluster, layout: Layout, sessions: int, afte
         detail,
         load,
         target=f"< {BEFORE_S:.0f} s",
-        met=bool(stalls) and worst < BEFORE_S and not calls.failed,
+        met=bool(stalls) and worst < BEFORE_S and not failed,
     )
 
 
@@ -311,7 +271,7 @@ def run(quick: bool, sizes: Sizes | None = None) -> list[Figure]:
             return [
                 *bench_appends(workdir, cluster.url, Layout.named("bench_append"), sizes),
                 bench_load(workdir, cluster.url, Layout.named("bench_load"), sizes),
-                *bench_failover(workdir, cluster, sizes.failover_sessions, sizes.lease_ttl_s),
+                bench_failover(workdir, cluster, sizes.failover_sessions, sizes.lease_ttl_s),
                 bench_leader_kill(
                     cluster, Layout.named("bench_leader"), sizes.leader_sessions, sizes.leader_after_s
                 ),

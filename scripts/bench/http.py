@@ -4,13 +4,13 @@ streams open at once on one server.
 Usage: python -m cairn.bench.http [--quick] [--json]
 
 - **turn overhead**: asyncloop's scripted turn through an `AsyncHost` in
-  this process, and through the API served by uvicorn in a process of its
-  own (this module with `--serve`), read as a host would: the session's
-  event stream held open, each message posted and read there to its
-  `turn-completed`. The client is raw HTTP/1.1 on two kept-alive sockets,
-  not httpx, which adds ~0.4 ms a request. The two alternate run by run; a
-  run's figure is its median turn. Judged: the median over the pairs of
-  (HTTP - in process), at most 2 ms.
+  this process, and through the API served by uvicorn in a child process
+  (this module with `--serve`), read as a host would: the session's event
+  stream held open, each message posted and read there to its
+  `turn-completed`. The client is raw HTTP/1.1 on two kept-alive sockets
+  (httpx adds ~0.4 ms a request). The two alternate run by run, a run's
+  figure its median turn. Judged: the median over the pairs of (HTTP - in
+  process), at most 2 ms.
 - **1,000 streams**: `cairn serve --http` with the demo's agent; 20 event
   streams open on each of 50 sessions, then one turn on every session, all
   at once (the burst, `--explore`: one event loop writes every stream's
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,7 @@ class TurnRuns:
         if not line.startswith("serving http://"):
             self.child.kill()
             raise RuntimeError(f"the API server did not start: {line!r}")
-        self.address = line.split()[1]
-        self.port = int(self.address.rsplit(":", 1)[1])
+        self.port = int(line.split()[1].rsplit(":", 1)[1])
         self.loop = asyncio.new_event_loop()
         self.host = self.loop.run_until_complete(
             AsyncHost.open(root / "local", provider=provider(), tools=read_tool)
@@ -180,6 +180,7 @@ class _Stream(asyncio.Protocol):
     loop keeps up with a thousand and a late stamp is the server's lateness, not the reader's."""
 
     MARK = b"event: turn-completed"
+    transport: asyncio.Transport  # set by `open`
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
@@ -189,12 +190,12 @@ class _Stream(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._pending = b""  # the response head, until it is whole
         self._tail = b""  # the last bytes, for a mark split between two reads
-        self.transport: asyncio.Transport | None = None
 
     @classmethod
     async def open(cls, port: int, sid: str, after: int) -> _Stream:
         loop = asyncio.get_running_loop()
         transport, stream = await loop.create_connection(cls, "127.0.0.1", port)
+        stream.transport = transport
         transport.write(
             f"GET /v1/sessions/{sid}/events?after={after} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
         )
@@ -203,10 +204,6 @@ class _Stream(asyncio.Protocol):
             transport.close()
             raise RuntimeError(f"stream of {sid}: {head[:60]!r}")
         return stream
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         arrived_ms = time.time() * 1000
@@ -238,15 +235,15 @@ class _Stream(asyncio.Protocol):
             await self._waiter
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        self.transport.close()
 
 
+@dataclass
 class _Poster:
     """Requests with a JSON body on one kept-alive connection, each answer read to its end."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
 
     @classmethod
     async def open(cls, port: int) -> _Poster:
@@ -389,17 +386,10 @@ def run(quick: bool) -> list[Figure]:
     return [turn_overhead(*SHAPES[quick]), *many_streams()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`; `--serve STORE WORKSPACES`
-    is the API server `turn_overhead` starts."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--serve"] and len(args) == 3:
-        asyncio.run(_serve(Path(args[1]), Path(args[2])))
-        return 0
-    from cairn import bench
-
-    return bench.main(args, suite="http")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--serve"]:  # the API server `turn_overhead` starts: --serve STORE WORKSPACES
+        asyncio.run(_serve(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        from cairn import bench
+
+        sys.exit(bench.main(suite="http"))

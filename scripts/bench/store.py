@@ -61,7 +61,9 @@ def append_rate(
     return threads_rate(sessions, per_session, step, setup)
 
 
-def _new_journal_rate(root: Path, sessions: int, per: int, events: list[EventBase], prefix: str) -> float:
+def new_journal_rate(
+    root: Path, sessions: int, per: int, events: list[EventBase], prefix: str = "bench"
+) -> float:
     """`append_rate` on a new journal at `root`, removed after."""
     try:
         with Journal.open(root) as journal:
@@ -76,8 +78,8 @@ def _wake_floor_rate(sessions: int, per_session: int) -> float:
     Every ack wakes one waiting thread, and in CPython each wake also hands
     over the GIL: the ceiling any journal with one thread per session can
     reach on this machine. The writer takes everything queued as one batch
-    and wakes its first waiter, and each woken thread wakes the next
-    (cairn's own way, `store.commit_calls.acknowledge`).
+    and wakes its first waiter, each woken thread the next (as
+    `store.commit_calls.acknowledge` does).
     """
     queue: collections.deque[tuple[threading.Lock, list[Any]]] = collections.deque()
     work = threading.Event()
@@ -120,17 +122,15 @@ def _wake_floor_rate(sessions: int, per_session: int) -> float:
 #: per event is no ceiling: 15x of it lies above what thread wake-ups allow here). At 256 sessions
 #: cairn reaches at least half of it; from 256 to 1,024 sessions it falls no more than 0.05 below
 #: the ceiling's own fall.
-TARGET_OF_WAKE_FLOOR = 0.5
-FALL_MARGIN_1024 = 0.05
-
 OF_WAKE_FLOOR = Comparison(
     "append.sessions_256.of_wake_floor",
     "wake256",
     "j300/256",
     "cairn at 256 sessions over the thread-wake ceiling (256 threads acked by a writer that does "
     "nothing, each woken thread waking the next, events/s)",
-    target=TARGET_OF_WAKE_FLOOR,
+    target=0.5,
 )
+FALL_MARGIN_1024 = 0.05
 
 
 def fall_beside_ceiling(values: dict[str, list[float]], load: LoadMeter) -> Figure:
@@ -156,17 +156,16 @@ def fall_beside_ceiling(values: dict[str, list[float]], load: LoadMeter) -> Figu
 
 
 def bench_appends(workdir: Path, quick: bool) -> list[Figure]:
-    """Durable appends of ~300-token events by 256 and 1,024 sessions, each run beside the thread-wake
-    ceiling (twice as many acks a thread), 5 rounds. Threads are placed by the OS, as an embedding
-    process gets them. 1,024 sessions append fewer events each: their start (1,024 threads leaving one
-    barrier) would otherwise weigh on the run. `--quick` keeps the 5 rounds: with fewer, the fall is
-    too noisy to judge."""
+    """Durable appends of ~300-token events by 256 and 1,024 sessions (threads placed by the OS), each
+    beside the thread-wake ceiling (twice as many acks a thread), 5 rounds even `--quick` (with fewer
+    the fall is too noisy to judge). 1,024 sessions append fewer events each, lest their start (1,024
+    threads leaving one barrier) weigh on the run."""
     per_session = {256: 24, 1024: 16} if quick else {256: 40, 1024: 20}
     events = append_events(300)
     measures: list[tuple[str, Callable[[], float]]] = []
     for n, per in per_session.items():
         root = workdir / f"append-300-{n}"
-        measures.append((f"j300/{n}", functools.partial(_new_journal_rate, root, n, per, events, "bench")))
+        measures.append((f"j300/{n}", functools.partial(new_journal_rate, root, n, per, events)))
         measures.append((f"wake{n}", functools.partial(_wake_floor_rate, n, per * 2)))
     done = compare(measures, [OF_WAKE_FLOOR], 5)
     return [*done.figures, fall_beside_ceiling(done.values, done.load)]
@@ -257,7 +256,7 @@ def bench_eventsourcing(workdir: Path, quick: bool) -> list[Figure]:
         app.close()
         return rate
 
-    cairn_rate = functools.partial(_new_journal_rate, workdir / "vs-es", sessions, per_session, events, "es")
+    cairn_rate = functools.partial(new_journal_rate, workdir / "vs-es", sessions, per_session, events, "es")
     appends = Comparison(
         "eventsourcing.append_ratio.sessions_16",
         "es/16",
@@ -306,23 +305,18 @@ def run(quick: bool) -> list[Figure]:
     """The `store` suite, in a scratch directory removed at the end."""
     workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     try:
-        figures: list[Figure] = []
-        figures += guarded("append", lambda: bench_appends(workdir, quick))
-        figures += guarded("restore", lambda: bench_restore(workdir, quick))
-        figures += guarded("open", lambda: bench_open(workdir, quick))
-        figures += guarded("replay", lambda: bench_replay(workdir, quick))
-        figures += guarded("eventsourcing", lambda: bench_eventsourcing(workdir, quick))
-        return figures
+        return [
+            *guarded("append", lambda: bench_appends(workdir, quick)),
+            *guarded("restore", lambda: bench_restore(workdir, quick)),
+            *guarded("open", lambda: bench_open(workdir, quick)),
+            *guarded("replay", lambda: bench_replay(workdir, quick)),
+            *guarded("eventsourcing", lambda: bench_eventsourcing(workdir, quick)),
+        ]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`."""
+if __name__ == "__main__":
     from cairn import bench
 
-    return bench.main(argv, suite="store")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench.main(suite="store"))

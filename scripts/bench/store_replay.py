@@ -177,13 +177,10 @@ class Written:
 
     def figure(self) -> Figure:
         problem = self.problem()
+        target = "as the compactor writes them: ledger summary + >= 20 % of the context carried"
+        detail = problem or self.describe()
         return Figure(
-            "restore.checkpoint_shape",
-            self.checkpoints,
-            "checkpoints",
-            "as the compactor writes them: ledger summary + >= 20 % of the context carried",
-            problem is None,
-            problem or self.describe(),
+            "restore.checkpoint_shape", self.checkpoints, "checkpoints", target, problem is None, detail
         )
 
     def add(self, checkpoint: CheckpointCommitted, source: int) -> None:

@@ -98,7 +98,6 @@ def run(quick: bool) -> list[Figure]:
     touched = 2_000 if quick else 10_000
     done = subprocess.run(
         [sys.executable, "-m", "cairn.bench.turns", "--memory-child", str(touched)],
-        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=900,
@@ -132,17 +131,10 @@ def run(quick: bool) -> list[Figure]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run this suite alone, with the report and flags of `cairn bench`; `--memory-child N` is the
-    measuring subprocess `run` starts."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--memory-child"] and len(args) == 2:
-        print(json.dumps(_memory_child(int(args[1]))))
-        return 0
-    from cairn import bench
-
-    return bench.main(args, suite="turns")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--memory-child"]:  # the measuring subprocess `run` starts
+        print(json.dumps(_memory_child(int(sys.argv[2]))))
+    else:
+        from cairn import bench
+
+        sys.exit(bench.main(suite="turns"))
