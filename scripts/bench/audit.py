@@ -1,7 +1,5 @@
 """Audit benchmarks: memory of `cairn export --format parquet`, `report` and `verify` on 250k and 1M events.
 
-Usage: python -m cairn.bench.audit [--quick] [--json]
-
 Two stores of 8 sessions are built with the journal's batch append (one
 turn-shaped batch of about 2,000 events per call): 250,000 events and
 1,000,000 (so its sessions are also 4x longer), holding what a host writes:
@@ -22,7 +20,6 @@ import functools
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -169,19 +166,14 @@ def build_store(root: Path, events: int, sessions: int = SESSIONS) -> int:
                     journal.append(session.sid, batch, expected_seq=session.seq)
                     session.seq += len(batch)
                     batch = []
-            if batch:  # a session of one event
-                journal.append(session.sid, batch, expected_seq=session.seq)
-                session.seq += len(batch)
             written += session.seq
     return written
 
 
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
+        line = next(line for line in status if line.startswith(field + ":"))
+    return int(line.split()[1])
 
 
 def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
@@ -215,17 +207,14 @@ def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
 
 def measure(task: str, store: Path, workdir: Path) -> dict[str, Any]:
     """One child run of `task` on `store` (its output removed after)."""
-    out = Path(tempfile.mkdtemp(prefix=f"{task}-", dir=workdir)) / "out"
-    try:
+    with tempfile.TemporaryDirectory(prefix=f"{task}-", dir=workdir) as tmp:
         done = subprocess.run(
-            [sys.executable, "-m", "cairn.bench.audit", "--child", task, str(store), str(out)],
+            [sys.executable, "-m", "cairn.bench.audit", "--child", task, str(store), f"{tmp}/out"],
             capture_output=True,
             text=True,
             timeout=3600,
             check=True,
         )
-    finally:
-        shutil.rmtree(out.parent, ignore_errors=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if result["code"] != 0:
         raise RuntimeError(f"{task} of {store} exited {result['code']}: {done.stderr.strip()[-300:]}")
@@ -271,20 +260,15 @@ def bench_task(task: str, stores: dict[int, Path], workdir: Path, pairs: int) ->
 
 
 def run(quick: bool) -> list[Figure]:
-    """The `audit` suite, in a scratch directory removed at the end."""
     small, large, pairs = QUICK if quick else FULL
-    workdir = Path(tempfile.mkdtemp(prefix="cairn-bench-audit-"))
-    try:
-        stores: dict[int, Path] = {}
-        for size in (small, large):
-            stores[size] = workdir / f"store-{size}"
-            build_store(stores[size], size)
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-audit-") as tmp:
+        stores = {size: Path(tmp, f"store-{size}") for size in (small, large)}
+        for size, store in stores.items():
+            build_store(store, size)
         figures: list[Figure] = []
         for task in TASKS:
-            figures += guarded(task, functools.partial(bench_task, task, stores, workdir, pairs))
+            figures += guarded(task, functools.partial(bench_task, task, stores, Path(tmp), pairs))
         return figures
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """Compaction quality harness: a seeded corpus of sessions through the LLM and fallback paths.
 
-Usage: python -m cairn.bench.compaction [--quick] [--json]
-
 The seeded corpus mixes tool-heavy coding sessions carrying exact
 continuation records, long user requests, images, huge single tool outputs
 and tiny histories; each session is compacted through the LLM path (the
@@ -14,6 +12,7 @@ growing, and every checkpoint re-derived by the audit.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
 import statistics
 import sys
@@ -134,8 +133,8 @@ def build_sample(index: int, rng: random.Random) -> Sample:
     return Sample(f"{kind}-{index}", replay(log.records), tuple(records), task)
 
 
-def corpus(count: int, seed: int = SEED) -> list[Sample]:
-    rng = random.Random(seed)
+def corpus(count: int) -> list[Sample]:
+    rng = random.Random(SEED)
     return [build_sample(i, rng) for i in range(count)]
 
 
@@ -169,9 +168,8 @@ class PathStats:
     llm_used: int = 0
     audits_ok: int = 0
     refused: list[str] = field(default_factory=list)  # sessions nothing could shrink: no checkpoint
-    ratios: list[float] = field(default_factory=list)  # replacement over target
+    ratios: dict[str, float] = field(default_factory=dict)  # replacement over target, by session
     reductions: list[float] = field(default_factory=list)
-    worst: str = ""  # the session of the largest ratio
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)  # why the LLM fell back
 
 
@@ -201,16 +199,11 @@ def _compact_corpus(samples: list[Sample], path: str, counter: TokenCounter) -> 
             messages = checkpoint.replacement_messages
             ends = [messages[0], messages[-1]] if len(messages) > 1 else messages[:1]
             target = max(target, counter.messages(ends))
-        ratio = checkpoint.replacement_tokens / target
-        if not s.ratios or ratio > max(s.ratios):
-            s.worst = sample.name
-        s.ratios.append(ratio)
+        s.ratios[sample.name] = checkpoint.replacement_tokens / target
         s.reductions.append(1 - checkpoint.replacement_tokens / checkpoint.source_tokens)
-        try:
+        with contextlib.suppress(Exception):  # an audit failure is a figure here, not a crash
             verify_checkpoint(sample.state.context, checkpoint, counter)
             s.audits_ok += 1
-        except Exception:  # an audit failure is a figure here, not a crash
-            pass
     return s
 
 
@@ -219,7 +212,7 @@ def _path_figures(path: str, s: PathStats, n: int) -> list[Figure]:
     name = f"compaction.{path}"
     pct = 100.0 * s.kept / s.total if s.total else 100.0
     task_pct = 100.0 * s.tasks_ok / len(s.ratios)
-    worst = max(s.ratios)
+    worst = max(s.ratios, key=s.ratios.__getitem__)
     mean = statistics.mean(s.reductions)
     refused_kinds = ", ".join(sorted({name.rsplit("-", 1)[0] for name in s.refused})) or "none"
     reduction = (
@@ -234,11 +227,11 @@ def _path_figures(path: str, s: PathStats, n: int) -> list[Figure]:
         Figure(f"{name}.active_task_kept", round(task_pct, 2), "%", "100 %", task_pct == 100.0, tasks),
         Figure(
             f"{name}.max_replacement_over_target",
-            round(worst, 3),
+            round(s.ratios[worst], 3),
             "ratio",
             "<= 1.0",
-            worst <= 1.0,
-            f"worst: {s.worst}",
+            s.ratios[worst] <= 1.0,
+            f"worst: {worst}",
         ),
         Figure(
             f"{name}.mean_reduction",

@@ -1,7 +1,5 @@
 """Context-accounting benchmark: the per-turn cost of the pre-request check on a 200,000-token session.
 
-Usage: python -m cairn.bench.context [--quick] [--json]
-
 A seeded session of about 2,000 messages (mostly tool turns, a few huge
 outputs) is folded from its events. Each measured turn does what the
 session actor does before a request (projection, phase, micro and snip
@@ -42,7 +40,7 @@ from cairn.bench._figure import Comparison, Figure
 from cairn.bench._measure import LoadMeter, timed
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import AssistantMessage, EventBase, SessionStarted, ToolResult, Usage, UserMessage
-from cairn.events.model import ImagePart, Message, TextPart, ToolCall, ToolStatus
+from cairn.events.model import ImagePart, Message, TextPart, ToolCall
 from cairn.events.state import SessionState, evolve, replay
 
 SEED = 20_261_203
@@ -67,9 +65,7 @@ SPEEDUP = Comparison(
 
 
 def _text(rng: random.Random, words: int) -> str:
-    lines = []
-    for _ in range(max(1, words // 12)):
-        lines.append(" ".join(rng.choice(_WORDS) for _ in range(12)))
+    lines = (" ".join(rng.choice(_WORDS) for _ in range(12)) for _ in range(max(1, words // 12)))
     return "\n".join(lines)
 
 
@@ -91,8 +87,6 @@ def plain_recount(encoding: Encoding, messages: tuple[Message, ...]) -> int:
                     texts.append(part.text)
                 elif isinstance(part, ImagePart):
                     total += DEFAULT_IMAGE_TOKENS
-                else:
-                    raise ValueError(f"the bench session has no {type(part).__name__}")
         for call in message.tool_calls:
             total += TOOL_CALL_OVERHEAD
             texts += [call.name, call.arguments, call.id]
@@ -100,60 +94,50 @@ def plain_recount(encoding: Encoding, messages: tuple[Message, ...]) -> int:
     return total
 
 
-class _Log:
-    """Numbers events like the journal, for folding them live (evolve) as the actor does."""
-
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-        self.ts = 1_750_000_000_000
-
-    def record(self, event: EventBase) -> Record:
-        self.ts += 1_000
-        seq = len(self.records) + 1
-        record = Record(seq - 1, SID, seq, self.ts, GENESIS, event)  # type: ignore[arg-type]
-        self.records.append(record)
-        return record
+def _append(records: list[Record], event: EventBase) -> Record:
+    """`event` numbered as the journal would, a second after the last, to fold it live as the actor does."""
+    seq = len(records) + 1
+    record = Record(seq - 1, SID, seq, 1_750_000_000_000 + 1_000 * seq, GENESIS, event)  # type: ignore[arg-type]
+    records.append(record)
+    return record
 
 
-def _tool_turn(log: _Log, rng: random.Random, n: int, output_words: int) -> None:
-    name = rng.choice(_TOOLS)
-    call = ToolCall(id=f"call-{n}", name=name, arguments=json.dumps({"path": f"src/mod{n % 97}.py"}))
-    log.record(AssistantMessage(message_id=f"a{n}", request_id=f"r{n}", tool_calls=(call,)))
-    huge = n % 150 == 149  # a few outputs over the X1 limit
-    text = _text(rng, output_words) if not huge else "x = 1\n" * 20_000
-    status: ToolStatus = "error" if n % 23 == 0 else "ok"
-    log.record(
-        ToolResult(
-            call_id=call.id,
-            tool_name=name,
-            status=status,
-            effect="write" if name in ("edit", "bash") else "read",
-            content=(TextPart(text),),
-        )
-    )
-
-
-def build_session(window: int, cap: int | None) -> tuple[_Log, SessionState, random.Random]:
-    """A seeded session of about 2,000 messages and 200,000 tokens of history."""
+def build_session(window: int, cap: int | None) -> tuple[list[Record], SessionState, random.Random]:
+    """A seeded session of about 2,000 messages and 200,000 tokens of history: its records, state, rng."""
     rng = random.Random(SEED)
-    log = _Log()
-    log.record(
+    schemas = tuple(
+        json.dumps({"name": name, "parameters": {"type": "object"}}, sort_keys=True)
+        for name in sorted(set(_TOOLS))
+    )
+    prompt = "You are a coding agent. " + _text(rng, 400)
+    records: list[Record] = []
+    _append(
+        records,
         SessionStarted(
             workspace="/work/repo",
             model="bench-model",
             context_window=window,
             max_output_tokens=cap,
-            system_prompt="You are a coding agent. " + _text(rng, 400),
-            tool_schemas=tuple(
-                json.dumps({"name": name, "parameters": {"type": "object"}}, sort_keys=True)
-                for name in sorted(set(_TOOLS))
-            ),
-        )
+            system_prompt=prompt,
+            tool_schemas=schemas,
+        ),
     )
-    log.record(UserMessage(message_id="u0", content=(TextPart("Port the service to the new API."),)))
+    _append(records, UserMessage(message_id="u0", content=(TextPart("Port the service to the new API."),)))
     for n in range(1, 1_000):
-        _tool_turn(log, rng, n, 150)
-    return log, replay(log.records), rng
+        name = rng.choice(_TOOLS)
+        call = ToolCall(id=f"call-{n}", name=name, arguments=json.dumps({"path": f"src/mod{n % 97}.py"}))
+        _append(records, AssistantMessage(message_id=f"a{n}", request_id=f"r{n}", tool_calls=(call,)))
+        huge = n % 150 == 149  # a few outputs over the X1 limit
+        text = "x = 1\n" * 20_000 if huge else _text(rng, 150)
+        result = ToolResult(
+            call_id=call.id,
+            tool_name=name,
+            status="error" if n % 23 == 0 else "ok",
+            effect="write" if name in ("edit", "bash") else "read",
+            content=(TextPart(text),),
+        )
+        _append(records, result)
+    return records, replay(records), rng
 
 
 def check(state: SessionState, view: HistoryView, now_ms: int) -> AssembledRequest:
@@ -181,49 +165,47 @@ def turn_events(
 
 
 def _turns(
-    log: _Log, state: SessionState, rng: random.Random, turns: int
+    records: list[Record], state: SessionState, rng: random.Random, turns: int
 ) -> tuple[dict[str, list[float]], SessionState, HistoryView]:
     """Measured turns: the check and the plain recount beside it (ms), then the turn's events folded in."""
     encoding = load_encoding()
     view = HistoryView(TokenCounter(encoding))
-    check(state, view, log.ts)  # the first request after replay builds the view once
+    check(state, view, records[-1].ts)  # the first request after replay builds the view once
     values: dict[str, list[float]] = {"recount": [], "check": []}
     for n in range(turns):
         recount = functools.partial(plain_recount, encoding, render_context(state.context))
         if n % 2 == 1:
             values["recount"].append(timed(recount, 1) * 1_000)
         started = time.perf_counter()
-        assembled = check(state, view, log.ts)
+        assembled = check(state, view, records[-1].ts)
         values["check"].append((time.perf_counter() - started) * 1_000)
         if n % 2 == 0:
             values["recount"].append(timed(recount, 1) * 1_000)
         for event in turn_events(assembled, f"r{5_000 + n}", f"call-{5_000 + n}", "t1", _text(rng, 150)):
-            state = evolve(state, log.record(event))
+            state = evolve(state, _append(records, event))
     return values, state, view
 
 
 def run(quick: bool) -> list[Figure]:
     """The `context` suite; the speedup meets its target only when the projection stayed consistent."""
     turns = 10 if quick else 60
-    log, state, rng = build_session(window=1_000_000, cap=None)
-    cold_view = HistoryView(TokenCounter(load_encoding()))
+    records, state, rng = build_session(window=1_000_000, cap=None)
+    cold_view = HistoryView(TokenCounter())
     occupancy(state, cold_view)
-    messages = len(state.context)
+    where = f"{len(state.context):,} messages, {cold_view.total:,} history tokens, {turns} turns"
     with LoadMeter() as load:
-        values, state, view = _turns(log, state, rng, turns)
-    fresh = occupancy(state, HistoryView(TokenCounter(load_encoding())))
-    consistent = fresh == occupancy(state, view)
-    visible = render_context(state.context)
-    recounted = plain_recount(load_encoding(), visible)
-    counted = TokenCounter(load_encoding()).messages(visible)
-    where = (
-        f"{messages:,} messages, {cold_view.total:,} history tokens, {turns} turns: check "
-        f"{statistics.median(values['check']):.3f} ms, recount {statistics.median(values['recount']):.3f} ms "
-        "(median)"
+        values, state, view = _turns(records, state, rng, turns)
+    where += (
+        f": check {statistics.median(values['check']):.3f} ms, "
+        f"recount {statistics.median(values['recount']):.3f} ms (median)"
     )
+    consistent = occupancy(state, HistoryView(TokenCounter())) == occupancy(state, view)
     if not consistent:
         where += "; INCREMENTAL PROJECTION DIFFERS FROM A FRESH ONE"
     speedup = SPEEDUP.judge(values, load, where)
+    visible = render_context(state.context)
+    recounted = plain_recount(load_encoding(), visible)
+    counted = TokenCounter().messages(visible)
     return [
         msgspec.structs.replace(speedup, met=bool(speedup.met) and consistent),
         Figure(

@@ -1,7 +1,5 @@
 """Host bookkeeping: user CPU per spawn and per passivation at 1k and 10k live sessions.
 
-Usage: python -m cairn.bench.hosts [--quick] [--json]
-
 Two child processes each hold one host, one with 1,000 live sessions and
 one with 10,000 (one scripted turn each, so every session has a real log to
 replay); each host in its own process, so neither pykka's process-wide
@@ -27,7 +25,6 @@ import gc
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,10 +46,6 @@ BARE_THREADS = 50  # bare threads started and ended per round, for the OS's part
 CLIENTS = 16
 IDLE_MS = 60_000
 GROWTH_TARGET = 1.5
-
-
-def _size(n: int) -> str:
-    return f"{n // 1000}k" if n % 1000 == 0 else f"{n / 1000:g}k" if n >= 1000 else str(n)
 
 
 def _one_turn_each(host: Host, workspace: Path, sids: list[str]) -> None:
@@ -90,16 +83,20 @@ def _bare_threads(count: int) -> dict[str, float]:
     return _spent(started, count)
 
 
-def _say(**fields: Any) -> None:
-    sys.stdout.write(json.dumps(fields) + "\n")
-    sys.stdout.flush()
-
-
 def _child(live: int) -> None:
     """A host with `live` live sessions, then a round of `N` sessions per `round N` line on stdin."""
-    root = Path(tempfile.mkdtemp(prefix="cairn-bench-hosts-"))
     clock = [1_000_000_000]
-    try:
+    order: collections.deque[tuple[int, str]] = collections.deque()  # (last touched, sid), oldest first
+
+    def touch(sids: list[str]) -> None:
+        """Each session's state, in order, one clock tick apart: the idle order is then known exactly."""
+        for sid in sids:
+            clock[0] += 1
+            host.state(sid)
+            order.append((clock[0], sid))
+
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-hosts-") as tmp:
+        root = Path(tmp)
         host = Host.open(
             root / "store",
             provider=ScriptedProvider(default=Reply(text="ok"), keep_requests=False),
@@ -113,16 +110,12 @@ def _child(live: int) -> None:
         sids = [f"s{n:05d}" for n in range(live)]
         _one_turn_each(host, root / "ws", sids)
         time.sleep(0.5)
-        # one touch each, in order, one clock tick apart: the idle order is then known exactly
-        order: collections.deque[tuple[int, str]] = collections.deque()
-        for sid in sids:
-            clock[0] += 1
-            host.state(sid)
-            order.append((clock[0], sid))
-        _say(live=len(host.live_sessions))
+        touch(sids)
+        print(json.dumps({"live": len(host.live_sessions)}), flush=True)
         for command in sys.stdin:
             size = int(command.split()[1])
             oldest = [order.popleft() for _ in range(size)]
+            sids = [sid for _, sid in oldest]
             gc.collect()  # untimed: each round starts from the same collector state on both sides
             started = _clocks()
             stopped = host.passivate_idle(now_ms=oldest[-1][0] + IDLE_MS)
@@ -130,14 +123,11 @@ def _child(live: int) -> None:
             if stopped != size:
                 raise RuntimeError(f"passivated {stopped} sessions, expected {size}")
             started = _clocks()
-            for _, sid in oldest:
-                clock[0] += 1
-                host.state(sid)
-                order.append((clock[0], sid))
-            _say(spawn=_spent(started, size), passivate=passivated, thread=_bare_threads(BARE_THREADS))
+            touch(sids)
+            spawned = _spent(started, size)
+            thread = _bare_threads(BARE_THREADS)
+            print(json.dumps({"spawn": spawned, "passivate": passivated, "thread": thread}), flush=True)
         host.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class _Child:
@@ -203,43 +193,33 @@ def run(quick: bool) -> list[Figure]:
     size = QUICK_ROUND if quick else ROUND
     rounds, load = _rounds(small, large, 9, size)
 
-    def pairs_of(what: str, clock: str) -> Pairs:
-        return Pairs([r[what][clock] for r in rounds[small]], [r[what][clock] for r in rounds[large]])
+    def growth(what: str, clock: str) -> str:
+        """The time per item at `small` live -> at `large` live, and the median of the pairs' growth."""
+        p = Pairs([r[what][clock] for r in rounds[small]], [r[what][clock] for r in rounds[large]])
+        return f"{p.baseline:,.0f} -> {p.subject:,.0f} us (growth {p.ratio:.2f}x)"
 
-    a, b = _size(small), _size(large)
-    thread, thread_sys = pairs_of("thread", "wall"), pairs_of("thread", "sys")
-    beside = (
-        f"{size} sessions a round, each host in its own child process, rounds in alternating pairs; "
-        f"the figure: time at {a} live over time at {b} live"
-    )
-    os_part = (
-        f"a bare thread started and ended in the same processes ({2 * small:,} vs {2 * large:,} "
-        f"threads) took {thread.baseline:,.0f} -> {thread.subject:,.0f} us wall (growth "
-        f"{thread.ratio:.2f}x, range {thread.ratio_range[0]:.2f}-{thread.ratio_range[1]:.2f}x), "
-        f"{thread_sys.baseline:,.0f} -> {thread_sys.subject:,.0f} us system CPU"
+    bare = (
+        f"a bare thread started and ended in the same processes ({2 * small:,} vs {2 * large:,} threads): "
+        f"wall {growth('thread', 'wall')}, system CPU {growth('thread', 'sys')}"
     )
     figures = []
     for what, how in (
         ("spawn", "spawn by replay (Host.state), one at a time"),
         ("passivate", "by the idle timeout"),
     ):
-        wall, kernel = pairs_of(what, "wall"), pairs_of(what, "sys")
-        growth = Comparison(
+        comparison = Comparison(
             f"hosts.{what}_growth",
-            f"live_{a}",
-            f"live_{b}",
-            f"user CPU per session, {how} (cairn's and Python's work), at {a} live over at {b} (us)",
+            f"live_{small}",
+            f"live_{large}",
+            f"user CPU per session, {how} (cairn's and Python's work), at {small:,} live over at {large:,}, "
+            f"{size} sessions a round (us)",
             target=1 / GROWTH_TARGET,
             says=f"<= {GROWTH_TARGET}x growth (>= {1 / GROWTH_TARGET:.2f}x)",
             better="lower",
         )
-        values = {f"live_{a}": [r[what]["user"] for r in rounds[small]]}
-        values[f"live_{b}"] = [r[what]["user"] for r in rounds[large]]
-        detail = (
-            f"{beside}; wall time per session {wall.baseline:,.0f} -> {wall.subject:,.0f} us (growth "
-            f"{wall.ratio:.2f}x), system CPU {kernel.baseline:,.0f} -> {kernel.subject:,.0f} us; {os_part}"
-        )
-        figures.append(growth.judge(values, load, detail))
+        values = {f"live_{n}": [r[what]["user"] for r in rounds[n]] for n in (small, large)}
+        detail = f"wall time per session {growth(what, 'wall')}, system CPU {growth(what, 'sys')}; {bare}"
+        figures.append(comparison.judge(values, load, detail))
     return figures
 
 

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cairn.bench._figure import Comparison, Figure, compare
-from cairn.bench._figure import unavailable as unavailable_figure
+from cairn.bench._figure import Comparison, Figure, compare, unavailable
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 #: output tokens per reply: short, so the first token is a visible part of a turn
@@ -37,49 +36,42 @@ def message(n: int, side: str) -> str:
 
 
 def run(quick: bool) -> list[Figure]:
-    from cairn.local_model import LocalModelServer, default_threads, unavailable
+    from cairn import local_model
 
-    reason = unavailable()
+    reason = local_model.unavailable()
     if reason is not None:
-        return [unavailable_figure("model", reason)]
-    pairs = 4 if quick else 10
-    server = LocalModelServer(context_window=2048, parallel=1, threads=max(1, default_threads() - 1))
-    with server, tempfile.TemporaryDirectory() as tmp:
-        return _measure(server, Path(tmp), pairs)
-
-
-def _measure(server: Any, root: Path, pairs: int) -> list[Figure]:
+        return [unavailable("model", reason)]
+    threads = max(1, local_model.default_threads() - 1)
     first_token = Comparison(
         "model.first_token_ratio",
         "sdk",
         "cairn",
         f"first streamed token of a new {len(message(0, 'a'))}-char message, SmolLM2-135M on llama.cpp's "
-        f"server ({server.threads} of the machine's threads, a core left for the host): the openai SDK "
+        f"server ({threads} of the machine's threads, a core left for the host): the openai SDK "
         "alone over Host.send (s)",
         target=1 / 1.10,
         says="cairn within 1.10x the SDK (>= 0.91x)",
         better="lower",
         fmt=".3f",
     )
-    sides = _Sides(server, root)
-    sdk, cairn = itertools.count(-1), itertools.count(-1)
-    try:
-        sides.bare(next(sdk))  # warm-up: the model's weights and the prompt cache, for both sides alike
-        sides.through_cairn(next(cairn))
-        sides.turns.clear()
-        measures = [
-            ("sdk", lambda: sides.bare(next(sdk))),
-            ("cairn", lambda: sides.through_cairn(next(cairn))),
-        ]
-        done = compare(measures, [first_token], pairs)
-    finally:
-        sides.close()
+    server = local_model.LocalModelServer(context_window=2048, parallel=1, threads=threads)
+    with server, tempfile.TemporaryDirectory() as tmp:
+        sides = _Sides(server, Path(tmp))
+        try:
+            sides.bare()  # warm-up: the model's weights and the prompt cache, for both sides alike
+            sides.through_cairn()
+            sides.turns.clear()
+            done = compare(
+                [("sdk", sides.bare), ("cairn", sides.through_cairn)], [first_token], 4 if quick else 10
+            )
+        finally:
+            sides.close()
     return [*done.figures, _overhead_figure(sides.turns)]
 
 
 class _Sides:
     """The two ways to the model: the openai SDK alone, and a turn through a `Host` (on its own
-    store); each returns the time to the first streamed token of message `n`."""
+    store); each returns the time to the first streamed token of its next message."""
 
     def __init__(self, server: Any, root: Path) -> None:
         import openai
@@ -99,8 +91,10 @@ class _Sides:
             root / "store", provider=self.provider, settings=settings, config=HostConfig(sweep=False)
         )
         self.turns: list[tuple[float, float]] = []  # (wall, provider) of each cairn turn
+        self.sent = {"a": itertools.count(-1), "b": itertools.count(-1)}  # messages sent by each side
 
-    def bare(self, n: int) -> float:
+    def bare(self) -> float:
+        n = next(self.sent["a"])
         began = time.perf_counter()
         stream = self.sdk.chat.completions.create(
             model=self.server.alias,
@@ -115,9 +109,10 @@ class _Sides:
                 first = time.perf_counter() - began
         return first
 
-    def through_cairn(self, n: int) -> float:
+    def through_cairn(self) -> float:
         from cairn.actors.provider.base import TextDelta
 
+        n = next(self.sent["b"])
         began = time.perf_counter()
         turn = self.host.send(f"speed-{n + 1}", message(n, "b"), workspace=self.workspace)
         first = 0.0

@@ -1,7 +1,5 @@
 """Respawn benchmark: the first request of a 200,000-token session rebuilt from its log, against a warm one.
 
-Usage: python -m cairn.bench.respawn [--quick] [--json]
-
 The context bench's seeded session (about 2,000 messages) is written to a
 real store with each message's token count as the session actor records it
 (`with_counts`); the store is reopened (a new host on it) and the session
@@ -19,7 +17,6 @@ gives. The respawn itself (`respawn_ms`, load + prepare, shown with
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
 import tempfile
@@ -32,7 +29,7 @@ from cairn.actors.session.counts import with_counts
 from cairn.actors.session.request import assemble
 from cairn.actors.session.tracker import occupancy, prepare
 from cairn.actors.session.view import HistoryView
-from cairn.actors.tokens import TokenCounter, load_encoding
+from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Comparison, Figure, compare
 from cairn.bench._measure import spread, timed
 from cairn.bench.context import build_session, check, turn_events
@@ -51,7 +48,7 @@ class _Warm:
     """A live session: its state and an up-to-date view; each turn folds a request, reply, usage, result."""
 
     def __init__(self, state: SessionState, now_ms: int) -> None:
-        self.counter = TokenCounter(load_encoding())
+        self.counter = TokenCounter()
         self.view = HistoryView(self.counter)
         self.state = state
         self.now_ms = now_ms
@@ -71,56 +68,51 @@ class _Warm:
 
 
 def _check_s(state: SessionState, view: HistoryView, now_ms: int) -> float:
-    """The seconds of one pre-request check and assembly."""
     return timed(lambda: check(state, view, now_ms), 1)
 
 
 def _prepared(state: SessionState) -> HistoryView:
     """What the session actor's load leaves for its first request: a new counter and view, prepared."""
-    view = HistoryView(TokenCounter(load_encoding()))
+    view = HistoryView(TokenCounter())
     prepare(state, view)
     return view
-
-
-def _respawn_ms(journal: Journal, runs: int) -> tuple[list[float], list[float]]:
-    """The respawn as the session actor's load does it, `runs` times: (load ms, prepare ms) of each."""
-    loads: list[float] = []
-    prepares: list[float] = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        state = journal.load(SID)
-        loaded = time.perf_counter()
-        _prepared(state)
-        prepares.append((time.perf_counter() - loaded) * 1_000)
-        loads.append((loaded - started) * 1_000)
-    return loads, prepares
 
 
 def _counts_equal(state: SessionState) -> bool:
     """The rebuilt view's counts (stored ones trusted) equal a fresh count of every message."""
     stored = _prepared(state)
-    fresh = HistoryView(TokenCounter(load_encoding()))
+    fresh = HistoryView(TokenCounter())
     fresh.sync(msgspec.structs.replace(state, context_counts=()))
     indexes = range(len(state.context))
     return [stored.message_tokens(i) for i in indexes] == [fresh.message_tokens(i) for i in indexes]
 
 
 def _write_and_respawn(store: Path, events: list[EventBase]) -> tuple[SessionState, list[float], list[float]]:
-    """Write the session with its counts, reopen the store (a new host on it), respawn it 5 times."""
+    """Write the session with its counts, reopen the store (a new host on it), and respawn it 5 times
+    as the session actor's load does (`Journal.load`, then `tracker.prepare`): the state, and the
+    load's and the prepare's ms of each respawn."""
     with Journal.open(store) as journal:
-        counter = TokenCounter(load_encoding())
+        counter = TokenCounter()
         for start in range(0, len(events), BATCH):
             batch = with_counts(events[start : start + BATCH], counter, first_seq=start + 1)
             journal.append(SID, batch, expected_seq=start)
+    loads: list[float] = []
+    prepares: list[float] = []
     with Journal.open(store) as journal:
-        loads, prepares = _respawn_ms(journal, 5)
-        return journal.load(SID), loads, prepares
+        for _ in range(5):
+            started = time.perf_counter()
+            state = journal.load(SID)
+            loaded = time.perf_counter()
+            _prepared(state)
+            prepares.append((time.perf_counter() - loaded) * 1_000)
+            loads.append((loaded - started) * 1_000)
+    return state, loads, prepares
 
 
 def _measure(window: int, cap: int | None, label: str, pairs: int, root: Path) -> tuple[list[Figure], int]:
     """One window: write, reopen, respawn, then first vs warm; the figures and the history tokens."""
-    log, _, _ = build_session(window=window, cap=cap)
-    state, loads, prepares = _write_and_respawn(root / label, [record.event for record in log.records])
+    records, _, _ = build_session(window=window, cap=cap)
+    state, loads, prepares = _write_and_respawn(root / label, [record.event for record in records])
     prefix = f"respawn.{label}"
     judged = Comparison(
         f"{prefix}.first_vs_warm",
@@ -133,19 +125,19 @@ def _measure(window: int, cap: int | None, label: str, pairs: int, root: Path) -
         fmt=",.2f",
         scale=1000,
     )
+    now_ms = records[-1].ts
     # the first request after the respawn: the check on a view the load prepared (the prepare untimed)
     measures = [
-        ("warm", _Warm(state, log.ts).request_s),
-        ("first", lambda: _check_s(state, _prepared(state), log.ts)),
+        ("warm", _Warm(state, now_ms).request_s),
+        ("first", lambda: _check_s(state, _prepared(state), now_ms)),
     ]
     first = compare(measures, [judged], pairs).figures[0]
     equal = _counts_equal(state)
-    view = HistoryView(TokenCounter(load_encoding()))
-    view.sync(state)
+    history = _prepared(state).total
     stored = sum(1 for count in state.context_counts if count is not None)
     where = (
         f"{len(state.context):,} messages ({stored:,} with a stored count), "
-        f"{view.total:,} history tokens, window {window:,}"
+        f"{history:,} history tokens, window {window:,}"
     )
     respawns = [load_ms + prepare_ms for load_ms, prepare_ms in zip(loads, prepares, strict=True)]
     return [
@@ -167,19 +159,16 @@ def _measure(window: int, cap: int | None, label: str, pairs: int, root: Path) -
             equal,
             "every count the rebuilt view uses equals a fresh count of the message as the model sees it",
         ),
-    ], view.total
+    ], history
 
 
 def run(quick: bool) -> list[Figure]:
     """The `respawn` suite: below the hand-off band (1M window), then in it."""
     pairs = 5 if quick else 11
-    root = Path(tempfile.mkdtemp(prefix="cairn-bench-respawn-"))
-    try:
-        figures, history = _measure(1_000_000, None, "below_handoff", pairs, root)
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-respawn-") as tmp:
+        figures, history = _measure(1_000_000, None, "below_handoff", pairs, Path(tmp))
         band_window = history * 100 // 75 + 10_000  # the hand-off band: history at 75 % of the budget
-        return figures + _measure(band_window, 10_000, "handoff_band", pairs, root)[0]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        return figures + _measure(band_window, 10_000, "handoff_band", pairs, Path(tmp))[0]
 
 
 if __name__ == "__main__":
