@@ -25,19 +25,20 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cairn.actors.provider.base import Provider
 from cairn.actors.provider.config import OpenAIConfig, ProviderConfigError
 from cairn.actors.provider.openai_compat import OpenAIProvider
 from cairn.actors.provider.scripted import ScriptedProvider
 from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Figure, shown
-from cairn.bench.quality_builder import FACT_KINDS, Session
+from cairn.bench.quality_builder import FACT_KINDS
 from cairn.bench.quality_corpus import corpus, spent_record_sessions
-from cairn.bench.quality_judge import JUDGE_ENV, JudgeScore, fits_window, judge_session, judge_set
+from cairn.bench.quality_judge import JUDGE_ENV, Judge, judge_set
 from cairn.bench.quality_longrun import TURNS, longrun_figures
-from cairn.bench.quality_probe import STRATEGIES, Probe, ProviderFactory, Run, Score, SessionHook, evaluate
+from cairn.bench.quality_probe import STRATEGIES, Score, evaluate
 
 #: a useful summarizer keeps at least this share of the summary-only facts (and no stale fact) ...
 QUALITY_TARGET_SUMMARY_ONLY = 20.0
@@ -45,18 +46,11 @@ QUALITY_TARGET_SUMMARY_ONLY = 20.0
 QUALITY_TARGET_COST = 0.5
 #: the blank summary must be at least this many points below the ceiling on summary-only facts
 BLANK_MARGIN = 50.0
-FULL_PER_KIND = 8
-QUICK_PER_KIND = 2
-QUICK_TURNS = 200
-SPENT_RECORD_SESSIONS = 8
 SCORED_KINDS = tuple(kind for kind in FACT_KINDS if kind != "superseded")
 TARGET_TEXT = (
     f"summary-only >= {QUALITY_TARGET_SUMMARY_ONLY:.0f} %, none stale, "
     f"tokens <= {QUALITY_TARGET_COST:.0%} of the ceiling"
 )
-#: the summarizer under test: `scripted` (offline, the default) or `openai` (the `CAIRN_*` settings)
-PROVIDER_ENV = "CAIRN_BENCH_PROVIDER"
-PROVIDERS = ("scripted", "openai")
 _LABELS = {
     "ceiling": "full uncompacted context",
     "blank": "blank summary (seven headings, no evidence)",
@@ -64,36 +58,36 @@ _LABELS = {
     "fallback": "deterministic fallback (F1-F5)",
     "fallback_at_budget": "deterministic fallback (F1-F5) built for the summarizer's tokens",
 }
-SCRIPTED_LABEL = "summarizer under test: scripted provider, the pipeline's floor, not model quality"
 
 
 @dataclass(frozen=True)
 class Summarizer:
-    """The summarizer under test: how to make its provider, what to call it, how to release it."""
+    """The summarizer under test: a real model (`provider`, the judge's too) or, without one, the
+    scripted provider (the pipeline's floor, not a model's quality); `label` says which."""
 
-    name: str
-    factory: ProviderFactory
-    label: str
-    close: Callable[[], None]
+    label: str = "summarizer under test: scripted provider, the pipeline's floor, not model quality"
+    provider: OpenAIProvider | None = None
     model: str = ""
 
     @property
     def real(self) -> bool:
         """A real model answers: its figures are a model's quality, and the quality target applies."""
-        return self.name != "scripted"
+        return self.provider is not None
+
+    def factory(self) -> Provider:
+        return ScriptedProvider() if self.provider is None else self.provider
 
 
 def summarizer_for(name: str, environ: Mapping[str, str]) -> Summarizer:
     """`scripted`, or `openai` from the `CAIRN_*` settings in `environ` (`ProviderConfigError` names a
     missing or malformed setting, never the key)."""
     if name == "scripted":
-        return Summarizer(name, ScriptedProvider, SCRIPTED_LABEL, lambda: None)
+        return Summarizer()
     if name != "openai":
-        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+        raise ValueError(f"unknown provider {name!r}; known: scripted, openai")
     config = OpenAIConfig.from_env(environ)
-    provider = OpenAIProvider(config)
     label = f"summarizer under test: model {config.model} at {config.endpoint}: a model's quality"
-    return Summarizer(name, lambda: provider, label, provider.close, config.model)
+    return Summarizer(label, OpenAIProvider(config), config.model)
 
 
 def _cost(score: Score) -> float:
@@ -118,7 +112,7 @@ def meets_quality_target(score: Score) -> bool:
 
 def run(quick: bool) -> list[Figure]:
     """The `quality` suite, its summarizer named by `CAIRN_BENCH_PROVIDER` (`cairn bench --provider`)."""
-    return run_with(quick, os.environ.get(PROVIDER_ENV) or "scripted", os.environ)
+    return run_with(quick, os.environ.get("CAIRN_BENCH_PROVIDER") or "scripted", os.environ)
 
 
 def run_with(quick: bool, provider: str, environ: Mapping[str, str], *, longrun: bool = True) -> list[Figure]:
@@ -129,58 +123,39 @@ def run_with(quick: bool, provider: str, environ: Mapping[str, str], *, longrun:
     except (ProviderConfigError, ValueError) as exc:
         return [shown("quality.provider", provider, "", "usable", False, str(exc))]
     try:
-        figures = _run(quick, summarizer, summarizer.real and environ.get(JUDGE_ENV) == "1")
+        figures = _run(2 if quick else 8, summarizer, summarizer.real and environ.get(JUDGE_ENV) == "1")
     finally:
-        summarizer.close()
-    return figures + (longrun_figures(QUICK_TURNS if quick else TURNS) if longrun else [])
+        if summarizer.provider is not None:
+            summarizer.provider.close()
+    return figures + (longrun_figures(200 if quick else TURNS) if longrun else [])
 
 
-def _run(quick: bool, summarizer: Summarizer, judge: bool) -> list[Figure]:
-    per_kind = QUICK_PER_KIND if quick else FULL_PER_KIND
+def _run(per_kind: int, summarizer: Summarizer, judging: bool) -> list[Figure]:
     sessions = corpus(per_kind)
     counter = TokenCounter()
-    verdicts = JudgeScore()
-    hook: SessionHook | None = None
-    fits: Callable[[Session], bool] = bool
-    if judge:
-        provider = summarizer.factory()
-
-        def hook(session: Session, probes: list[Probe], runs: dict[str, Run]) -> None:
-            judge_session(verdicts, provider, summarizer.model, session, probes, runs)
-
-        def fits(session: Session) -> bool:
-            return fits_window(provider, session, counter)
-
-    on_corpus = judge and all(fits(s) for s in sessions)
-    scores, _ = evaluate(
-        sessions, counter, summarizer=summarizer.factory, on_session=hook if on_corpus else None
-    )
+    judge = Judge(summarizer.factory(), summarizer.model, counter) if judging else None
+    on_corpus = judge is not None and all(judge.fits(s) for s in sessions)
+    hook = judge if on_corpus else None
+    scores, _ = evaluate(sessions, counter, summarizer=summarizer.factory, on_session=hook)
     figures = _score_figures(scores, summarizer)
-    if judge:
-        where = "the corpus" if on_corpus else _judge_own_set(per_kind, fits, hook, summarizer, counter)
-        figures.append(_judge_figure(verdicts, where))
+    if judge is not None:
+        where = "the corpus" if on_corpus else _judge_own_set(per_kind, judge, summarizer, counter)
+        figures.append(_judge_figure(judge, where))
     return [*figures, _spent_record_figure(counter)]
 
 
-def _judge_own_set(
-    per_kind: int,
-    fits: Callable[[Session], bool],
-    hook: SessionHook | None,
-    summarizer: Summarizer,
-    counter: TokenCounter,
-) -> str:
+def _judge_own_set(per_kind: int, judge: Judge, summarizer: Summarizer, counter: TokenCounter) -> str:
     """Judge the judge's own set (`quality_judge.judge_set`: the corpus's shapes with the filler scaled
     to fit the endpoint's window), and say what it was."""
-    chosen = judge_set(per_kind, fits)
-    own, _ = evaluate([s for s, _ in chosen], counter, summarizer=summarizer.factory, on_session=hook)
+    chosen = judge_set(per_kind, judge.fits)
+    own, _ = evaluate([s for s, _ in chosen], counter, summarizer=summarizer.factory, on_session=judge)
     scales = Counter(scale for _, scale in chosen)
     by_scale = ", ".join(f"{n} at {scale:g}" for scale, n in sorted(scales.items(), reverse=True))
     used = own["summarizer"]
-    taken = used.compactions - used.fallbacks - used.refused
     return (
         f"the judge's own set (the corpus does not fit the endpoint's window): {len(chosen)} sessions of"
         f" the same shapes, filler scaled to fit ({by_scale}); the summarizer's summaries taken there:"
-        f" {taken} of {used.compactions}"
+        f" {used.taken} of {used.compactions}"
     )
 
 
@@ -199,10 +174,9 @@ def _score_figures(scores: dict[str, Score], summarizer: Summarizer) -> list[Fig
         figures.append(
             shown(f"quality.{name}.facts_kept", round(kept_pct(score), 1), "%", None, None, detail)
         )
-        target, met = (None, None)
-        if name == "blank":
-            target = f"<= ceiling - {BLANK_MARGIN:.0f} points"
-            met = score.summary_only_pct() <= ceiling.summary_only_pct() - BLANK_MARGIN
+        blank = name == "blank"
+        target = f"<= ceiling - {BLANK_MARGIN:.0f} points" if blank else None
+        met = score.summary_only_pct() <= ceiling.summary_only_pct() - BLANK_MARGIN if blank else None
         detail = (
             f"{score.summary_only_carried}/{score.summary_only} facts no task or record carries; "
             f"ceiling {ceiling.summary_only_pct():.1f} %"
@@ -232,26 +206,17 @@ def _summarizer_figures(scores: dict[str, Score], real: bool) -> list[Figure]:
     """Its quality target and its gain over the fallback at its tokens (judged only for a real model),
     and how many of its summaries were taken as the checkpoint (strategy `llm`)."""
     summarizer, at_budget, fallback = scores["summarizer"], scores["fallback_at_budget"], scores["fallback"]
-    meets = meets_quality_target(summarizer)
+    meets = "yes" if meets_quality_target(summarizer) else "no"
     judged = "a real model" if real else "the scripted provider (offline: no target)"
     blank = "yes" if meets_quality_target(scores["blank"]) else "no"
+    target, met = (TARGET_TEXT, meets == "yes") if real else (None, None)
     detail = f"{TARGET_TEXT}; judges {judged} (blank: {blank})"
-    figures = [
-        shown(
-            "quality.summarizer.meets_quality_target",
-            "yes" if meets else "no",
-            "",
-            TARGET_TEXT if real else None,
-            meets if real else None,
-            detail,
-        )
-    ]
-    taken = summarizer.compactions - summarizer.fallbacks - summarizer.refused
-    share = 100.0 * taken / summarizer.compactions if summarizer.compactions else 100.0
+    figures = [shown("quality.summarizer.meets_quality_target", meets, "", target, met, detail)]
+    share = 100.0 * summarizer.taken / summarizer.compactions if summarizer.compactions else 100.0
     why = "; ".join(f"{count} x {reason}" for reason, count in summarizer.failures.most_common(4))
     detail = (
-        f"{taken} of {summarizer.compactions} summaries taken as the checkpoint, {summarizer.fallbacks} fell "
-        f"back, {summarizer.refused} refused" + (f"; why: {why}" if why else "")
+        f"{summarizer.taken} of {summarizer.compactions} summaries taken as the checkpoint, "
+        f"{summarizer.fallbacks} fell back, {summarizer.refused} refused" + (f"; why: {why}" if why else "")
     )
     figures.append(
         shown("quality.summarizer.accepted", round(share, 1), "% of summaries", None, None, detail)
@@ -273,7 +238,7 @@ def _summarizer_figures(scores: dict[str, Score], real: bool) -> list[Figure]:
 def _spent_record_figure(counter: TokenCounter) -> Figure:
     """The spent-record probe set, offline: what the host's own parts (the blank summary and the
     fallback) present as current once a recorded next action was run and replaced."""
-    scores, _ = evaluate(spent_record_sessions(SPENT_RECORD_SESSIONS), counter)
+    scores, _ = evaluate(spent_record_sessions(8), counter)
     by_strategy = ", ".join(f"{name} {scores[name].stale}/{scores[name].superseded}" for name in STRATEGIES)
     detail = (
         f"a next action recorded (C8), run as a successful tool call, then replaced by a plain-text "
@@ -284,11 +249,12 @@ def _spent_record_figure(counter: TokenCounter) -> Figure:
     host = (scores["blank"], scores["fallback"])
     value = round(max(score.stale_pct() for score in host), 1)
     met = all(score.stale == 0 for score in host)
-    target = "0 % (blank and fallback)"
-    return shown("quality.spent_record.superseded_as_current", value, "%", target, met, detail)
+    return shown(
+        "quality.spent_record.superseded_as_current", value, "%", "0 % (blank and fallback)", met, detail
+    )
 
 
-def _judge_figure(v: JudgeScore, where: str) -> Figure:
+def _judge_figure(v: Judge, where: str) -> Figure:
     ratio = v.ratio()
     kinds = ", ".join(f"{k} {c[1]}->{c[2]}/{c[0]}" for k, c in sorted(v.by_kind.items()))
     skipped = "; ".join(f"{count} x {why}" for why, count in v.skipped.items())

@@ -11,6 +11,7 @@ import random
 from typing import Literal, get_args
 
 import msgspec
+from msgspec.structs import replace
 
 from cairn.events.codec import GENESIS, Record
 from cairn.events.kinds import (
@@ -29,46 +30,13 @@ FactKind = Literal[
     "task", "constraint", "identifier", "decision", "error", "fix", "number", "next-action", "superseded"
 ]
 FACT_KINDS: tuple[FactKind, ...] = get_args(FactKind)
-WINDOW = 200_000
 WORKSPACE = "/bench/ws"
 #: filler words of the generated sessions (the long runs use its first 25)
-WORDS = [
-    "parser",
-    "module",
-    "config",
-    "retry",
-    "cache",
-    "index",
-    "token",
-    "buffer",
-    "handler",
-    "schema",
-    "request",
-    "session",
-    "journal",
-    "segment",
-    "offset",
-    "commit",
-    "replay",
-    "checkpoint",
-    "summary",
-    "budget",
-    "window",
-    "fixture",
-    "value",
-    "payload",
-    "record",
-    "entry",
-    "frame",
-    "reader",
-    "writer",
-    "stream",
-    "queue",
-    "worker",
-    "state",
-    "event",
-    "field",
-]
+WORDS = (  # noqa: SIM905 (35 words read better as text than one a line)
+    "parser module config retry cache index token buffer handler schema request session journal segment "
+    "offset commit replay checkpoint summary budget window fixture value payload record entry frame reader "
+    "writer stream queue worker state event field"
+).split()
 _CODE = (
     "def {a}_{b}(self, {b}):",
     "    {a} = self.{b}.get({b!r})",
@@ -82,54 +50,50 @@ _CODE = (
 
 
 class Fact(msgspec.Struct, frozen=True):
-    """One planted fact: its kind, the strings that carry it, and the log seq that planted it."""
+    """One planted fact: its kind, the strings that carry it, and the log seq that planted it.
+
+    A superseded fact names the fact that replaced it (`replaced_by`) and asks
+    its question, answered with the old value; `answer` is the string a right
+    answer to the judge's `question` contains.
+    """
 
     key: str
     kind: FactKind
     anchors: tuple[str, ...]
     seq: int
-    #: for a superseded fact: the key of the fact that replaced it
     replaced_by: str = ""
-    #: the judge's question and the string a right answer contains (a superseded fact asks its
-    #: replacement's question, answered with the old value)
     question: str = ""
     answer: str = ""
 
 
 class Session(msgspec.Struct, frozen=True):
-    """One generated session: its records, where it compacts, and the facts planted in it."""
+    """One generated session: its records, the seqs a compaction runs right after, its planted facts."""
 
     name: str
     kind: str
     records: tuple[Record, ...]
-    #: a compaction runs right after the record of each of these seqs
     compact_after: tuple[int, ...]
     facts: tuple[Fact, ...]
 
 
 class SessionBuilder:
-    """Appends events as records and remembers the facts they plant."""
+    """Appends events as records and remembers the facts they plant; `filler_scale` < 1 keeps that
+    share of the filler steps (the judge's shorter sessions, same facts)."""
 
-    #: the filler words (the long runs use the first 25)
     words = WORDS
 
     def __init__(
-        self, name: str, rng: random.Random, window: int = WINDOW, filler_scale: float = 1.0
+        self, name: str, rng: random.Random, window: int = 200_000, filler_scale: float = 1.0
     ) -> None:
         self.name = name
         self.rng = rng
-        #: the share of filler steps kept (< 1: the judge's shorter sessions, same facts)
         self.filler_scale = filler_scale
         self.records: list[Record] = []
-        self.facts: list[Fact] = []
+        self.facts: dict[str, Fact] = {}
         self.compact_after: list[int] = []
         self.turn: str | None = None
         self.n = 0
         self.add(SessionStarted(workspace=WORKSPACE, model="bench", context_window=window))
-
-    @property
-    def seq(self) -> int:
-        return len(self.records)
 
     def add(self, event: EventBase) -> int:
         seq = len(self.records) + 1
@@ -180,23 +144,20 @@ class SessionBuilder:
 
     def plant(self, kind: FactKind, anchors: tuple[str, ...], seq: int, question: str, answer: str) -> str:
         key = f"{kind}-{len(self.facts)}"
-        self.facts.append(Fact(key, kind, anchors, seq, question=question, answer=answer))
+        self.facts[key] = Fact(key, kind, anchors, seq, question=question, answer=answer)
         return key
 
-    def supersede(self, old_key: str, new_key: str) -> None:
-        """`old_key` was replaced by `new_key`: it becomes a superseded fact asking the new one's question."""
-        question = next(f.question for f in self.facts if f.key == new_key)
-        replace = msgspec.structs.replace
-        self.facts = [
-            replace(f, kind="superseded", replaced_by=new_key, question=question) if f.key == old_key else f
-            for f in self.facts
-        ]
+    def supersede(self, old: str, new: str) -> None:
+        """Fact `old` was replaced by `new`: it becomes a superseded fact asking the new one's question."""
+        question = self.facts[new].question
+        self.facts[old] = replace(self.facts[old], kind="superseded", replaced_by=new, question=question)
 
     def compact_here(self) -> None:
-        self.compact_after.append(self.seq)
+        self.compact_after.append(len(self.records))
 
     def session(self, kind: str) -> Session:
-        return Session(self.name, kind, tuple(self.records), tuple(self.compact_after), tuple(self.facts))
+        facts = tuple(self.facts.values())
+        return Session(self.name, kind, tuple(self.records), tuple(self.compact_after), facts)
 
     # -- filler (the order of the rng's draws is the corpus: changing it changes every session) --
 
@@ -207,18 +168,17 @@ class SessionBuilder:
         out = []
         for i in range(lines):
             a, b = self.rng.choice(WORDS), self.rng.choice(WORDS)
-            if not i:
+            if i == 0:
                 out.append(f'"""{self.prose(8)}."""')
-                continue
-            prose = self.prose(6)
-            out.append(self.rng.choice(_CODE).format(a=a, b=b, A=a.title(), B=b.title(), prose=prose))
+            else:
+                prose = self.prose(6)
+                out.append(self.rng.choice(_CODE).format(a=a, b=b, A=a.title(), B=b.title(), prose=prose))
         return "\n".join(out)
 
     def filler_path(self) -> str:
         return f"src/app/{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.py"
 
     def on_file(self, name: str, path: str, output: str, text: str, effect: ToolEffect = "read") -> int:
-        """A tool call that reads or writes the file `path`."""
         return self.tool(name, f'{{"path": "{path}"}}', output, text=text, effect=effect, path=path)
 
     def read_filler(self) -> int:
@@ -252,7 +212,6 @@ class SessionBuilder:
         return int((i + 1) * self.filler_scale) > int(i * self.filler_scale)
 
     def filler(self, steps: int) -> None:
-        """`steps` filler tool calls, times the builder's filler scale."""
         for _ in range(round(steps * self.filler_scale)):
             pick = self.rng.random()
             if pick < 0.45:

@@ -24,7 +24,9 @@ from cairn.bench.quality_builder import WORDS, FactNames, Session, SessionBuilde
 from cairn.events.model import ImagePart, TextPart
 
 SEED = 20_261_203
+SPENT_RECORD_SEED = 20_261_205
 _Q_TASK = "Which function does the current task ask to change?"
+_Q_NEXT = "What exact command is the pending next action?"
 #: fact kinds whose anchors are statements (all anchors within one line), not bare strings
 STATEMENT_KINDS = frozenset({"task", "constraint", "decision", "fix", "next-action"})
 
@@ -123,7 +125,7 @@ def _next_action(b: SessionBuilder, nm: FactNames, *, record: bool) -> None:
     if record:
         text += f"\nEXACT CONTINUATION RECORD [Exact next action] :: {command}"
     seq = b.say(text)
-    b.plant("next-action", (command,), seq, "What exact command is the pending next action?", command)
+    b.plant("next-action", (command,), seq, _Q_NEXT, command)
 
 
 # -- the eight shapes: each follows the task (`build_session`), and returns the range of the filler
@@ -155,22 +157,21 @@ def _debugging(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
 
 
 def _research(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
+    numbers = {5: "max frame", 14: "median fetch", 22: "cache hit rate"}
     for i in range(b.rng.randrange(25, 40)):
-        if i in (5, 14, 22):
-            _number(b, ("max frame", "median fetch", "cache hit rate")[(5, 14, 22).index(i)])
-            continue
-        if i == 10:
+        if i in numbers:
+            _number(b, numbers[i])
+        elif i == 10:
             _identifier(b, nm)
-            continue
-        if not b.keeps_filler_step(i):
-            continue
-        url = f"https://docs.example.org/{b.rng.choice(WORDS)}/{b.rng.choice(WORDS)}"
-        if b.rng.random() < 0.4:
-            b.tool(
-                "web-fetch", f'{{"url": "{url}"}}', b.prose(b.rng.randrange(200, 700)), text=b.maybe_text()
-            )
-        else:
-            b.read_filler() if b.rng.random() < 0.6 else b.grep_filler()
+        elif b.keeps_filler_step(i):
+            url = f"https://docs.example.org/{b.rng.choice(WORDS)}/{b.rng.choice(WORDS)}"
+            if b.rng.random() < 0.4:
+                fetched = b.prose(b.rng.randrange(200, 700))
+                b.tool("web-fetch", f'{{"url": "{url}"}}', fetched, text=b.maybe_text())
+            elif b.rng.random() < 0.6:
+                b.read_filler()
+            else:
+                b.grep_filler()
     _superseded_value(b, nm, by_user=False)
     _decision(b, nm, nm.reasons[0])
     return 6, 10
@@ -207,12 +208,9 @@ def _steering(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
 
 def _images(b: SessionBuilder, nm: FactNames, task: str) -> tuple[int, int]:
     for n in range(b.rng.randrange(2, 4)):
-        value = _value(b.rng)
-        caption = (
-            f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route /v2/{nm.mod}{n}_{nm.sfx}"
-        )
+        value, route = _value(b.rng), f"/v2/{nm.mod}{n}_{nm.sfx}"
+        caption = f"Screenshot of {b.rng.choice(_CAPTIONS)}: error rate {value} on route {route}"
         seq = b.user((TextPart(caption), ImagePart(data="iVBORw0KGgo" * 400)))
-        route = f"/v2/{nm.mod}{n}_{nm.sfx}"
         question = f"What error rate did the screenshot show on {route}?"
         b.plant("number", (f"error rate {value}",), seq, question, value)
         b.say(f"The screenshot shows {b.prose(12)}.")
@@ -286,31 +284,24 @@ def corpus(per_kind: int, seed: int = SEED) -> list[Session]:
     return [build_session(kind, i, rng) for i in range(per_kind) for kind in KINDS]
 
 
-def _spent_record(b: SessionBuilder) -> None:
-    nm = FactNames(b)
-    _task(b, nm)
-    b.filler(b.rng.randrange(4, 8))
-    done = f"pytest {nm.test} -k {nm.case}_first"
-    seq = b.say(f"Next: run `{done}`.\nEXACT CONTINUATION RECORD [Exact next action] :: {done}")
-    old = b.plant("next-action", (done,), seq, "", done)
-    b.tool("bash", f'{{"cmd": "{done}"}}', f"===== {b.rng.randrange(5, 40)} passed =====", text="Run it.")
-    b.filler(b.rng.randrange(3, 6))
-    pending = f"pytest {nm.test} -k {nm.case}_second --maxfail=1"
-    seq = b.say(f"Next: run `{pending}` once the fixture is regenerated.")
-    question = "What exact command is the pending next action?"
-    b.supersede(old, b.plant("next-action", (pending,), seq, question, pending))
-    b.filler(b.rng.randrange(10, 14))
-    b.compact_here()
-
-
-SPENT_RECORD_SEED = 20_261_205
-
-
 def spent_record_sessions(count: int, seed: int = SPENT_RECORD_SEED) -> list[Session]:
     rng = random.Random(seed)
     out = []
     for index in range(count):
         b = SessionBuilder(f"spent-record-{index}", rng)
-        _spent_record(b)
+        nm = FactNames(b)
+        _task(b, nm)
+        b.filler(b.rng.randrange(4, 8))
+        done = f"pytest {nm.test} -k {nm.case}_first"
+        seq = b.say(f"Next: run `{done}`.\nEXACT CONTINUATION RECORD [Exact next action] :: {done}")
+        old = b.plant("next-action", (done,), seq, "", done)
+        ran = f"===== {b.rng.randrange(5, 40)} passed ====="
+        b.tool("bash", f'{{"cmd": "{done}"}}', ran, text="Run it.")
+        b.filler(b.rng.randrange(3, 6))
+        pending = f"pytest {nm.test} -k {nm.case}_second --maxfail=1"
+        seq = b.say(f"Next: run `{pending}` once the fixture is regenerated.")
+        b.supersede(old, b.plant("next-action", (pending,), seq, _Q_NEXT, pending))
+        b.filler(b.rng.randrange(10, 14))
+        b.compact_here()
         out.append(b.session("spent-record"))
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,26 +57,6 @@ JUDGE_SEED = 20_261_206
 _ANSWER_RE = re.compile(r"^\s*(\d+)\s*[.):]\s*(.*)$")
 
 
-@dataclass
-class JudgeScore:
-    """Right answers before (full context) and after (compacted) compaction, and stale ones."""
-
-    asked: int = 0
-    before: int = 0
-    after: int = 0
-    superseded: int = 0
-    stale_before: int = 0
-    stale_after: int = 0
-    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [asked, before, after]
-    judged: int = 0
-    #: why sessions were not judged, and how many
-    skipped: dict[str, int] = field(default_factory=dict)
-
-    def ratio(self) -> float | None:
-        """Accuracy after over before; None when nothing was right before (it measures nothing)."""
-        return self.after / self.before if self.before else None
-
-
 def parse_answers(text: str, count: int) -> list[str]:
     """Line `n.` of the reply for each question 1..count ('' when missing)."""
     answers = [""] * count
@@ -98,31 +79,6 @@ def judge_messages(context: Sequence[Message], questions: Sequence[str]) -> tupl
     )
 
 
-def answer_room(provider: Provider) -> int:
-    room = JUDGE_OUTPUT_TOKENS
-    cap, window = endpoint_output_cap(provider), endpoint_window(provider)
-    if cap is not None:
-        room = min(room, cap)
-    return room if window is None else min(room, window // 3)
-
-
-def misfit(provider: Provider, messages: Sequence[Message], counter: TokenCounter) -> str | None:
-    """Why `messages` and the answer's room do not fit the provider's endpoint window, or None."""
-    window = endpoint_window(provider)
-    tokens = counter.messages(messages) * (100 + TOKENIZER_MARGIN_PERCENT) // 100
-    if window is None or tokens + answer_room(provider) <= window:
-        return None
-    return f"the full context does not fit the endpoint's {window:,}-token window"
-
-
-def fits_window(provider: Provider, session: Session, counter: TokenCounter) -> bool:
-    """Whether the judge's request about `session` (its full context, every question it plants) fits
-    the provider's endpoint window."""
-    context = run_strategy(session, "ceiling", counter).context
-    questions = [f.question for f in session.facts if f.question]
-    return misfit(provider, judge_messages(context, questions), counter) is None
-
-
 def judge_set_session(kind: str, index: int, scale: float) -> Session:
     """The judge set's `index`-th session of `kind` at filler `scale`, from a seed of its own (so that
     each session's scale is chosen alone)."""
@@ -143,61 +99,94 @@ def judge_set(per_kind: int, fits: Callable[[Session], bool]) -> list[tuple[Sess
     return chosen
 
 
-def ask(
-    provider: Provider, model: str, context: Sequence[Message], questions: Sequence[str], rid: str
-) -> list[str]:
-    request = ProviderRequest(
-        model=model,
-        messages=judge_messages(context, questions),
-        purpose="turn",
-        temperature=0.0,
-        max_output_tokens=answer_room(provider),
-        request_id=rid,
-    )
-    text = "".join(out.text for out in provider.stream(request) if isinstance(out, TextDelta))
-    return parse_answers(text, len(questions))
-
-
 def _right(fact: Fact | None, answer: str) -> bool:
     return fact is not None and bool(fact.answer) and fact.answer.lower() in answer.lower()
 
 
-def judge_session(
-    score: JudgeScore,
-    provider: Provider,
-    model: str,
-    session: Session,
-    probes: Sequence[Probe],
-    runs: dict[str, Run],
-) -> None:
-    """Ask `session`'s probe questions of the full context and of the summarizer's; add to `score`."""
-    asked = [p.fact for p in probes if p.fact.question]
-    if not asked:
-        return
-    by_key = {f.key: f for f in session.facts}
-    questions = [f.question for f in asked]
-    why = misfit(provider, judge_messages(runs["ceiling"].context, questions), TokenCounter())
-    if why is None:
-        try:
-            before = ask(provider, model, runs["ceiling"].context, questions, f"judge:{session.name}:before")
-            after = ask(provider, model, runs["summarizer"].context, questions, f"judge:{session.name}:after")
-        except ProviderFailure as failure:
-            why = f"the judge's request failed: {failure.error_class}"
-    if why is not None:
-        score.skipped[why] = score.skipped.get(why, 0) + 1
-        return
-    score.judged += 1
-    for fact, old, new in zip(asked, before, after, strict=True):
-        if fact.kind == "superseded":
-            replacing = by_key.get(fact.replaced_by)
-            score.superseded += 1
-            score.stale_before += _right(fact, old) and not _right(replacing, old)
-            score.stale_after += _right(fact, new) and not _right(replacing, new)
-            continue
-        counts = score.by_kind.setdefault(fact.kind, [0, 0, 0])
-        counts[0] += 1
-        counts[1] += _right(fact, old)
-        counts[2] += _right(fact, new)
-        score.asked += 1
-        score.before += _right(fact, old)
-        score.after += _right(fact, new)
+@dataclass
+class Judge:
+    """`provider`'s model answering each session's probe questions from the full context (before) and
+    the summarizer's (after), as `evaluate`'s hook: the right answers, the stale ones, and the sessions
+    not judged, with why."""
+
+    provider: Provider
+    model: str
+    counter: TokenCounter
+    asked: int = 0
+    before: int = 0
+    after: int = 0
+    superseded: int = 0
+    stale_before: int = 0
+    stale_after: int = 0
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [asked, before, after]
+    judged: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def ratio(self) -> float | None:
+        """Accuracy after over before; None when nothing was right before (it measures nothing)."""
+        return self.after / self.before if self.before else None
+
+    def answer_room(self) -> int:
+        cap, window = endpoint_output_cap(self.provider), endpoint_window(self.provider)
+        room = JUDGE_OUTPUT_TOKENS if cap is None else min(JUDGE_OUTPUT_TOKENS, cap)
+        return room if window is None else min(room, window // 3)
+
+    def misfit(self, messages: Sequence[Message]) -> str | None:
+        """Why `messages` and the answer's room do not fit the endpoint's window, or None."""
+        window = endpoint_window(self.provider)
+        tokens = self.counter.messages(messages) * (100 + TOKENIZER_MARGIN_PERCENT) // 100
+        if window is None or tokens + self.answer_room() <= window:
+            return None
+        return f"the full context does not fit the endpoint's {window:,}-token window"
+
+    def fits(self, session: Session) -> bool:
+        """Whether the request about `session` (its full context, every question it plants) fits."""
+        context = run_strategy(session, "ceiling", self.counter).context
+        questions = [f.question for f in session.facts if f.question]
+        return self.misfit(judge_messages(context, questions)) is None
+
+    def ask(self, context: Sequence[Message], questions: Sequence[str], rid: str) -> list[str]:
+        request = ProviderRequest(
+            model=self.model,
+            messages=judge_messages(context, questions),
+            purpose="turn",
+            temperature=0.0,
+            max_output_tokens=self.answer_room(),
+            request_id=rid,
+        )
+        text = "".join(out.text for out in self.provider.stream(request) if isinstance(out, TextDelta))
+        return parse_answers(text, len(questions))
+
+    def __call__(self, session: Session, probes: Sequence[Probe], runs: dict[str, Run]) -> None:
+        """Ask `session`'s probe questions of the full context and of the summarizer's; add them up."""
+        asked = [p.fact for p in probes if p.fact.question]
+        if not asked:
+            return
+        questions = [f.question for f in asked]
+        full, compacted = runs["ceiling"].context, runs["summarizer"].context
+        why = self.misfit(judge_messages(full, questions))
+        if why is None:
+            try:
+                before = self.ask(full, questions, f"judge:{session.name}:before")
+                after = self.ask(compacted, questions, f"judge:{session.name}:after")
+            except ProviderFailure as failure:
+                why = f"the judge's request failed: {failure.error_class}"
+        if why is not None:
+            self.skipped[why] += 1
+            return
+        self.judged += 1
+        by_key = {f.key: f for f in session.facts}
+        for fact, old, new in zip(asked, before, after, strict=True):
+            if fact.kind == "superseded":
+                replacing = by_key.get(fact.replaced_by)
+                self.superseded += 1
+                self.stale_before += _right(fact, old) and not _right(replacing, old)
+                self.stale_after += _right(fact, new) and not _right(replacing, new)
+                continue
+            counts = self.by_kind.setdefault(fact.kind, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += _right(fact, old)
+            counts[2] += _right(fact, new)
+            self.asked += 1
+            self.before += _right(fact, old)
+            self.after += _right(fact, new)

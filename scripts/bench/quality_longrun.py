@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from cairn.actors.compactor import CompactionConfig, CompactionRequest, Compactor
 from cairn.actors.compactor.errors import CompactionIneffective
 from cairn.actors.provider.scripted import ScriptedProvider
-from cairn.actors.session.slimming import apply_plan, plan_snip
+from cairn.actors.session.slimming import SlimPlan, apply_plan, plan_snip
 from cairn.actors.session.tracker import occupancy
 from cairn.actors.session.view import HistoryView
 from cairn.actors.tokens import TokenCounter
 from cairn.bench._figure import Figure, shown
 from cairn.bench.quality_builder import WORDS, WORKSPACE, SessionBuilder
 from cairn.bench.quality_corpus import KINDS
-from cairn.events.kinds import CheckpointCommitted, EventBase
+from cairn.events.kinds import EventBase
 from cairn.events.model import ImagePart, Part, TextPart, ToolEffect, ToolStatus
 from cairn.events.state import SessionState, evolve
 
@@ -64,13 +64,14 @@ class _Sim(SessionBuilder):
 
     words = WORDS[:25]
 
-    def __init__(self, kind: str, rng: random.Random, counter: TokenCounter, window: int) -> None:
+    def __init__(self, kind: str, rng: random.Random, window: int) -> None:
         self.state = SessionState()
         super().__init__("longrun", rng, window=window)
         self.kind = kind
+        counter = TokenCounter()
         self.view = HistoryView(counter)
-        config = CompactionConfig(restore_files=False)
         provider = ScriptedProvider(keep_requests=False)
+        config = CompactionConfig(restore_files=False)
         self.compactor = Compactor(
             provider, model="bench-summary", sleep=lambda _s: None, counter=counter, config=config
         )
@@ -108,76 +109,64 @@ class _Sim(SessionBuilder):
             return self.step("edit", rng.randrange(30, 120), effect="write")
         self.step(rng.choice(("read", "bash", "grep")), rng.randrange(100, 700))
 
-
-def simulate(
-    kind: str,
-    turns: int,
-    seed: int = SEED,
-    counter: TokenCounter | None = None,
-    *,
-    snip: bool = True,
-    window: int | None = None,
-) -> LongRun:
-    """`turns` turns of `kind` through L1's policies. `snip=False`: compaction alone (no S1);
-    `window`: default 128,000 (32,000 for the multi-compaction kind)."""
-    if window is None:
-        window = SMALL_WINDOW if kind == "multi-compaction" else LONGRUN_WINDOW
-    sim = _Sim(kind, random.Random(f"{seed}:{kind}"), counter or TokenCounter(), window)
-    sim.start_turn(f"Task: {sim.prose(40)}")
-    result = LongRun(kind)
-    last_compacted = -2
-    run = 0
-    for t in range(turns):
-        state = sim.state
-        occ = occupancy(state, sim.view)
-        plan = plan_snip(state, sim.view, occ) if snip else None
-        if occ.snapshot.phase != "compaction_due":
-            run = 0
-            if plan is not None:
-                sim.add(plan.event)
-            sim.output(t)
-            continue
+    def compact(self, t: int, plan: SlimPlan | None, result: LongRun) -> None:
+        """Compact before turn `t`, on the snip `plan`'s result, and count what it did in `result`."""
+        state = self.state
         source = apply_plan(state, plan, now_ms=state.last_seq * 1000).context if plan is not None else None
         request = CompactionRequest(
             state=state, workspace=WORKSPACE, trigger="threshold", now_ms=10**12 + t, source=source
         )
-        result.back_to_back += last_compacted == t - 1
-        last_compacted = t
-        run += 1
-        result.longest_compacting_run = max(result.longest_compacting_run, run)
         try:
-            outcome = sim.compactor.compact(request)
+            outcome = self.compactor.compact(request)
         except CompactionIneffective as exc:
             for failed in exc.events:
-                sim.add(failed)
+                self.add(failed)
             result.failed += 1
-            sim.output(t)  # the turn failed; the user goes on
-            continue
+            return
         for event in outcome.events:
-            sim.add(event)
-        _count_compaction(result, outcome.checkpoint, sim)
-        sim.output(t)
+            self.add(event)
+        checkpoint = outcome.checkpoint
+        result.compactions += 1
+        result.llm += checkpoint.strategy == "llm"
+        result.room_missed += checkpoint.diagnostics.room_missed
+        saved = checkpoint.source_tokens - checkpoint.replacement_tokens
+        result.saved_share.append(saved / checkpoint.source_tokens)
+        after = occupancy(self.state, self.view).snapshot
+        result.after_share.append((after.projected_tokens or 0) / (after.input_budget or 1))
+        result.still_due += after.phase == "compaction_due"
+
+
+def simulate(kind: str, turns: int, *, snip: bool = True, window: int | None = None) -> LongRun:
+    """`turns` turns of `kind` through L1's policies. `snip=False`: compaction alone (no S1);
+    `window`: default 128,000 (32,000 for the multi-compaction kind)."""
+    if window is None:
+        window = SMALL_WINDOW if kind == "multi-compaction" else LONGRUN_WINDOW
+    sim = _Sim(kind, random.Random(f"{SEED}:{kind}"), window)
+    sim.start_turn(f"Task: {sim.prose(40)}")
+    result = LongRun(kind)
+    run = 0
+    for t in range(turns):
+        occ = occupancy(sim.state, sim.view)
+        plan = plan_snip(sim.state, sim.view, occ) if snip else None
+        if occ.snapshot.phase == "compaction_due":
+            result.back_to_back += run > 0
+            run += 1
+            result.longest_compacting_run = max(result.longest_compacting_run, run)
+            sim.compact(t, plan, result)
+        else:
+            run = 0
+            if plan is not None:
+                sim.add(plan.event)
+        sim.output(t)  # after a failed compaction the turn failed; the user goes on
     return result
-
-
-def _count_compaction(result: LongRun, checkpoint: CheckpointCommitted, sim: _Sim) -> None:
-    result.compactions += 1
-    result.llm += checkpoint.strategy == "llm"
-    result.room_missed += checkpoint.diagnostics.room_missed
-    saved = checkpoint.source_tokens - checkpoint.replacement_tokens
-    result.saved_share.append(saved / checkpoint.source_tokens)
-    after = occupancy(sim.state, sim.view).snapshot
-    result.after_share.append((after.projected_tokens or 0) / (after.input_budget or 1))
-    result.still_due += after.phase == "compaction_due"
 
 
 def longrun_figures(turns: int) -> list[Figure]:
     """Every kind with and without snip at its default window, and the huge-output kind in the
     16,000-token window: no compaction on the turn after another, none that leaves the context still
     due, every one saving 10 % of its source; and the checkpoints that missed the room rule."""
-    counter = TokenCounter()
-    with_snip = [simulate(kind, turns, counter=counter) for kind in KINDS]
-    without = [simulate(kind, turns, counter=counter, snip=False) for kind in KINDS]
+    with_snip = [simulate(kind, turns) for kind in KINDS]
+    without = [simulate(kind, turns, snip=False) for kind in KINDS]
     stress = simulate("huge-output", turns, window=STRESS_WINDOW)
     every = [*with_snip, *without, stress]
     sessions = (
@@ -200,21 +189,19 @@ def longrun_figures(turns: int) -> list[Figure]:
     )
     figures.append(shown("quality.longrun.room_missed", missed, "checkpoints", None, None, detail))
     due = sum(r.still_due for r in every)
-    shares = [s for r in every for s in r.after_share]
+    most = max(s for r in every for s in r.after_share)
     detail = (
-        f"compactions after which the context was still at or over the compaction threshold (the next "
-        f"request compacts again), {sessions}; the most of the input budget in use right after one: "
-        f"{max(shares, default=0):.3f}"
+        "compactions after which the context was still at or over the compaction threshold (the next request "
+        f"compacts again), {sessions}; the most of the input budget in use right after one: {most:.3f}"
     )
     figures.append(
         shown("quality.longrun.still_due_after_compaction", due, "compactions", "0", due == 0, detail)
     )
     saving = [s for r in every for s in r.saved_share]
-    least = min(saving, default=1.0)
+    least = min(saving)
     detail = (
         f"the smallest saving of {len(saving)} committed compactions (the reduction gate's minimum "
-        f"progress); failed {sum(r.failed for r in every)}; median "
-        f"{statistics.median(saving) if saving else 0:.3f}"
+        f"progress); failed {sum(r.failed for r in every)}; median {statistics.median(saving):.3f}"
     )
     figures.append(
         shown(

@@ -50,7 +50,6 @@ from cairn.events.protocol import HEADINGS
 from cairn.events.state import SessionState, carried_for_checkpoint, evolve
 
 STRATEGIES = ("ceiling", "blank", "truncation", "fallback", "fallback_at_budget", "summarizer")
-#: the strategies built to the summarizer's tokens at each point (`run_strategy`'s `budgets`)
 AT_BUDGET = ("truncation", "fallback_at_budget")
 BLANK_SUMMARY = (
     "<summary>\n" + "\n\n".join(f"## {h}\n- No evidence observed." for h in HEADINGS) + "\n</summary>"
@@ -58,25 +57,22 @@ BLANK_SUMMARY = (
 TRUNCATION_MARKER = "[Earlier messages were truncated to fit the context window.]"
 SUPERSESSION_MARKERS = ("superseded", "no longer", "replaced by", "instead of", "was changed", "outdated")
 
-#: makes the summarizer under test (the scripted one offline)
 ProviderFactory = Callable[[], Provider]
 
 
 @dataclass
 class Run:
-    """One strategy over one session: the effective context after its last compaction."""
+    """One strategy over one session: the effective context after its last compaction, its compactions
+    (`refused`: nothing smaller found; `fallbacks`: the summary failed, and why, in order) and each
+    one's replacement tokens; for the summarizer, C9's tail, the task and the records at the last one."""
 
     context: tuple[Message, ...] = ()
     tokens: int = 0
     compactions: int = 0
-    #: compactions that committed nothing (the compactor found nothing smaller)
     refused: int = 0
-    #: committed checkpoints of the fallback's (the summary failed)
     fallbacks: int = 0
-    #: why each summary failed (`reason: detail` of its `compaction-failed`), in order
     failures: list[str] = field(default_factory=list)
     replacement_tokens: list[int] = field(default_factory=list)
-    #: the summarizer only: C9's tail, the task and the records at the last compaction
     tail: tuple[Message, ...] = ()
     task: str = ""
     records: tuple[str, ...] = ()
@@ -228,11 +224,10 @@ def presented_as_current(fact: Fact, replacing: Fact | None, lines: Lines) -> bo
 
 
 class Probe(msgspec.Struct, frozen=True):
-    """One probed fact and what carries it besides a summary: `task` (C11), `record` (C8) or
-    `summary` (only a summary can)."""
+    """One probed fact; `summary_only` when neither the task (C11) nor a record (C8) carries it."""
 
     fact: Fact
-    carrier: str
+    summary_only: bool
 
 
 def probes_of(session: Session, reference: Run) -> list[Probe]:
@@ -245,12 +240,7 @@ def probes_of(session: Session, reference: Run) -> list[Probe]:
     for fact in session.facts:
         if fact.seq > last or last_line(fact, tail) is not None:
             continue
-        carrier = "summary"
-        if last_line(fact, task) is not None:
-            carrier = "task"
-        elif last_line(fact, records) is not None:
-            carrier = "record"
-        out.append(Probe(fact, carrier))
+        out.append(Probe(fact, last_line(fact, task) is None and last_line(fact, records) is None))
     return out
 
 
@@ -281,8 +271,12 @@ class Score:
     def stale_pct(self) -> float:
         return 100.0 * self.stale / self.superseded if self.superseded else 0.0
 
+    @property
+    def taken(self) -> int:
+        """The summaries taken as the checkpoint: compactions that neither fell back nor were refused."""
+        return self.compactions - self.fallbacks - self.refused
+
     def add(self, session: Session, probes: Sequence[Probe], run: Run) -> None:
-        """Add one strategy's run of `session`."""
         lines = Lines(run.context)
         by_key = {fact.key: fact for fact in session.facts}
         for probe in probes:
@@ -290,7 +284,7 @@ class Score:
             ok = last_line(fact, lines) is not None
             self.probed[fact.kind] += 1
             self.carried[fact.kind] += ok
-            if probe.carrier == "summary":
+            if probe.summary_only:
                 self.summary_only += 1
                 self.summary_only_carried += ok
             if fact.kind == "superseded":
