@@ -36,6 +36,18 @@ def peak_memory(fn: Callable[[], object]) -> int:
         tracemalloc.stop()
 
 
+def proc_status_kib(*fields: str, pid: int | str = "self") -> tuple[int, ...]:
+    """Memory fields of a process's /proc status (`RssAnon`, `VmRSS`, `VmHWM`, ...), in KiB, in the
+    order asked, from one read (0 for a field the kernel does not report)."""
+    found: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in fields:
+                found[name] = int(rest.split()[0])
+    return tuple(found.get(field, 0) for field in fields)
+
+
 # --- alternating pairs ---------------------------------------------------------------------
 
 

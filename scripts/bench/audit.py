@@ -31,6 +31,7 @@ from typing import Any
 
 from cairn.bench import guarded
 from cairn.bench._figure import Comparison, Figure, compare
+from cairn.bench._measure import proc_status_kib
 from cairn.bench._workload import payload
 from cairn.events.kinds import (
     AssistantMessage,
@@ -170,23 +171,17 @@ def build_store(root: Path, events: int, sessions: int = SESSIONS) -> int:
     return written
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith(field + ":"))
-    return int(line.split()[1])
-
-
 def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
     """Run `task` on `store` into `out`: its time and peak memory (this process's)."""
     from cairn import cli
 
-    peak_anon = _status_kib("RssAnon")
+    peak_anon = proc_status_kib("RssAnon")[0]
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak_anon
         while not done.wait(0.01):
-            peak_anon = max(peak_anon, _status_kib("RssAnon"))
+            peak_anon = max(peak_anon, proc_status_kib("RssAnon")[0])
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -201,8 +196,8 @@ def _child(task: str, store: Path, out: Path) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     done.set()
     sampler.join()
-    peak_anon = max(peak_anon, _status_kib("RssAnon"))
-    return {"code": code, "seconds": seconds, "hwm_kib": _status_kib("VmHWM"), "anon_kib": peak_anon}
+    peak_anon = max(peak_anon, proc_status_kib("RssAnon")[0])
+    return {"code": code, "seconds": seconds, "hwm_kib": proc_status_kib("VmHWM")[0], "anon_kib": peak_anon}
 
 
 def measure(task: str, store: Path, workdir: Path) -> dict[str, Any]:

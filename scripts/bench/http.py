@@ -42,9 +42,8 @@ from typing import Any
 
 from cairn import AsyncHost, ToolOutcome
 from cairn.bench._figure import Figure, unavailable
-from cairn.bench._measure import LoadMeter, interleave
+from cairn.bench._measure import LoadMeter, interleave, proc_status_kib
 from cairn.bench.asyncloop import provider
-from cairn.bench.turns import rss_kib
 
 #: (turns, rounds) by `quick`
 SHAPES = {False: (50, 7), True: (20, 3)}
@@ -295,12 +294,12 @@ async def _streams_run(
                 f"/v1/sessions/{sid}/messages?wait=true", json={"text": "List the files."}
             )
             last[sid] = done.json()["last_seq"]
-        before = rss_kib(pid)[1]
+        before = proc_status_kib("VmRSS", pid=pid)[0]
         streams = [
             await _Stream.open(port, sids[n % sessions], last[sids[n % sessions]]) for n in range(streams_n)
         ]
         await asyncio.sleep(1.0)  # the streams caught up (nothing to catch up) and wait for news
-        per_stream = (rss_kib(pid)[1] - before) / streams_n
+        per_stream = (proc_status_kib("VmRSS", pid=pid)[0] - before) / streams_n
         rng = random.Random(SPREAD_SEED)
         starts = {"burst": [0.0] * sessions, "spread": [rng.uniform(0, SPREAD_S) for _ in sids]}
         found: dict[str, list[float]] = {}

@@ -28,29 +28,18 @@ from typing import Any
 from cairn import Host, HostConfig, SessionSettings
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.bench._figure import Figure
+from cairn.bench._measure import proc_status_kib
 
 SETTINGS = SessionSettings(model="bench", context_window=128_000, system_prompt="You are terse.")
 MEMORY_CAP = 256
 MEMORY_TARGET = 0.05
 
 
-def rss_kib(pid: int | str = "self") -> tuple[int, int]:
-    """(anonymous RSS, total RSS) of process `pid` in KiB, from /proc."""
-    anon = total = 0
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                anon = int(line.split()[1])
-            elif line.startswith("VmRSS:"):
-                total = int(line.split()[1])
-    return anon, total
-
-
 def _memory_child(touched: int) -> dict[str, Any]:
     """Runs in a fresh process: touch `touched` sessions from 32 threads, reading /proc at the marks."""
     marks = sorted({MEMORY_CAP, touched // 4, touched // 2, touched})
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-memory-"))
-    readings: dict[int, tuple[int, int]] = {}
+    readings: dict[int, tuple[int, ...]] = {}
     cursor, finished = iter(range(touched)), itertools.count(1)
     lock = threading.Lock()
     errors: list[str] = []
@@ -69,7 +58,7 @@ def _memory_child(touched: int) -> dict[str, Any]:
             send(f"m{n:06d}")
             count = next(finished)
             if count in marks:
-                readings[count] = rss_kib()
+                readings[count] = proc_status_kib("RssAnon", "VmRSS")
 
     try:
         provider = ScriptedProvider(default=Reply(text="ok"), keep_requests=False)
@@ -78,7 +67,7 @@ def _memory_child(touched: int) -> dict[str, Any]:
         try:
             send("warm-up")
             host.passivate_idle(now_ms=1 << 62)
-            readings[0] = rss_kib()
+            readings[0] = proc_status_kib("RssAnon", "VmRSS")
             threads = [threading.Thread(target=client) for _ in range(32)]
             for thread in threads:
                 thread.start()

@@ -7,6 +7,7 @@ Nothing here is timed: the measures are stand-ins that return fixed numbers.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from cairn import bench
 from cairn.actors.tokens import TokenCounter, load_encoding
-from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, spread
+from cairn.bench._measure import LoadMeter, Pairs, alternate, interleave, proc_status_kib, spread
 from cairn.bench._workload import event_text
 from cairn.bench.context import plain_recount
 from cairn.bench.store import append_events
@@ -249,3 +250,10 @@ def test_the_checkpoint_check_refuses_the_toy_checkpoints_the_bench_used_before(
     untailed = Written()
     untailed.add(msgspec.structs.replace(toy, replacement_messages=(ledger,)), 150)
     assert untailed.problem() == "a checkpoint carries 0 of 150 context messages, under 20 %"
+
+
+def test_proc_status_kib_reads_the_fields_asked_in_their_order_from_one_read() -> None:
+    anon, total, high = proc_status_kib("RssAnon", "VmRSS", "VmHWM")
+    assert 0 < anon <= total <= high
+    assert proc_status_kib("VmRSS", pid=os.getpid())[0] > 0
+    assert proc_status_kib("NoSuchField") == (0,)
