@@ -68,6 +68,7 @@ def ts_in_range(ts: int) -> bool:
 #: closing brace (sid, prev and kind come as JSON strings, quotes included: see `frame_line`).
 #: The head depends on the line's place in the log (envelope up to `prev`), the tail does not.
 _HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
+#: a line's tail: the kind's JSON token, then the body
 _TAIL_FORMAT = b',"kind":%s,"event":%s'
 _crc32c = crc32c.crc32c
 _sha256 = hashlib.sha256
@@ -165,21 +166,11 @@ def frame_line(
 _HASH_PIECE = 2047
 
 
-def encode_tail(kind: bytes, body: bytes) -> bytes:
-    """The end of a line's content that does not depend on where the line goes: its kind and body.
-
-    `kind` is the kind's JSON string token (`TAG_JSON`), `body` the checked
-    body (`checked_body`). What a caller can encode before the writer knows
-    the line's pos, seq, ts and prev; `frame_tail` completes the line.
-    """
-    return _TAIL_FORMAT % (kind, body)
-
-
 def frame_tail(
     pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, tail: bytes
 ) -> tuple[bytes, str]:
-    """`frame_line` of a body already encoded as its line's tail (`encode_tail`): the same line, byte
-    for byte, and its chain digest.
+    """`frame_line` of a body already encoded as its line's tail (`_TAIL_FORMAT`: its kind and body):
+    the same line, byte for byte, and its chain digest.
 
     The writer's hot path: positional arguments, no checks of the event;
     `kind` (its JSON token) only names the event when the line is too large.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_tail, json_string
-from cairn.events.errors import InputError
+from cairn.events.body_check import read_back
+from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_line, json_string
+from cairn.events.errors import InputError, InvalidEvent
 from cairn.events.kinds import TAG_JSON, TAG_OF
+from cairn.store.admission import Admission
 from cairn.store.commit_calls import Batch, Pending
 from cairn.store.errors import BadClock, SeqConflict
 from cairn.store.index import Index
@@ -32,9 +34,10 @@ def frame_calls(
     concurrency (the store bench measures it), so it keeps everything in
     locals, calls positionally and makes no per-event objects beyond the
     line and the Record; a function per call would cost a call per append.
-    The callers encoded each event's tail (`encode_tail`); what is left
-    here is what depends on the order: the envelope, the CRC and the
-    chain digest (`frame_tail`). A call that fails its checks (its event
+    The callers encoded each event's body; the bodies a caller did not
+    check are read back here first (`read_back`, see `store.admission`);
+    then what depends on the order: the envelope, the CRC and the chain
+    digest (`frame_line`). A call that fails its checks (its event
     refused on its thread, `expected_seq`, a broken session, a line too
     large) is rejected alone, nothing of it framed. Lines go in chunks,
     one per segment: a call that would take the segment past `limit` (the
@@ -57,7 +60,8 @@ def frame_calls(
     last = batch.last
     tag_of = TAG_OF
     tag_json = TAG_JSON
-    frame = frame_tail
+    frame = frame_line
+    refusal = Admission.refusal
     version = SCHEMA_VERSION
 
     for pending in calls:
@@ -84,11 +88,17 @@ def frame_calls(
         records: list[Record] = []
         call_pos = pos
         size = 0
+        checked = pending.checked
         try:
-            for event, tail in zip(pending.events, pending.tails, strict=True):
+            for number, (event, body) in enumerate(zip(pending.events, pending.bodies, strict=True)):
+                if not checked:
+                    try:
+                        event = read_back(event, body)  # the copy a read gives back
+                    except InvalidEvent:
+                        raise refusal(number, event) from None
                 seq += 1
                 kind = type(event)
-                line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], tail)
+                line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], body)
                 lines.append(line)
                 digests.append(digest)
                 records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag_of[kind]))  # type: ignore[arg-type]

@@ -24,6 +24,8 @@ class Pending:
 
     __slots__ = (
         "abandoned",
+        "bodies",
+        "checked",
         "done",
         "error",
         "events",
@@ -33,7 +35,6 @@ class Pending:
         "relay",
         "result",
         "sid",
-        "tails",
         "ts",
     )
 
@@ -41,15 +42,19 @@ class Pending:
         self,
         sid: str,
         events: list[EventBase],
-        tails: list[bytes],
+        bodies: list[bytes],
+        checked: bool,
         expected: int,
         ts: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
         error: InputError | None,
     ) -> None:
         self.sid = sid
-        self.events = events  # checked: as `checked_body` decoded them, what a read gives back
-        self.tails = tails  # each one's line tail (`encode_tail`), encoded by the caller
+        self.events = events
+        self.bodies = bodies  # each one's body, encoded by the caller
+        #: whether `events` are as a read gives them back (`checked_body`), or the writer reads the
+        #: bodies back before it frames them (`store.admission`)
+        self.checked = checked
         self.expected = expected
         self.ts = ts
         self.future = future

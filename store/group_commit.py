@@ -1,13 +1,13 @@
 """Group commit: the queue of append calls and the two writer threads that commit them in batches.
 
 The write path of a store opened for writing (`store.journal` is its
-facade). `append` checks the call on the caller's thread (`store.admission`:
-arguments, events, large parts moved to blobs) and encodes what of its lines
-does not depend on their place in the log (the kind and body, `encode_tail`),
-then queues it. Two threads commit the queue, a pipeline of two stages:
+facade). `append` checks the call's arguments on the caller's thread and
+encodes its events' bodies (`store.admission`: large parts moved to blobs
+there), then queues it. Two threads commit the queue, a pipeline of two stages:
 
-- the *preparer* drains everything queued into a batch: it checks each
-  call's `expected_seq` against the session's head (`store.index_builder`:
+- the *preparer* drains everything queued into a batch: it reads each
+  call's bodies back (the events' check), checks its `expected_seq` against
+  the session's head (`store.index_builder`:
   the writer's cache of each session's running summary), assigns pos, seq,
   ts and the hash chain, frames the lines (`frame_tail`: envelope, CRC,
   chain digest) and builds the batch's index entries;
@@ -186,11 +186,11 @@ class GroupCommit:
         admission = self._admission
         listed = admission.check_args(sid, events, expected_seq, ts_ms)
         try:
-            stored, tails = admission.encode(listed)
+            stored, bodies, checked = admission.bodies(listed)
             refused = None
         except InputError as exc:
-            stored, tails, refused = listed, [], exc
-        pending = Pending(sid, stored, tails, expected_seq, ts_ms, future, refused)
+            stored, bodies, checked, refused = listed, [], True, exc
+        pending = Pending(sid, stored, bodies, checked, expected_seq, ts_ms, future, refused)
         queue = self._queue
         queue.append(pending)
         if not self._work.is_set():

@@ -398,3 +398,40 @@ def test_a_refused_call_in_a_batch_leaves_the_other_calls_of_the_batch_alone(tmp
         assert isinstance(error, InvalidEvent) and error.path == "$.total_tokens"
         assert [r.seq for r in good.result(10)] == [2]
         assert journal.last_seq("b") == 1 and journal.failed is None
+
+
+# --- where the check runs (store.admission): the writer reads back what its callers encoded ---------
+
+
+def test_the_writer_reads_back_an_ordinary_call_and_names_the_refused_event(journal: Journal) -> None:
+    admission = journal._writer._admission  # type: ignore[union-attr]
+    good, bad = TurnStarted(turn_id="t"), Usage(request_id="r", total_tokens=float("nan"))
+    events, bodies, checked = admission.bodies([good, bad])
+    assert not checked and events == [good, bad]
+    assert bodies == [msgspec.json.encode(good), msgspec.json.encode(bad)]  # NaN encodes, as null
+    future = journal.append_async("s1", [good, bad], expected_seq=1)
+    error = future.exception(10)
+    assert isinstance(error, InvalidEvent) and error.path == "$.total_tokens"
+    assert str(error).startswith("event 1 of the call: ")
+    assert journal.last_seq("s1") == 1  # the whole call refused, its first event too
+
+
+def test_calls_with_large_parts_or_blob_parts_are_checked_whole_on_the_callers_thread(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "store", blob_threshold=1_000) as journal:
+        admission = journal._writer._admission  # type: ignore[union-attr]
+        large = ToolResult(
+            call_id="c", tool_name="read", status="ok", effect="read", content=(TextPart(text="x" * 5_000),)
+        )
+        events, bodies, checked = admission.bodies([TurnStarted(turn_id="t"), large])
+        assert checked and isinstance(events[1].content[0], BlobPart)  # moved to the blob store here
+        assert len(bodies[1]) < 5_000  # the text moved out, a preview left
+        [record] = journal.append("s1", [large], expected_seq=0)
+        part = record.event.content[0]
+        assert isinstance(part, BlobPart) and journal.read_blob(part.sha256) == b"x" * 5_000
+        naming = UserMessage(message_id="m", content=(part,))
+        assert admission.bodies([naming])[2]  # a call that may name a blob: its parts are looked up here
+        missing = UserMessage(message_id="m", content=(BlobPart(sha256="0" * 64, size=3),))
+        with pytest.raises(InvalidEvent):  # refused on the caller's thread, nothing queued
+            admission.bodies([missing])
+        text = UserMessage(message_id="m", content=(TextPart(text='{"type":"blob"}'),))
+        assert not admission.bodies([text])[2]  # a text that spells the tag is escaped: no false alarm
