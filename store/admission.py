@@ -12,17 +12,17 @@ it passes two checks:
   are its large parts written to the blob store (fsynced) and replaced by
   blob parts.
 
-The second check is split between the threads (`Admission.bodies`): the
-caller's thread encodes each body, and the journal's writer, which frames
-the calls in batches, reads them back (`read_back`; `Admission.refusal` when
-one does not). Under hundreds of appending threads the same work costs
-several times more on a caller's thread (each runs with cold caches, and
-everything it does delays the next caller's wake-up): the store bench's
-256-session appends went from 0.357 to 0.391 of the thread-wake ceiling
-(medians of 8 alternating runs) when the read-back moved to the writer. What needs I/O or would be slow on the writer stays
-with the caller: a body over the blob threshold, a call that may name blob
-parts, and an event that does not even encode are checked whole on the
-caller's thread (`Admission.encode`).
+The second check usually runs on the journal's writer, which frames the
+calls in batches (`store.batch_framing`; `Admission.refusal` words its
+refusal as the caller's thread would have). Under hundreds of appending
+threads the same work costs several times more on a caller's thread (each
+runs with cold caches, and all it does before it blocks delays the next
+caller's wake-up in the acknowledgement relay): the store bench's
+256-session appends measured 0.357 of the thread-wake ceiling with the whole
+check on the callers, 0.391 with only the encoding left there (medians of 8
+alternating runs), and 0.440 with none of it. What needs I/O stays with the
+caller: a call that may move a part to the blob store, or names a blob part,
+is checked whole on the caller's thread (`Admission.admit`).
 
 Refusals are `InvalidSessionId`, `InputError`, or `InvalidEvent` naming
 the event's index in the call and the field's `$.path`.
@@ -33,16 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from cairn.events.body_check import checked_body, encode_body, read_back
+from cairn.events.body_check import checked_body
 from cairn.events.codec import ts_in_range, validate_session_id
 from cairn.events.errors import InputError, InvalidEvent
 from cairn.events.kinds import TAG_OF, EventBase, ToolResult, UserMessage
 from cairn.events.model import BlobPart
-from cairn.store.blobs import BLOB_CARRIERS, BlobStore, externalize
+from cairn.store.blobs import BLOB_CARRIERS, BlobStore, externalize, oversized
 from cairn.store.errors import BlobError
-
-#: how a blob part's tag reads in a body: a call with it may name blobs (text holding it is escaped)
-_BLOB_TAG = b'"type":"blob"'
 
 
 class Admission:
@@ -80,31 +77,28 @@ class Admission:
                 raise InvalidEvent(f"event {index} of the call: not an event: {type(event).__name__}")
         return listed
 
-    def bodies(self, events: list[EventBase]) -> tuple[list[EventBase], list[bytes], bool]:
-        """Each event's body, as the caller's thread sees it: the events, their bodies, and whether
-        they are checked already.
+    def admit(self, events: list[EventBase]) -> tuple[list[EventBase], list[bytes] | None]:
+        """What the caller's thread does to a call's events: the events and their bodies, or None for
+        the bodies when the writer is to encode and check them.
 
-        The common call is only encoded here; the writer reads each body back
-        (`events.body_check.read_back`) in its batch, where the same work costs
-        a fraction of what it costs on one of hundreds of appending threads.
-        A call whose encoding fails, that has a body over the blob threshold,
-        or that may name blob parts is checked here whole (`encode`): its
-        refusal needs no writer, its blobs are written on this thread.
+        The common call leaves both to the writer (`store.batch_framing`), in
+        its batch, where they cost a fraction of what they cost on one of
+        hundreds of appending threads. A call that may move a part to the
+        blob store (a text or image part over the threshold) or name a blob
+        part is checked here whole (`encode`): blob I/O never runs on the
+        writer. A call this cannot look into (its content not a sequence of
+        parts) is checked here too, so its refusal is raised on this thread.
         """
-        encode = encode_body
         threshold = self._blob_threshold
-        bodies: list[bytes] = []
         try:
             for event in events:
-                body = encode(event)
-                if len(body) > threshold or (type(event) in BLOB_CARRIERS and _BLOB_TAG in body):
-                    break
-                bodies.append(body)
-            else:
-                return events, bodies, False
-        except Exception:  # msgspec's EncodeError, TypeError, ...: `encode` names the field
-            pass
-        return *self.encode(events), True
+                if type(event) in BLOB_CARRIERS:
+                    for part in event.content:  # type: ignore[attr-defined]
+                        if isinstance(part, BlobPart) or oversized(part, threshold):
+                            return self.encode(events)
+        except Exception:  # content that is not a sequence of parts: `encode` names the field
+            return self.encode(events)
+        return events, None
 
     def encode(self, events: list[EventBase]) -> tuple[list[EventBase], list[bytes]]:
         """Check every event of the call, move its large parts to blobs: the events as a read gives them
@@ -132,10 +126,10 @@ class Admission:
 
     @staticmethod
     def refusal(index: int, event: EventBase) -> InvalidEvent:
-        """The refusal of event `index` of a call whose body did not read back (`read_back`): the
-        `InvalidEvent` the caller's thread would have raised."""
+        """The refusal of event `index` of a call whose check failed on the writer: the `InvalidEvent`
+        the caller's thread would have raised (`checked_body` again, on the slow path)."""
         try:
-            read_back(event, encode_body(event))
+            checked_body(event)
         except InvalidEvent as exc:
             return InvalidEvent(f"event {index} of the call: {exc}", path=exc.path)
         except Exception as exc:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from cairn.events.body_check import read_back
+from cairn.events.body_check import encode_body, read_back
 from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_line, json_string
-from cairn.events.errors import InputError, InvalidEvent
+from cairn.events.errors import InputError
 from cairn.events.kinds import TAG_JSON, TAG_OF
 from cairn.store.admission import Admission
 from cairn.store.commit_calls import Batch, Pending
@@ -34,9 +34,9 @@ def frame_calls(
     concurrency (the store bench measures it), so it keeps everything in
     locals, calls positionally and makes no per-event objects beyond the
     line and the Record; a function per call would cost a call per append.
-    The callers encoded each event's body; the bodies a caller did not
-    check are read back here first (`read_back`, see `store.admission`);
-    then what depends on the order: the envelope, the CRC and the chain
+    A call whose events its caller did not check is checked here first
+    (encoded and read back: `read_back`, see `store.admission`); then what
+    depends on the order: the envelope, the CRC and the chain
     digest (`frame_line`). A call that fails its checks (its event
     refused on its thread, `expected_seq`, a broken session, a line too
     large) is rejected alone, nothing of it framed. Lines go in chunks,
@@ -61,6 +61,7 @@ def frame_calls(
     tag_of = TAG_OF
     tag_json = TAG_JSON
     frame = frame_line
+    encode = encode_body
     refusal = Admission.refusal
     version = SCHEMA_VERSION
 
@@ -88,14 +89,17 @@ def frame_calls(
         records: list[Record] = []
         call_pos = pos
         size = 0
-        checked = pending.checked
+        events, bodies = pending.events, pending.bodies
         try:
-            for number, (event, body) in enumerate(zip(pending.events, pending.bodies, strict=True)):
-                if not checked:
+            for number, event in enumerate(events):
+                if bodies is None:  # the writer checks the call (`store.admission`)
                     try:
+                        body = encode(event)
                         event = read_back(event, body)  # the copy a read gives back
-                    except InvalidEvent:
+                    except Exception:
                         raise refusal(number, event) from None
+                else:
+                    body = bodies[number]
                 seq += 1
                 kind = type(event)
                 line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], body)

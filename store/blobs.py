@@ -119,11 +119,11 @@ def externalize(event: EventBase, put: Callable[[bytes], str], threshold: int = 
     if not isinstance(event, UserMessage | ToolResult):
         return event
     content = event.content
-    if not any(_oversized(part, threshold) for part in content):
+    if not any(oversized(part, threshold) for part in content):
         return event
     parts: list[Part] = []
     for part in content:
-        parts.append(_to_blob(part, put) if _oversized(part, threshold) else part)
+        parts.append(_to_blob(part, put) if oversized(part, threshold) else part)
     return msgspec.structs.replace(event, content=tuple(parts))
 
 
@@ -134,7 +134,8 @@ def blob_refs(event: EventBase) -> list[BlobPart]:
     return []
 
 
-def _oversized(part: Part, threshold: int) -> bool:
+def oversized(part: Part, threshold: int) -> bool:
+    """Whether `externalize` moves this part to the blob store."""
     if isinstance(part, TextPart):
         if len(part.text) * 6 + 32 <= threshold:  # no character encodes to more than 6 bytes
             return False

@@ -25,7 +25,6 @@ class Pending:
     __slots__ = (
         "abandoned",
         "bodies",
-        "checked",
         "done",
         "error",
         "events",
@@ -42,8 +41,7 @@ class Pending:
         self,
         sid: str,
         events: list[EventBase],
-        bodies: list[bytes],
-        checked: bool,
+        bodies: list[bytes] | None,
         expected: int,
         ts: int | None,
         future: concurrent.futures.Future[list[Record]] | None,
@@ -51,10 +49,9 @@ class Pending:
     ) -> None:
         self.sid = sid
         self.events = events
-        self.bodies = bodies  # each one's body, encoded by the caller
-        #: whether `events` are as a read gives them back (`checked_body`), or the writer reads the
-        #: bodies back before it frames them (`store.admission`)
-        self.checked = checked
+        #: each one's body, when the caller's thread checked the events (they are then as a read gives
+        #: them back, `checked_body`); None: the writer checks them before it frames them (`store.admission`)
+        self.bodies = bodies
         self.expected = expected
         self.ts = ts
         self.future = future

@@ -1,12 +1,12 @@
 """Group commit: the queue of append calls and the two writer threads that commit them in batches.
 
 The write path of a store opened for writing (`store.journal` is its
-facade). `append` checks the call's arguments on the caller's thread and
-encodes its events' bodies (`store.admission`: large parts moved to blobs
-there), then queues it. Two threads commit the queue, a pipeline of two stages:
+facade). `append` checks the call's arguments on the caller's thread (and its
+events, when a part may go to the blob store: `store.admission`), then
+queues it. Two threads commit the queue, a pipeline of two stages:
 
-- the *preparer* drains everything queued into a batch: it reads each
-  call's bodies back (the events' check), checks its `expected_seq` against
+- the *preparer* drains everything queued into a batch: it checks each
+  call's events (encoded and read back), its `expected_seq` against
   the session's head (`store.index_builder`:
   the writer's cache of each session's running summary), assigns pos, seq,
   ts and the hash chain, frames the lines (`frame_tail`: envelope, CRC,
@@ -186,11 +186,11 @@ class GroupCommit:
         admission = self._admission
         listed = admission.check_args(sid, events, expected_seq, ts_ms)
         try:
-            stored, bodies, checked = admission.bodies(listed)
+            stored, bodies = admission.admit(listed)
             refused = None
         except InputError as exc:
-            stored, bodies, checked, refused = listed, [], True, exc
-        pending = Pending(sid, stored, bodies, checked, expected_seq, ts_ms, future, refused)
+            stored, bodies, refused = listed, [], exc
+        pending = Pending(sid, stored, bodies, expected_seq, ts_ms, future, refused)
         queue = self._queue
         queue.append(pending)
         if not self._work.is_set():

@@ -403,12 +403,10 @@ def test_a_refused_call_in_a_batch_leaves_the_other_calls_of_the_batch_alone(tmp
 # --- where the check runs (store.admission): the writer reads back what its callers encoded ---------
 
 
-def test_the_writer_reads_back_an_ordinary_call_and_names_the_refused_event(journal: Journal) -> None:
+def test_the_writer_checks_an_ordinary_call_and_names_the_refused_event(journal: Journal) -> None:
     admission = journal._writer._admission  # type: ignore[union-attr]
     good, bad = TurnStarted(turn_id="t"), Usage(request_id="r", total_tokens=float("nan"))
-    events, bodies, checked = admission.bodies([good, bad])
-    assert not checked and events == [good, bad]
-    assert bodies == [msgspec.json.encode(good), msgspec.json.encode(bad)]  # NaN encodes, as null
+    assert admission.admit([good, bad]) == ([good, bad], None)  # left to the writer
     future = journal.append_async("s1", [good, bad], expected_seq=1)
     error = future.exception(10)
     assert isinstance(error, InvalidEvent) and error.path == "$.total_tokens"
@@ -422,16 +420,19 @@ def test_calls_with_large_parts_or_blob_parts_are_checked_whole_on_the_callers_t
         large = ToolResult(
             call_id="c", tool_name="read", status="ok", effect="read", content=(TextPart(text="x" * 5_000),)
         )
-        events, bodies, checked = admission.bodies([TurnStarted(turn_id="t"), large])
-        assert checked and isinstance(events[1].content[0], BlobPart)  # moved to the blob store here
-        assert len(bodies[1]) < 5_000  # the text moved out, a preview left
+        events, bodies = admission.admit([TurnStarted(turn_id="t"), large])
+        assert bodies is not None and isinstance(
+            events[1].content[0], BlobPart
+        )  # moved to the blob store here
         [record] = journal.append("s1", [large], expected_seq=0)
         part = record.event.content[0]
         assert isinstance(part, BlobPart) and journal.read_blob(part.sha256) == b"x" * 5_000
         naming = UserMessage(message_id="m", content=(part,))
-        assert admission.bodies([naming])[2]  # a call that may name a blob: its parts are looked up here
+        assert admission.admit([naming])[1] is not None  # a call that names a blob: looked up here
         missing = UserMessage(message_id="m", content=(BlobPart(sha256="0" * 64, size=3),))
         with pytest.raises(InvalidEvent):  # refused on the caller's thread, nothing queued
-            admission.bodies([missing])
-        text = UserMessage(message_id="m", content=(TextPart(text='{"type":"blob"}'),))
-        assert not admission.bodies([text])[2]  # a text that spells the tag is escaped: no false alarm
+            admission.admit([missing])
+        with pytest.raises(InvalidEvent):  # content that is no sequence of parts: refused here too
+            admission.admit([UserMessage(message_id="m", content=5)])  # type: ignore[arg-type]
+        small = UserMessage(message_id="m", content=(TextPart(text="x" * 100),))
+        assert admission.admit([small])[1] is None
