@@ -41,6 +41,9 @@ from cairn.events.model import BlobPart
 from cairn.store.blobs import BLOB_CARRIERS, BlobStore, externalize, oversized
 from cairn.store.errors import BlobError
 
+#: how many valid session ids `Admission.check_args` remembers before it starts again
+_VALID_SIDS_KEPT = 65_536
+
 
 class Admission:
     """The checks of append calls for one store (see the module doc).
@@ -57,12 +60,18 @@ class Admission:
         self._blobs = blobs
         self._blob_threshold = threshold
         self._put_blob = put_blob
+        #: session ids seen valid (a set lookup instead of the pattern, on every append's thread)
+        self._valid_sids: set[str] = set()
 
     def check_args(
         self, sid: str, events: Sequence[EventBase], expected_seq: int, ts_ms: int | None
     ) -> list[EventBase]:
         """The call's events, its arguments checked (`InvalidSessionId`, `InputError`, `InvalidEvent`)."""
-        validate_session_id(sid)
+        if type(sid) is not str or sid not in self._valid_sids:
+            validate_session_id(sid)
+            if len(self._valid_sids) >= _VALID_SIDS_KEPT:
+                self._valid_sids.clear()
+            self._valid_sids.add(sid)
         if type(expected_seq) is not int or expected_seq < 0:
             raise InputError(f"expected_seq must be an int >= 0, got {expected_seq!r}")
         if ts_ms is not None and (type(ts_ms) is not int or not ts_in_range(ts_ms)):
@@ -72,8 +81,10 @@ class Admission:
         ):
             raise InvalidEvent(f"events must be a sequence of events, got {type(events).__name__}")
         listed: list[EventBase] = list(events)
-        for index, event in enumerate(listed):
-            if type(event) not in TAG_OF:  # the event classes themselves: a subclass would encode another tag
+        tags = TAG_OF
+        for event in listed:
+            if type(event) not in tags:  # the event classes themselves: a subclass would encode another tag
+                index = next(i for i, item in enumerate(listed) if type(item) not in tags)
                 raise InvalidEvent(f"event {index} of the call: not an event: {type(event).__name__}")
         return listed
 
