@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -299,3 +300,46 @@ def test_a_lone_batch_is_synced_by_the_preparer_and_a_busy_one_by_the_syncer(tmp
         journal.append("a", [msg(2)], expected_seq=1)
         assert syncing == ["cairn-journal-writer", "cairn-journal-syncer"]
         assert [r.seq for r in journal.read("a")] == [1, 2]
+
+
+def test_appends_that_time_out_and_appends_that_are_answered_each_get_one_outcome(tmp_path: Path) -> None:
+    """Callers that stop waiting and callers that wait share batches and relays: with the fsync
+    held, 16 callers with short timeouts raise AppendTimeout, 16 without one get their records
+    once it is let go, and none hangs or errs."""
+    gate = _Gate()
+    with Journal.open(tmp_path / "store", fsync=gate) as journal:
+        for n in range(33):
+            journal.append(f"s{n}", [started()], expected_seq=0)
+        gate.hold()
+        blocker = journal.append_async("s0", [msg(2)], expected_seq=1)
+        assert gate.entered.wait(30)  # the writer is inside fsync: every call below waits
+        outcomes: dict[int, object] = {}
+        waited: dict[int, float] = {}
+
+        def append(n: int) -> None:
+            started_at = time.monotonic()
+            try:
+                outcomes[n] = journal.append(
+                    f"s{n}", [msg(2)], expected_seq=1, timeout=0.1 if n % 2 else None
+                )
+            except Exception as exc:  # the outcome is what the test reads
+                outcomes[n] = exc
+            waited[n] = time.monotonic() - started_at
+
+        threads = [threading.Thread(target=append, args=(n,)) for n in range(1, 33)]
+        for thread in threads:
+            thread.start()
+        timed = [n for n in range(1, 33) if n % 2]
+        for n in timed:
+            threads[n - 1].join(30)
+            assert isinstance(outcomes[n], AppendTimeout), outcomes[n]
+            assert 0.1 <= waited[n] < 5.0  # a loaded machine's slack
+        gate.release.set()
+        for thread in threads:
+            thread.join(30)
+            assert not thread.is_alive()
+        assert [r.seq for r in blocker.result(30)] == [2]
+        for n in range(2, 33, 2):
+            assert [r.seq for r in outcomes[n]] == [2], outcomes[n]  # type: ignore[attr-defined]
+        assert journal.last_seq("s31") == 2  # a call that timed out may still become durable
+        assert journal.failed is None
