@@ -64,12 +64,11 @@ def ts_in_range(ts: int) -> bool:
     return 0 <= ts <= MAX_TS_MS
 
 
-#: a line's bytes up to its crc field are `_HEAD_FORMAT` + `_TAIL_FORMAT`: the content without its
-#: closing brace (sid, prev and kind come as JSON strings, quotes included: see `frame_line`).
-#: The head depends on the line's place in the log (envelope up to `prev`), the tail does not.
-_HEAD_FORMAT = b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s'
-#: a line's tail: the kind's JSON token, then the body
-_TAIL_FORMAT = b',"kind":%s,"event":%s'
+#: a line's content up to its body: the envelope and the kind (sid, prev and kind come as JSON
+#: strings, quotes included: see `frame_line`); then the body, the crc field and a closing brace
+_HEAD_FORMAT = (
+    b'{"v":%d,' % SCHEMA_VERSION + b'"pos":%d,"sid":%s,"seq":%d,"ts":%d,"prev":%s,"kind":%s,"event":'
+)
 _crc32c = crc32c.crc32c
 _sha256 = hashlib.sha256
 #: used with fullmatch: with `^...$` and `match`, `$` also matches before a final newline
@@ -153,54 +152,51 @@ def encode_line(*, pos: int, sid: str, seq: int, ts: int, prev: str, event: Even
 def frame_line(
     pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, body: bytes
 ) -> tuple[bytes, str]:
-    """The line of an already encoded body, and its chain digest (`frame_tail` of its tail).
+    """The line of an already encoded body, and its chain digest.
 
-    Positional arguments, no checks of the event: the caller has them (see
-    `checked_body`). `sid` and `kind` are JSON string tokens (`json_string`),
-    `prev` a str that is encoded here the same way, so no string enters the
-    line unescaped. Raises LineTooLarge for a line over MAX_LINE_BYTES.
+    The writer's hot path: positional arguments, no checks of the event (the
+    caller has them, see `checked_body`). `sid` and `kind` are JSON string
+    tokens (`json_string`), `prev` a str that is encoded here the same way,
+    so no string enters the line unescaped; `kind` only names the event when
+    the line is too large. Raises LineTooLarge for a line over MAX_LINE_BYTES.
     """
-    return frame_tail(pos, sid, seq, ts, prev, kind, _TAIL_FORMAT % (kind, body))
-
-
-_HASH_PIECE = 2047
-
-
-def frame_tail(
-    pos: int, sid: bytes, seq: int, ts: int, prev: str, kind: bytes, tail: bytes
-) -> tuple[bytes, str]:
-    """`frame_line` of a body already encoded as its line's tail (`_TAIL_FORMAT`: its kind and body):
-    the same line, byte for byte, and its chain digest.
-
-    The writer's hot path: positional arguments, no checks of the event;
-    `kind` (its JSON token) only names the event when the line is too large.
-    Raises LineTooLarge for a line over MAX_LINE_BYTES.
-    """
-    # the content is `prefix}`; the crc covers `prefix`, the chain digest the content
-    prefix = _HEAD_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev)) + tail
-    size = len(prefix) + CRC_SUFFIX_LEN + 1
+    # the content is head + body + "}": the crc covers head and body, the chain digest the content;
+    # both are taken piece by piece, so the line is the one bytes object built here
+    head = _HEAD_FORMAT % (pos, sid, seq, ts, _body_encoder.encode(prev), kind)
+    size = len(head) + len(body) + CRC_SUFFIX_LEN + 1
     if size > MAX_LINE_BYTES:
         raise LineTooLarge(
             f"{kind.decode()} event of session {sid.decode()} seq {seq} encodes to {size} bytes, "
             f"over the {MAX_LINE_BYTES}-byte line limit"
         )
-    if size <= _HASH_PIECE:
-        digest = _sha256(prefix)
-        digest.update(b"}")
-        return prefix + CRC_SUFFIX_FORMAT % _crc32c(prefix), digest.hexdigest()[:32]
-    return prefix + CRC_SUFFIX_FORMAT % _crc32c(prefix), chain_digest_of_content(prefix + b"}")
+    digest = _sha256(head)
+    if len(body) <= _HASH_PIECE:
+        digest.update(body)
+    else:
+        _feed(digest.update, body)
+    digest.update(b"}")
+    crc = _crc32c(body, _crc32c(head))
+    return b"".join((head, body, CRC_SUFFIX_FORMAT % crc)), digest.hexdigest()[:32]
+
+
+#: hashlib lets go of the GIL for inputs of 2 KiB and more; on the journal's writer thread, getting
+#: it back from hundreds of busy appenders costs far more than the hash, so longer inputs are fed in
+#: pieces under that size
+_HASH_PIECE = 2047
+
+
+def _feed(update: Callable[[memoryview], object], data: bytes) -> None:
+    view = memoryview(data)
+    for start in range(0, len(data), _HASH_PIECE):
+        update(view[start : start + _HASH_PIECE])
 
 
 def chain_digest_of_content(content: bytes) -> str:
-    # hashlib lets go of the GIL for inputs of 2 KiB and more; on the journal's
-    # writer thread, getting it back from hundreds of busy appenders costs far
-    # more than the hash, so long contents are fed in pieces under that size.
+    """The chain digest of a line's content (its object without the crc field)."""
     if len(content) <= _HASH_PIECE:
         return hashlib.sha256(content).hexdigest()[:32]
     digest = hashlib.sha256()
-    view = memoryview(content)
-    for start in range(0, len(content), _HASH_PIECE):
-        digest.update(view[start : start + _HASH_PIECE])
+    _feed(digest.update, content)
     return digest.hexdigest()[:32]
 
 

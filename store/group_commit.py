@@ -9,7 +9,7 @@ queues it. Two threads commit the queue, a pipeline of two stages:
   call's events (encoded and read back), its `expected_seq` against
   the session's head (`store.index_builder`:
   the writer's cache of each session's running summary), assigns pos, seq,
-  ts and the hash chain, frames the lines (`frame_tail`: envelope, CRC,
+  ts and the hash chain, frames the lines (`frame_line`: envelope, CRC,
   chain digest) and builds the batch's index entries;
 - the *syncer* takes the prepared batch and writes it with one `os.write`
   per segment and one `fsync`, rewrites the acknowledgement mark (`ACKED`,
