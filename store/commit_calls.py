@@ -59,7 +59,7 @@ class Pending:
         self.error: BaseException | None = error  # set here: the call was refused on the caller's thread
         self.done = False
         #: the waiters of its batch still to wake, when it was acknowledged in a relay (`acknowledge`)
-        self.relay: collections.deque[Pending] | None = None
+        self.relay: collections.deque[Pending | RelayEnd] | None = None
         self.abandoned = False  # its caller stopped waiting (AppendTimeout)
         if future is None:
             self.lock: Any = threading.Lock()
@@ -92,7 +92,18 @@ def drain(queue: collections.deque[Pending]) -> list[Pending]:
     return calls
 
 
-def acknowledge(batch: Batch) -> None:
+class RelayEnd:
+    """The last waiter of a relay: the writer, until every caller of its batch was woken (`acknowledge`)."""
+
+    __slots__ = ("abandoned", "lock")
+
+    def __init__(self) -> None:
+        self.abandoned = False
+        self.lock = threading.Lock()
+        self.lock.acquire()
+
+
+def acknowledge(batch: Batch, end: RelayEnd | None = None) -> bool:
     """Resolve a batch's calls: those written with their records, those refused with their errors.
 
     Callers waiting in `append` are woken in a relay: every answer is stored
@@ -103,28 +114,39 @@ def acknowledge(batch: Batch) -> None:
     to do so); one at a time, each finds it free, or soon. A caller that
     stopped waiting (`AppendTimeout`) passes its turn on instead (see
     `GroupCommit.append`), so the relay always reaches the last caller.
+
+    With `end`, the writer joins a relay of two callers or more as its last
+    waiter, and the return says so: it then waits for its lock, see
+    `GroupCommit._sync`.
     """
-    waiters: collections.deque[Pending] = collections.deque()
+    locked: list[Pending] = []
     for pending, records in batch.done:
         pending.done = True
         pending.result = records
         future = pending.future
         if future is None:
-            waiters.append(pending)
+            locked.append(pending)
         else:
             future.set_result(records)
     for pending, error in batch.rejected:
         resolve(pending, None, error)
-    if waiters:
-        for pending in waiters:
-            pending.relay = waiters
-        for pending in list(waiters):
-            if pending.abandoned:  # its caller will pass nothing on: wake one more for it
-                wake_next(waiters)
-        wake_next(waiters)
+    if not locked:
+        return False
+    waiters: collections.deque[Pending | RelayEnd] = collections.deque(locked)
+    for pending in locked:
+        pending.relay = waiters
+    joined = False
+    if end is not None and len(locked) > 1:
+        waiters.append(end)
+        joined = True
+    for pending in locked:
+        if pending.abandoned:  # its caller will pass nothing on: wake one more for it
+            wake_next(waiters)
+    wake_next(waiters)
+    return joined
 
 
-def wake_next(relay: collections.deque[Pending]) -> None:
+def wake_next(relay: collections.deque[Pending | RelayEnd]) -> None:
     """Wake the next caller of a relay (none when it is done); `popleft` gives each one once."""
     try:
         pending = relay.popleft()

@@ -45,7 +45,17 @@ from cairn.store.ack_mark import AckMarkWriter
 from cairn.store.admission import Admission
 from cairn.store.batch_framing import frame_calls
 from cairn.store.blobs import BlobStore
-from cairn.store.commit_calls import Batch, Pending, acknowledge, drain, own_copy, refuse, resolve, wake_next
+from cairn.store.commit_calls import (
+    Batch,
+    Pending,
+    RelayEnd,
+    acknowledge,
+    drain,
+    own_copy,
+    refuse,
+    resolve,
+    wake_next,
+)
 from cairn.store.errors import (
     AppendTimeout,
     BadClock,
@@ -60,6 +70,9 @@ from cairn.store.recovery import Recovery
 from cairn.store.segments import FsyncFn, SegmentWriter
 
 log = logging.getLogger("cairn.store")
+
+#: how long the preparer waits for the relay of a batch it synced to wake every caller (`_sync`)
+RELAY_WAIT_S = 0.1
 
 
 class GroupCommit:
@@ -307,7 +320,7 @@ class GroupCommit:
             batch.index = builder.take()
         if inline:
             try:
-                self._sync(batch)
+                self._sync(batch, wait_relay=True)
             except BaseException as exc:  # never leave a caller hanging
                 refuse(batch, self._fail(exc, "acknowledging a batch"))
             return
@@ -355,8 +368,20 @@ class GroupCommit:
             if not work.is_set():
                 work.set()
 
-    def _sync(self, batch: Batch) -> None:
-        """Write, fsync, mark and index a batch, then resolve its callers; a failure fails them all."""
+    def _sync(self, batch: Batch, wait_relay: bool = False) -> None:
+        """Write, fsync, mark and index a batch, then resolve its callers; a failure fails them all.
+
+        `wait_relay` (the preparer syncing a batch itself): it then waits,
+        up to `RELAY_WAIT_S`, until the relay has woken every caller of the
+        batch, before it goes back to the queue. Framing the next batch at
+        once would hold the GIL the relay needs, one woken caller at a time,
+        and the index commit after it hands the GIL to a relay caller at
+        every LMDB put (py-lmdb lets it go around each); waiting, the next
+        batch takes in the calls those callers make meanwhile, and framing,
+        commit and relay each run alone. The store bench measured 25.3k ->
+        26.9k events/s at 256 sessions and 17.8k -> 19.8k at 1,024 (medians
+        of 8 alternating runs). A relay of one caller is not waited for.
+        """
         failed = self._failed
         if failed is not None:
             refuse(batch, failed)
@@ -368,7 +393,9 @@ class GroupCommit:
                 refuse(batch, self._fail(exc, "writing and syncing the log"))
                 return
             self.batches += 1
-        acknowledge(batch)
+        end = RelayEnd() if wait_relay else None
+        if acknowledge(batch, end) and end is not None:
+            end.lock.acquire(timeout=RELAY_WAIT_S)  # a caller stuck in it holds back no more than this
 
     def _commit(self, batch: Batch) -> None:
         """Write the chunks (rolling segments between them) and fsync, rewrite the mark, commit the index."""

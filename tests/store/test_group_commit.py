@@ -343,3 +343,30 @@ def test_appends_that_time_out_and_appends_that_are_answered_each_get_one_outcom
             assert [r.seq for r in outcomes[n]] == [2], outcomes[n]  # type: ignore[attr-defined]
         assert journal.last_seq("s31") == 2  # a call that timed out may still become durable
         assert journal.failed is None
+
+
+def test_a_relay_that_stalls_holds_the_writer_back_no_longer_than_its_wait(tmp_path: Path) -> None:
+    """The preparer that synced a batch waits for its relay to wake every caller (`GroupCommit._sync`);
+    a caller that never hands the baton on (here: two calls nobody waits for) costs it
+    `RELAY_WAIT_S`, not the store."""
+    from cairn.store.group_commit import RELAY_WAIT_S
+
+    gate = _Gate()
+    with Journal.open(tmp_path / "store", fsync=gate, clock_ms=lambda: CLOCK) as journal:
+        writer = journal._writer
+        assert writer is not None
+        for sid in ("a", "b", "c"):
+            journal.append(sid, [started()], expected_seq=0)
+        gate.hold()
+        blocker = journal.append_async("a", [msg(2)], expected_seq=1)
+        assert gate.entered.wait(30)  # the preparer syncs it, inside fsync
+        first = writer.submit("b", [msg(2)], 1, None, None)  # queued: one batch, a relay of two
+        second = writer.submit("c", [msg(2)], 1, None, None)
+        gate.release.set()
+        assert [r.seq for r in blocker.result(30)] == [2]
+        assert first.lock.acquire(timeout=30)  # woken first; it hands nothing on
+        started_at = time.monotonic()
+        assert [r.seq for r in journal.append("a", [msg(3)], expected_seq=2)] == [3]
+        assert time.monotonic() - started_at < RELAY_WAIT_S + 10.0  # the writer went on
+        assert not second.lock.acquire(blocking=False)  # the relay stopped where it stalled
+        assert [r.seq for r in second.result] == [2] and journal.last_seq("c") == 2
