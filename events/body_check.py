@@ -45,11 +45,11 @@ def _holds_raw(info: msgspec.inspect.Type, seen: set[type]) -> bool:
 
 
 #: the kinds with a Raw field somewhere (the hand-off): their bodies are scanned for line breaks
-_RAW_KINDS: frozenset[type] = frozenset(
+RAW_KINDS: frozenset[type] = frozenset(
     cls for cls in EVENT_TYPES if _holds_raw(msgspec.inspect.type_info(cls), set())
 )
 #: each kind's typed decoder, for the round trip of `checked_body`
-_BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
+BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
     cls: msgspec.json.Decoder(cls).decode for cls in EVENT_TYPES
 }
 
@@ -67,7 +67,7 @@ def checked_body(event: EventBase) -> tuple[EventBase, bytes]:
     type, a non-finite number, a lone surrogate, an int outside 64 bits, a
     list where the schema has a tuple, a value with no JSON form.
     """
-    if type(event) not in _BODY_DECODERS:  # the event classes themselves: a subclass would encode another tag
+    if type(event) not in BODY_DECODERS:  # the event classes themselves: a subclass would encode another tag
         raise InvalidEvent(f"not an event: {type(event).__name__}")
     try:
         body = _body_encoder.encode(event)
@@ -85,7 +85,7 @@ def read_back(event: EventBase, body: bytes) -> EventBase:
     of others, the same work costs several times more.
     """
     try:
-        stored: EventBase = _BODY_DECODERS[type(event)](body)
+        stored: EventBase = BODY_DECODERS[type(event)](body)
         same = stored == event
     except Exception as exc:  # msgspec's errors are ValueErrors; a value's own __eq__ may raise anything
         raise _refusal(event, exc) from None
@@ -93,7 +93,7 @@ def read_back(event: EventBase, body: bytes) -> EventBase:
         raise _refusal(event, None, stored)
     # msgspec escapes every control character of a string: only a Raw value could put a CR or LF
     # in the body, where it would split the line
-    if type(event) in _RAW_KINDS and (b"\n" in body or b"\r" in body):
+    if type(event) in RAW_KINDS and (b"\n" in body or b"\r" in body):
         raise InvalidEvent(f"{kind_name(event)} event: a raw line break in its JSON")
     return stored
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from cairn.events.body_check import encode_body, read_back
+from cairn.events.body_check import BODY_DECODERS, RAW_KINDS, encode_body
 from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_line, json_string
 from cairn.events.errors import InputError
 from cairn.events.kinds import TAG_JSON, TAG_OF
@@ -62,6 +62,8 @@ def frame_calls(
     tag_json = TAG_JSON
     frame = frame_line
     encode = encode_body
+    decoders = BODY_DECODERS
+    raw_kinds = RAW_KINDS
     refusal = Admission.refusal
     version = SCHEMA_VERSION
 
@@ -85,26 +87,28 @@ def frame_calls(
         prev = head.head or GENESIS
         sid_json = json_string(sid)
         lines: list[bytes] = []
-        digests: list[str] = []
         records: list[Record] = []
         call_pos = pos
         size = 0
         events, bodies = pending.events, pending.bodies
         try:
             for number, event in enumerate(events):
+                kind = type(event)
                 if bodies is None:  # the writer checks the call (`store.admission`)
                     try:
                         body = encode(event)
-                        event = read_back(event, body)  # the copy a read gives back
+                        stored = decoders[kind](body)
+                        same = stored == event
                     except Exception:
-                        raise refusal(number, event) from None
+                        same = False
+                    if not same or (kind in raw_kinds and (b"\n" in body or b"\r" in body)):
+                        raise refusal(number, event)
+                    event = stored  # the copy a read gives back
                 else:
                     body = bodies[number]
                 seq += 1
-                kind = type(event)
                 line, digest = frame(call_pos, sid_json, seq, ts, prev, tag_json[kind], body)
                 lines.append(line)
-                digests.append(digest)
                 records.append(Record(call_pos, sid, seq, ts, prev, event, version, tag_of[kind]))  # type: ignore[arg-type]
                 size += len(line)
                 prev = digest
@@ -117,15 +121,16 @@ def frame_calls(
             chunk_lines = []
             chunks.append((seg_first, chunk_lines))
             chunk_size = 0
-        for line, digest, record in zip(lines, digests, records, strict=True):
-            length = len(line)
+        # each line's digest is the next record's prev, the last one's the session's new head (`prev`)
+        for number, record in enumerate(records):
+            length = len(lines[number])
             add(
                 head,
                 record.seq,
                 record.pos,
                 ts,
                 record.prev,
-                digest,
+                records[number + 1].prev if number + 1 < len(records) else prev,
                 record.line_kind,
                 record.event,
                 seg_first,
