@@ -15,6 +15,7 @@ from cairn.events.errors import InvalidEvent
 from cairn.events.kinds import EventBase, TurnStarted, Usage
 from cairn.store import Journal, SeqConflict
 from cairn.store.errors import AppendTimeout, StorageFailed
+from cairn.store.group_commit import GroupCommit
 from tests.store.helpers import checkpoint, msg, segment_files, started, usage
 
 CLOCK = 1_700_000_000_000
@@ -256,17 +257,26 @@ class _HeldClock:
         return CLOCK
 
 
+def _three_sessions_and_a_held_fsync(
+    journal: Journal, gate: _Gate
+) -> tuple[GroupCommit, Future[list[Record]]]:
+    """Sessions a, b and c started, then a call of `a` inside its fsync, held there by `gate`: what is
+    submitted next queues into one batch behind it."""
+    writer = journal._writer
+    assert writer is not None
+    for sid in ("a", "b", "c"):
+        journal.append(sid, [started()], expected_seq=0)
+    gate.hold()
+    blocker = journal.append_async("a", [msg(2)], expected_seq=1)
+    assert gate.entered.wait(30)
+    return writer, blocker
+
+
 def test_a_caller_that_stopped_waiting_does_not_stall_the_wake_of_its_batch(tmp_path: Path) -> None:
     gate, clock = _Gate(), _HeldClock()
     with Journal.open(tmp_path / "store", fsync=gate, clock_ms=clock) as journal:
         _through_the_syncer(journal)
-        writer = journal._writer
-        assert writer is not None
-        for sid in ("a", "b", "c"):
-            journal.append(sid, [started()], expected_seq=0)
-        gate.hold()
-        blocker = journal.append_async("a", [msg(2)], expected_seq=1)
-        assert gate.entered.wait(30)  # batch 1 in its fsync
+        writer, blocker = _three_sessions_and_a_held_fsync(journal, gate)  # batch 1 in its fsync
         clock.go.clear()
         clock.entered.clear()
         quitter = writer.submit("b", [msg(2)], 1, None, None)  # queued: the first of batch 2
@@ -353,13 +363,7 @@ def test_a_relay_that_stalls_holds_the_writer_back_no_longer_than_its_wait(tmp_p
 
     gate = _Gate()
     with Journal.open(tmp_path / "store", fsync=gate, clock_ms=lambda: CLOCK) as journal:
-        writer = journal._writer
-        assert writer is not None
-        for sid in ("a", "b", "c"):
-            journal.append(sid, [started()], expected_seq=0)
-        gate.hold()
-        blocker = journal.append_async("a", [msg(2)], expected_seq=1)
-        assert gate.entered.wait(30)  # the preparer syncs it, inside fsync
+        writer, blocker = _three_sessions_and_a_held_fsync(journal, gate)  # the preparer syncs it
         first = writer.submit("b", [msg(2)], 1, None, None)  # queued: one batch, a relay of two
         second = writer.submit("c", [msg(2)], 1, None, None)
         gate.release.set()
