@@ -22,8 +22,6 @@ from cairn.events.errors import InvalidEvent
 from cairn.events.kinds import EVENT_TYPES, EventBase, kind_name, raw_object_problem
 
 _body_encoder = msgspec.json.Encoder()
-#: an event's body, as `checked_body` encodes it (unchecked)
-encode_body: Callable[[EventBase], bytes] = _body_encoder.encode
 
 
 def _holds_raw(info: msgspec.inspect.Type, seen: set[type]) -> bool:
@@ -45,11 +43,11 @@ def _holds_raw(info: msgspec.inspect.Type, seen: set[type]) -> bool:
 
 
 #: the kinds with a Raw field somewhere (the hand-off): their bodies are scanned for line breaks
-RAW_KINDS: frozenset[type] = frozenset(
+_RAW_KINDS: frozenset[type] = frozenset(
     cls for cls in EVENT_TYPES if _holds_raw(msgspec.inspect.type_info(cls), set())
 )
 #: each kind's typed decoder, for the round trip of `checked_body`
-BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
+_BODY_DECODERS: dict[type, Callable[[bytes], EventBase]] = {
     cls: msgspec.json.Decoder(cls).decode for cls in EVENT_TYPES
 }
 
@@ -67,25 +65,12 @@ def checked_body(event: EventBase) -> tuple[EventBase, bytes]:
     type, a non-finite number, a lone surrogate, an int outside 64 bits, a
     list where the schema has a tuple, a value with no JSON form.
     """
-    if type(event) not in BODY_DECODERS:  # the event classes themselves: a subclass would encode another tag
+    decode = _BODY_DECODERS.get(type(event))
+    if decode is None:  # the event classes themselves: a subclass would encode another tag
         raise InvalidEvent(f"not an event: {type(event).__name__}")
     try:
         body = _body_encoder.encode(event)
-    except Exception as exc:  # msgspec's errors are ValueErrors and TypeErrors
-        raise _refusal(event, exc) from None
-    return read_back(event, body), body
-
-
-def read_back(event: EventBase, body: bytes) -> EventBase:
-    """The second half of `checked_body`, for a body already encoded from `event`: decoded back and
-    compared; the decoded copy, or `InvalidEvent`.
-
-    The journal's writer runs it on bodies its callers encoded
-    (`store.admission`), in batches: on an appender's thread, among hundreds
-    of others, the same work costs several times more.
-    """
-    try:
-        stored: EventBase = BODY_DECODERS[type(event)](body)
+        stored: EventBase = decode(body)
         same = stored == event
     except Exception as exc:  # msgspec's errors are ValueErrors; a value's own __eq__ may raise anything
         raise _refusal(event, exc) from None
@@ -93,9 +78,9 @@ def read_back(event: EventBase, body: bytes) -> EventBase:
         raise _refusal(event, None, stored)
     # msgspec escapes every control character of a string: only a Raw value could put a CR or LF
     # in the body, where it would split the line
-    if type(event) in RAW_KINDS and (b"\n" in body or b"\r" in body):
+    if type(event) in _RAW_KINDS and (b"\n" in body or b"\r" in body):
         raise InvalidEvent(f"{kind_name(event)} event: a raw line break in its JSON")
-    return stored
+    return stored, body
 
 
 def _refusal(event: EventBase, error: BaseException | None, stored: object = None) -> InvalidEvent:

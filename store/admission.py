@@ -13,8 +13,8 @@ it passes two checks:
   blob parts.
 
 The second check usually runs on the journal's writer, which frames the
-calls in batches (`store.batch_framing`; `Admission.refusal` words its
-refusal as the caller's thread would have). Under hundreds of appending
+calls in batches (`store.batch_framing`, with `checked_event`: its refusals
+read as the caller's thread words them). Under hundreds of appending
 threads the same work costs several times more on a caller's thread (each
 runs with cold caches, and all it does before it blocks delays the next
 caller's wake-up in the acknowledgement relay): the store bench's
@@ -135,30 +135,14 @@ class Admission:
                         events[index], bodies[index] = checked_body(moved)
         return events, bodies
 
-    @staticmethod
-    def refusal(index: int, event: EventBase) -> InvalidEvent:
-        """The refusal of event `index` of a call whose check failed on the writer: the `InvalidEvent`
-        the caller's thread would have raised (`checked_body` again, on the slow path)."""
-        try:
-            checked_body(event)
-        except InvalidEvent as exc:
-            return InvalidEvent(f"event {index} of the call: {exc}", path=exc.path)
-        except Exception as exc:
-            return InvalidEvent(f"event {index} of the call cannot be checked ({type(exc).__name__}: {exc})")
-        return InvalidEvent(f"event {index} of the call does not read back the same twice")
-
     def _checked_event(self, index: int, event: EventBase) -> tuple[EventBase, bytes]:
-        """`checked_body`, and every blob part it names present; InvalidEvent naming the event's index."""
-        try:
-            stored, body = checked_body(event)
-            if type(stored) in BLOB_CARRIERS:
+        """`checked_event`, and every blob part it names present; InvalidEvent naming the event's index."""
+        stored, body = checked_event(index, event)
+        if type(stored) in BLOB_CARRIERS:
+            try:
                 self._check_blob_parts(stored)
-        except InvalidEvent as exc:
-            raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
-        except Exception as exc:  # anything else a value does when checked is its own call's refusal
-            raise InvalidEvent(
-                f"event {index} of the call cannot be checked ({type(exc).__name__}: {exc})"
-            ) from None
+            except InvalidEvent as exc:
+                raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
         return stored, body
 
     def _check_blob_parts(self, event: EventBase) -> None:
@@ -180,3 +164,16 @@ class Admission:
                         f"no {part.size}-byte blob {part.sha256} in the store at {self.root}",
                         path=f"$.content[{position}]",
                     )
+
+
+def checked_event(index: int, event: EventBase) -> tuple[EventBase, bytes]:
+    """`checked_body` of event `index` of a call, whose refusal names the index: on the writer for the
+    calls their callers left to it (`store.batch_framing`), on a caller's thread for the others."""
+    try:
+        return checked_body(event)
+    except InvalidEvent as exc:
+        raise InvalidEvent(f"event {index} of the call: {exc}", path=exc.path) from None
+    except Exception as exc:  # anything else a value does when checked is its own call's refusal
+        raise InvalidEvent(
+            f"event {index} of the call cannot be checked ({type(exc).__name__}: {exc})"
+        ) from None

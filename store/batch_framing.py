@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from cairn.events.body_check import BODY_DECODERS, RAW_KINDS, encode_body
 from cairn.events.codec import GENESIS, SCHEMA_VERSION, Record, frame_line, json_string
 from cairn.events.errors import InputError
 from cairn.events.kinds import TAG_JSON, TAG_OF
-from cairn.store.admission import Admission
+from cairn.store.admission import checked_event
 from cairn.store.commit_calls import Batch, Pending
 from cairn.store.errors import BadClock, SeqConflict
 from cairn.store.index import Index
@@ -35,7 +34,7 @@ def frame_calls(
     locals, calls positionally and makes no per-event objects beyond the
     line and the Record; a function per call would cost a call per append.
     A call whose events its caller did not check is checked here first
-    (encoded and read back: `read_back`, see `store.admission`); then what
+    (`checked_event`, see `store.admission`); then what
     depends on the order: the envelope, the CRC and the chain
     digest (`frame_line`). A call that fails its checks (its event
     refused on its thread, `expected_seq`, a broken session, a line too
@@ -61,10 +60,7 @@ def frame_calls(
     tag_of = TAG_OF
     tag_json = TAG_JSON
     frame = frame_line
-    encode = encode_body
-    decoders = BODY_DECODERS
-    raw_kinds = RAW_KINDS
-    refusal = Admission.refusal
+    checked = checked_event
     version = SCHEMA_VERSION
 
     for pending in calls:
@@ -95,15 +91,7 @@ def frame_calls(
             for number, event in enumerate(events):
                 kind = type(event)
                 if bodies is None:  # the writer checks the call (`store.admission`)
-                    try:
-                        body = encode(event)
-                        stored = decoders[kind](body)
-                        same = stored == event
-                    except Exception:
-                        same = False
-                    if not same or (kind in raw_kinds and (b"\n" in body or b"\r" in body)):
-                        raise refusal(number, event)
-                    event = stored  # the copy a read gives back
+                    event, body = checked(number, event)  # the copy a read gives back
                 else:
                     body = bodies[number]
                 seq += 1
