@@ -29,7 +29,17 @@ async def _replicated_publish(url: str, stream: str) -> tuple[int, int]:
     try:
         js = client.jetstream()
         await js.add_stream(name=stream, subjects=[f"{stream}.>"], num_replicas=3)
-        ack = await js.publish(f"{stream}.x", b"hello")
+        # a new R3 stream answers once its replicas elected a leader: under load that can take a
+        # few seconds, and a publish before it finds no responder (NATS says so; nothing is stored)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                ack = await js.publish(f"{stream}.x", b"hello")
+                break
+            except nats.js.errors.NoStreamResponseError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         info = await js.stream_info(stream)
         return ack.seq, len(info.cluster.replicas or []) if info.cluster else 0
     finally:
