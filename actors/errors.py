@@ -81,6 +81,15 @@ class WorkspaceMismatch(InputError):
     """A message named another workspace than the one the session was started with."""
 
 
+class MessageTooLarge(InputError):
+    """A user message with a text part too large to be carried whole in its log line.
+
+    The log moves a part over the blob threshold (256 KiB encoded) to the
+    blob store, and the model would see only its preview; a user's message
+    must reach the model whole, so it is refused instead, nothing written.
+    """
+
+
 def describe_exception(exc: BaseException, limit: int = 1_000) -> str:
     """`Class: message` of an exception from a host's code (clipped), even when its `str` fails."""
     try:

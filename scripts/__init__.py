@@ -116,6 +116,7 @@ _WHERE: dict[str, str] = {
     "TurnRunning": "cairn.actors.errors",
     "SessionExists": "cairn.actors.errors",
     "WorkspaceMismatch": "cairn.actors.errors",
+    "MessageTooLarge": "cairn.actors.errors",
     "NoInputBudget": "cairn.actors.errors",
     "CompactionBlocked": "cairn.actors.compactor.errors",
     "ClusterClient": "cairn.actors.cluster.client",
@@ -161,6 +162,7 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.errors import HostBusy as HostBusy
     from cairn.actors.errors import HostClosed as HostClosed
     from cairn.actors.errors import HostError as HostError
+    from cairn.actors.errors import MessageTooLarge as MessageTooLarge
     from cairn.actors.errors import NoInputBudget as NoInputBudget
     from cairn.actors.errors import NotInterrupted as NotInterrupted
     from cairn.actors.errors import SessionExists as SessionExists

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 
 import msgspec
 
-from cairn.actors.errors import NoInputBudget
+from cairn.actors.errors import MessageTooLarge, NoInputBudget
 from cairn.actors.session.budget import output_reserve
 from cairn.actors.session.idempotency import MAX_KEY_CHARS
 from cairn.actors.session.settings import SessionSettings
 from cairn.events.errors import InputError
 from cairn.events.model import ImagePart, Part, TextPart
+from cairn.store.blobs import BLOB_THRESHOLD, oversized
 
 
 def absolute_workspace(workspace: str | os.PathLike[str]) -> str:
@@ -43,6 +44,7 @@ def user_content(message: object) -> str | tuple[Part, ...]:
         if not message:
             raise InputError("a message needs some text")
         check_text(message, "the message")
+        check_carried_whole(TextPart(message), "the message")
         return message
     if isinstance(message, Mapping):
         raise InputError(
@@ -71,12 +73,25 @@ def user_content(message: object) -> str | tuple[Part, ...]:
     except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"a message part cannot be recorded: {exc}") from None
     for index, part in enumerate(checked):
+        if isinstance(part, TextPart):
+            check_carried_whole(part, f"text part {index}")
         if isinstance(part, ImagePart):
             if not part.data and not part.url:
                 raise InputError(f"image part {index} has neither data nor a url")
             if not part.media_type.startswith("image/"):
                 raise InputError(f"image part {index} has media type {part.media_type!r}")
     return checked
+
+
+def check_carried_whole(part: TextPart, what: str) -> None:
+    """Refuse text the log would move to a blob (`MessageTooLarge`): the model would see a preview."""
+    if oversized(part, BLOB_THRESHOLD):
+        size = len(msgspec.json.encode(part))
+        raise MessageTooLarge(
+            f"{what} encodes to {size:,} bytes, over the {BLOB_THRESHOLD:,} a user message carries whole "
+            "(a larger text is stored as a blob, of which the model sees only a preview): split it over "
+            "several messages, or put it in a file of the workspace for the tools to read"
+        )
 
 
 def check_text(text: str, what: str) -> None:

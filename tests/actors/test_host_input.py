@@ -57,3 +57,31 @@ def test_a_bad_send_is_an_input_error_before_anything_is_written(
         assert host.journal.last_seq("s1") == before
         assert host.journal.last_seq("s2") == 0
         assert host.send("s1", "still fine").result(timeout=WAIT).status == "completed"
+
+
+def test_a_message_the_log_would_move_to_a_blob_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """Text over the blob threshold (256 KiB encoded) would be stored as a blob of which the model sees a
+    2,000-char preview: a user's message is refused instead (`MessageTooLarge`); one just under it
+    reaches the model whole."""
+    from cairn.actors.errors import MessageTooLarge
+    from cairn.events.model import text_of
+    from cairn.store.blobs import BLOB_THRESHOLD
+
+    provider = scripted()
+    fits = "x" * (BLOB_THRESHOLD - 64)  # the part's JSON adds {"type":"text","text":""}
+    settings = SessionSettings(model="m", context_window=200_000)
+    with open_host(tmp_path / "store", provider, settings=settings) as host:
+        assert host.send("s1", "first", workspace=str(tmp_path)).result(timeout=WAIT).status == "completed"
+        before = host.journal.last_seq("s1")
+        for message, says in [
+            ("word " * 200_000, "the message encodes to 1,000,025 bytes, over the 262,144"),
+            ([TextPart("see:"), TextPart("é" * 140_000)], "text part 1 encodes to 280,025 bytes"),
+        ]:
+            with pytest.raises(MessageTooLarge) as caught:
+                host.send("s1", message)
+            assert says in str(caught.value)
+            assert "put it in a file of the workspace" in str(caught.value)
+            assert host.journal.last_seq("s1") == before
+        assert host.send("s1", fits).result(timeout=WAIT).status == "completed"
+    sent = [text_of(m.content) for m in provider.requests[-1].messages if m.role == "user"]
+    assert fits in sent
