@@ -53,6 +53,7 @@ from cairn.actors.provider.base import (
     TextDelta,
     ToolCallReady,
     UsageReport,
+    carries_output,
 )
 from cairn.actors.provider.redact import adapter_secrets, clean_message
 from cairn.events.kinds import ErrorClass
@@ -152,6 +153,8 @@ class ProviderActor(pykka.ThreadingActor):
                         ),
                     )
                     return
+                if not carries_output(item):
+                    continue  # an empty delta: nothing to pass on, and no output delivered (R2)
                 delivered = True
                 if not self._tell(job, ProviderItem(job.job, item)):
                     return

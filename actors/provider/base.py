@@ -287,7 +287,7 @@ def guarded(
     try:
         with closing(outputs()) as items:
             for item in items:
-                delivered = True
+                delivered = delivered or carries_output(item)
                 yield item
     except Exception as error:
         failure = failure_of(error, delivered)
@@ -295,6 +295,15 @@ def guarded(
             raise
     if failure is not None:
         raise failure
+
+
+def carries_output(item: ProviderOutput) -> bool:
+    """Whether an item is output in R2's sense: anything but a text or reasoning delta without text.
+
+    SDK streams often open with an empty chunk; an adapter that passes it on must not cost the
+    request its retries and its recovery (`delivered`), so an empty delta counts as nothing.
+    """
+    return not (isinstance(item, TextDelta | ReasoningDelta) and not item.text)
 
 
 def complete(provider: Provider, request: ProviderRequest) -> Completion:
@@ -307,7 +316,7 @@ def complete(provider: Provider, request: ProviderRequest) -> Completion:
     delivered = False
     try:
         for item in provider.stream(request):
-            delivered = True
+            delivered = delivered or carries_output(item)
             match item:
                 case TextDelta():
                     text.append(item.text)

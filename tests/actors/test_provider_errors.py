@@ -155,3 +155,37 @@ def test_garbage_an_adapter_yields_fails_the_request_not_the_session(
 )
 def test_redact_removes_keys_and_what_looks_like_credentials(text: str, expected: str) -> None:
     assert redact(text, ["my-own-key-value", None, ""]) == expected
+
+
+class OpensEmpty:
+    """An adapter as SDK streams behave: each response opens with empty deltas; the first one then
+    fails with a retryable 429, the next answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def stream(self, request: ProviderRequest) -> Iterator[ProviderOutput]:
+        from cairn.actors.provider.base import ReasoningDelta
+
+        self.calls += 1
+        yield TextDelta("")
+        yield ReasoningDelta("")
+        if self.calls == 1:
+            raise ProviderFailure(
+                "rate-limit", "slow down", status_code=429, retryable=True, retry_after_ms=10
+            )
+        yield TextDelta("fine")
+
+
+def test_R2_an_empty_delta_is_no_output_and_the_request_is_still_retried(tmp_path: Path) -> None:
+    """R2 counts text, reasoning, usage and tool calls as output; an empty delta carries none, so the
+    429 after it is retried (it was failed as `delivered` before) and is logged as delivering nothing."""
+    adapter = OpensEmpty()
+    with open_host(tmp_path / "store", adapter) as host:
+        turn = host.send("s1", "go", workspace=str(tmp_path))
+        result = turn.result(timeout=WAIT)
+        assert result.status == "completed", result.error
+        assert [item.text for item in turn.events() if isinstance(item, TextDelta)] == ["fine"]
+        (error,) = _events(host, "s1", ProviderError)
+        assert (error.error_class, error.output_delivered) == ("rate-limit", False)
+    assert adapter.calls == 2
