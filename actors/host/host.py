@@ -52,7 +52,7 @@ import msgspec
 import pykka
 
 from cairn.actors.compactor.hooks import PreCompactionHook
-from cairn.actors.errors import HostTimeout, SessionCrashed, UnknownSession
+from cairn.actors.errors import HostClosed, HostTimeout, SessionCrashed, UnknownSession
 from cairn.actors.host import exit_hook
 from cairn.actors.host.config import HostConfig
 from cairn.actors.host.fork import copy_history, source_to_fork
@@ -333,6 +333,7 @@ class Host:
         error, goes to the future, set from the session's thread.
         """
         validate_session_id(session)
+        self._check_open()
         if self.journal.last_seq(session) == 0:
             raise UnknownSession(f"no session {session} in the store")
         future: concurrent.futures.Future[CompactResult] = concurrent.futures.Future()
@@ -362,6 +363,7 @@ class Host:
         validate_session_id(target)
         if source == target:
             raise InputError("a session cannot be forked onto itself")
+        self._check_open()
         self._check_store()
         last = source_to_fork(self.journal, source, target)
         self._registry.evict(target)
@@ -421,9 +423,9 @@ class Host:
         return self._registry.live_sessions
 
     def sessions(self) -> Iterator[str]:
-        """Every session in the store, in id order."""
-        for summary in self.journal.sessions():
-            yield summary.sid
+        """Every session in the store, in id order (`HostClosed` once the host is closed)."""
+        self._check_open()
+        return (summary.sid for summary in self.journal.sessions())
 
     def interrupted_turns(self) -> list[InterruptedTurn]:
         """The turns that never finished, one per session at most, with the user message to send again.
@@ -437,6 +439,7 @@ class Host:
         continued (`continue_turn`), dismissed (`dismiss_interrupted`), or
         another turn starts.
         """
+        self._check_open()
         return interrupted_turns(self.journal, set(self._registry.live_sessions))
 
     def transcript(
@@ -448,6 +451,7 @@ class Host:
         images by kind and size unless `images`. Bad arguments raise `InputError`, an unknown session
         `UnknownSession`, before anything is read; nothing is written (`actors/host/transcript.py`).
         """
+        self._check_open()
         return read_page(self.journal, session, after=after, limit=limit, images=images)
 
     def close(self) -> None:
@@ -482,6 +486,12 @@ class Host:
         self.close()
 
     # -- inside -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        """`HostClosed` once `close` ran (the store is closed with it): for calls that read the store
+        without a session actor, which would otherwise meet the closed index's own error."""
+        if self._registry.closed:
+            raise HostClosed("the host is closed")
 
     def _check_store(self) -> None:
         """`StorageFailed` once the store failed (a full disk, an I/O error): the host must be reopened.

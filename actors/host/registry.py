@@ -213,6 +213,11 @@ class Registry:
         with self._cond:
             return [sid for sid, entry in self._entries.items() if entry.state != "stopping"]
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran: no session is taken any more."""
+        return self._closed
+
     def close(self) -> bool:
         """Take no new session; stop every actor, most recently used first. False when already closed."""
         with self._cond:

@@ -99,6 +99,27 @@ def test_messages_a_session_cannot_take_are_rejected(tmp_path: Path) -> None:
         host.send("s", "late")
 
 
+def test_a_closed_host_says_so_for_every_call_that_reads_the_store(tmp_path: Path) -> None:
+    """Not the closed index's own error (`lmdb.Error`), which a host could not tell from a failing disk."""
+    host = open_host(tmp_path / "store", scripted())
+    assert host.send("s", "hello", workspace=tmp_path).result(WAIT).ok
+    host.close()
+    calls = {
+        "sessions": lambda: list(host.sessions()),
+        "transcript": lambda: host.transcript("s"),
+        "fork": lambda: host.fork("s", "s2"),
+        "compact": lambda: host.compact("s"),
+        "interrupted_turns": host.interrupted_turns,
+        "state": lambda: host.state("s"),
+        "next_request": lambda: host.next_request("s"),
+        "send": lambda: host.send("s", "late"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(HostClosed):
+            call()
+            pytest.fail(f"{name} did not raise")
+
+
 def test_a_message_sent_mid_turn_steers_that_turn(tmp_path: Path) -> None:
     tools = GatedTools()
     host = open_host(tmp_path / "store", scripted(), tools=tools)
