@@ -232,8 +232,9 @@ def export_tables(
 def sessions_to_export(journal: Any, session: str | None, since: int) -> tuple[list[Any], int]:
     """The summaries of the sessions to read (all, or `session`), and the run's `until` position.
 
-    `until` is one past the highest position the index held (at least `since`);
-    an unknown `session` is refused.
+    `until` is one past the highest position the index held; an unknown `session` is refused, and
+    so is a `since` past `until`: that run would export nothing, and the next one, continuing
+    from it, would skip every line written up to it.
     """
     if session is not None:
         summary = journal.session(session)
@@ -242,8 +243,11 @@ def sessions_to_export(journal: Any, session: str | None, since: int) -> tuple[l
         summaries = [summary]
     else:
         summaries = list(journal.sessions())
-    until = max([s.last_pos + 1 for s in summaries if s.last_seq > 0], default=since)
-    return summaries, max(until, since)
+    until = max([s.last_pos + 1 for s in summaries if s.last_seq > 0], default=0)
+    if since > until:
+        held = f"session {session!r} ends before position {until}" if session else f"the log ends at {until}"
+        raise ExportRefused(f"--since {since} is past what there is to export ({held}): pass {until} or less")
+    return summaries, until
 
 
 def check_session(

@@ -233,6 +233,8 @@ def test_since_appends_only_newer_rows_and_the_union_equals_a_full_export(
         journal.append("extra", [msg(200, "later"), msg(201, "later still")], expected_seq=last)
         journal.append("new-one", [msg(1, "a new session")], expected_seq=0)
     assert export(store, inc, "--since", "0") == 2  # would repeat rows: refused
+    assert export(store, tmp_path / "past", "--since", "999999") == 2  # would skip rows later: refused
+    assert not (tmp_path / "past").exists()
     assert export(store, inc, "--since", str(first)) == 0  # the broken session has no new lines
     manifest = json.loads((inc / MANIFEST).read_text())
     assert [r["since"] for r in manifest["runs"]] == [0, first]

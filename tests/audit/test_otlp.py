@@ -661,6 +661,7 @@ def test_endpoint_urls() -> None:
         (["--to", "{tmp}/x.jsonl", "--session", "../etc"], "invalid session id"),
         (["--to", "{tmp}/x.jsonl", "--session", "nobody"], "no session 'nobody'"),
         (["--to", "{tmp}/x.jsonl", "--since", "-1"], "--since must be a position"),
+        (["--to", "{tmp}/x.jsonl", "--since", "999999"], "--since 999999 is past what there is to export"),
         (
             ["--otlp-endpoint", "http://127.0.0.1:1", "--otlp-timeout", "0"],
             "--otlp-timeout must be more than 0",
