@@ -358,3 +358,11 @@ def cmd_context(args: argparse.Namespace) -> int:
         ],
     )
     return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """`cairn schema`: the JSON Schema every log line satisfies (`cairn.events.line_schema`)."""
+    from cairn.events.line_schema import line_schema
+
+    print(json.dumps(line_schema(), indent=2))
+    return EXIT_OK

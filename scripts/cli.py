@@ -23,7 +23,7 @@ from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_interrupted import cmd_interrupted
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
 from cairn._cli_output import warn
-from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay
+from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_schema
 from cairn._cli_serve import add_serve
 from cairn._cli_sessions import cmd_sessions
 from cairn.events.errors import CairnError, DecodeError, InputError
@@ -146,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-loss", action="store_true", help="record that the missing lines are lost")
     p.add_argument("--reason", default="", help="why, for the operator log")
     p.set_defaults(func=cmd_repair)
+
+    p = sub.add_parser(
+        "schema", help="the JSON Schema of a log line (draft 2020-12), for readers that do not use cairn"
+    )
+    p.set_defaults(func=cmd_schema)
 
     _add_bench(sub, common)
     _add_local_model(sub)
