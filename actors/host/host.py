@@ -437,7 +437,8 @@ class Host:
         every session's events: a start-up call, not a per-turn one. A turn
         this host is running now is left out. One stays listed until it is
         continued (`continue_turn`), dismissed (`dismiss_interrupted`), or
-        another turn starts.
+        another turn starts. A session that cannot be read (a corrupt line) is
+        skipped, with a warning on the `cairn.host` logger.
         """
         self._check_open()
         return interrupted_turns(self.journal, set(self._registry.live_sessions))

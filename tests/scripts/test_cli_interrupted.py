@@ -80,3 +80,23 @@ def test_the_cli_still_starts_without_the_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_corrupt_session_is_skipped_and_the_others_are_listed(
+    store: Path, capsys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One flipped byte in session `done` (a line with valid lines after it: corruption, not a torn
+    tail) used to end the whole listing with its CorruptionError; now it is named and skipped, exit 1."""
+    from cairn import Host, HostConfig
+
+    segment = next((store / "log").glob("*.jsonl"))
+    data = segment.read_bytes()
+    assert data.count(b"please finish done") == 1
+    segment.write_bytes(data.replace(b"please finish done", b"please finish DONE"))
+    code, out, err = run(capsys, "interrupted", "--store", str(store), "--json")
+    assert code == 1
+    assert [r["session"] for r in json.loads(out)] == ["marked", "open"]
+    assert "session done skipped" in err and "CorruptionError" not in out
+    with Host.open(store, config=HostConfig(sweep=False)) as host, caplog.at_level("WARNING", "cairn.host"):
+        assert [turn.session for turn in host.interrupted_turns()] == ["marked", "open"]
+    assert "session done skipped" in caplog.text
