@@ -65,6 +65,8 @@ _WHERE: dict[str, str] = {
     "ToolCallReady": "cairn.actors.provider.base",
     "UsageReport": "cairn.actors.provider.base",
     "Finished": "cairn.actors.provider.base",
+    "ReasoningBlockReady": "cairn.actors.provider.base",
+    "ReasoningBlock": "cairn.events.model",
     "ProviderFailure": "cairn.actors.provider.base",
     "ScriptedProvider": "cairn.actors.provider.scripted",
     # what the scripted provider answers with, and the responder it may ask
@@ -202,6 +204,7 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.actors.provider.base import ProviderFailure as ProviderFailure
     from cairn.actors.provider.base import ProviderOutput as ProviderOutput
     from cairn.actors.provider.base import ProviderRequest as ProviderRequest
+    from cairn.actors.provider.base import ReasoningBlockReady as ReasoningBlockReady
     from cairn.actors.provider.base import ReasoningDelta as ReasoningDelta
     from cairn.actors.provider.base import TextDelta as TextDelta
     from cairn.actors.provider.base import ToolCallReady as ToolCallReady
@@ -235,6 +238,7 @@ if TYPE_CHECKING:  # `_WHERE` again, for type checkers and editors (`X as X`: re
     from cairn.events.kinds import Event as Event
     from cairn.events.model import ImagePart as ImagePart
     from cairn.events.model import Message as Message
+    from cairn.events.model import ReasoningBlock as ReasoningBlock
     from cairn.events.model import TextPart as TextPart
     from cairn.events.model import ToolCall as ToolCall
     from cairn.store.errors import AcknowledgedDataMissing as AcknowledgedDataMissing
