@@ -21,6 +21,7 @@ from cairn.actors.session.stream import (
     StreamPosition,
     Turn,
     TurnResult,
+    checked_timeout,
     format_position,
     next_position,
     parse_position,
@@ -155,6 +156,7 @@ class AsyncTurn:
         Cancelling the awaiting task (or the timeout) leaves the turn
         running and its result retrievable by awaiting this again.
         """
+        timeout = checked_timeout(timeout)
         try:
             async with asyncio.timeout(timeout):  # not wait_for: see `events`
                 return await asyncio.shield(self._result)
@@ -178,6 +180,7 @@ class AsyncTurn:
         self, timeout: float | None = WAIT_S, *, after: StreamPosition | None = None
     ) -> AsyncGenerator[Positioned, None]:
         """`events`, each item with its position, as `Turn.stream`."""
+        timeout = checked_timeout(timeout)
         start = (0, 0) if after is None else parse_position(after)
         wake = asyncio.Event()
         self._readers.add(wake)

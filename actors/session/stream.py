@@ -21,6 +21,7 @@ callback instead, for `AsyncHost`, which bridges them to an event loop.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +66,18 @@ def next_position(previous: tuple[int, int], item: StreamItem) -> tuple[int, int
     if isinstance(item, Record):
         return item.seq, 0
     return previous[0], previous[1] + 1
+
+
+def checked_timeout(timeout: object) -> float | None:
+    """A wait's bound as given to `result` and `events`: None (no bound) or a finite number of
+    seconds >= 0, else `InputError` (a str would fail mid-wait; NaN would wait without bound)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
+        raise InputError(f"timeout must be None or a number of seconds, got {timeout!r}")
+    if timeout < 0:
+        raise InputError(f"timeout must be 0 or more seconds, got {timeout!r}")
+    return float(timeout)
 
 
 class Positioned(NamedTuple):
@@ -145,6 +158,7 @@ class Turn:
     ) -> Iterator[Positioned]:
         """`events`, each item with its position (`StreamPosition`), to continue from after a
         reconnect (`after=`). `InputError` for a malformed position, before anything is read."""
+        timeout = checked_timeout(timeout)
         start = (0, 0) if after is None else parse_position(after)
         with self._cond:
             index = bisect.bisect_right(self._positions, start)
@@ -172,6 +186,7 @@ class Turn:
         on a turn whose provider adapter never returns; the turn may still
         finish, and `result()` may be called again. None waits without bound.
         """
+        timeout = checked_timeout(timeout)
         with self._cond:
             if not self._cond.wait_for(lambda: self._result is not None, timeout):
                 raise TurnTimeout(f"session {self.session}: no result within {timeout} s")

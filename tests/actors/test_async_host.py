@@ -256,7 +256,13 @@ def test_async_errors_are_the_threaded_hosts(tmp_path: Path) -> None:
             await host.send("no spaces allowed", "hi", workspace=str(tmp_path))
         with pytest.raises(InputError):
             await host.send("s", {"text": "a dict"}, workspace=str(tmp_path))  # type: ignore[arg-type]
-        failed = await (await host.send("s", "hi", workspace=str(tmp_path))).result()
+        turn = await host.send("s", "hi", workspace=str(tmp_path))
+        for bad in ("abc", float("nan"), -1, True):
+            with pytest.raises(InputError, match="timeout must be"):
+                await turn.result(bad)  # type: ignore[arg-type]
+            with pytest.raises(InputError, match="timeout must be"):
+                await anext(turn.events(bad))  # type: ignore[arg-type]
+        failed = await turn.result()
         assert (failed.status, failed.phase, failed.error_class) == ("failed", "provider", "auth")
         with pytest.raises(UnknownSession):
             await host.compact("nobody")

@@ -85,3 +85,17 @@ def test_a_message_the_log_would_move_to_a_blob_is_refused_and_nothing_is_writte
         assert host.send("s1", fits).result(timeout=WAIT).status == "completed"
     sent = [text_of(m.content) for m in provider.requests[-1].messages if m.role == "user"]
     assert fits in sent
+
+
+@pytest.mark.parametrize("bad", ["abc", float("nan"), float("inf"), -1, True], ids=repr)
+def test_a_bad_timeout_is_an_input_error_not_a_type_error_or_no_bound(tmp_path: Path, bad: object) -> None:
+    """`result` and `events` take None or a finite number of seconds >= 0: a str failed mid-wait
+    with a bare TypeError, and NaN waited without bound."""
+    with open_host(tmp_path / "store", scripted()) as host:
+        turn = host.send("s1", "first", workspace=str(tmp_path))
+        with pytest.raises(InputError, match="timeout must be"):
+            turn.result(timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="timeout must be"):
+            next(iter(turn.events(timeout=bad)))  # type: ignore[arg-type]
+        assert turn.result(timeout=WAIT).status == "completed"
+        assert turn.result(timeout=0).status == "completed"  # done: no wait needed
