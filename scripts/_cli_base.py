@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cairn.events.errors import InputError
+from cairn.events.errors import DecodeError, InputError
 
 if TYPE_CHECKING:
     from cairn.store.backend import JournalBackend
@@ -86,3 +86,28 @@ def open_store(args: argparse.Namespace) -> Iterator[JournalBackend]:
 
     with open_cluster(args, url) as cluster:
         yield cluster
+
+
+def exit_code(error: BaseException) -> int:
+    """What an error that ends a command means for its exit status (see `cairn.cli`).
+
+    1 for a problem the store holds (a corrupt line, a bad blob, a line that
+    does not decode, acknowledged lines missing, an entry cairn did not make
+    in place of its own); 2 for everything that kept the command from running:
+    bad arguments, no or another writer's store (`StoreLocked`), a disk that
+    failed (`StorageFailed`), an OS error on the path.
+    """
+    from cairn.store.errors import (
+        AcknowledgedDataMissing,
+        BlobError,
+        CorruptionError,
+        IndexUnusable,
+        UnexpectedEntry,
+    )
+
+    held = (
+        CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry | IndexUnusable
+    )
+    if isinstance(error, held):
+        return EXIT_PROBLEMS
+    return EXIT_USAGE

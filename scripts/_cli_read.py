@@ -41,6 +41,7 @@ from cairn.events.kinds import (
 )
 from cairn.events.model import text_of
 from cairn.events.state import replay
+from cairn.store.errors import IndexUnusable
 
 if TYPE_CHECKING:
     from cairn.actors.session.request import AssembledRequest
@@ -209,9 +210,13 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
         if journal.last_seq(args.session) == 0:
             raise UsageError(f"no session {args.session!r} in {where(args)}")
         for ref in journal.checkpoints(args.session):
-            record = next(journal.read(args.session, ref.seq, ref.seq))
-            cp = record.event
-            assert isinstance(cp, CheckpointCommitted)
+            record = next(iter(journal.read(args.session, ref.seq, ref.seq)), None)
+            cp = record.event if record is not None else None
+            if record is None or not isinstance(cp, CheckpointCommitted):
+                raise IndexUnusable(
+                    f"the index names a checkpoint of {args.session} at seq {ref.seq} that the log does "
+                    "not hold there: the index is damaged; `cairn reindex` rebuilds it from the log"
+                )
             out.append(
                 {
                     "seq": record.seq,

@@ -18,7 +18,15 @@ from collections.abc import Sequence
 
 import lmdb
 
-from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, StoreDefault, UsageError, default_store
+from cairn._cli_base import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    StoreDefault,
+    UsageError,
+    default_store,
+    exit_code,
+)
 from cairn._cli_cluster import cluster_options, cmd_export
 from cairn._cli_interrupted import cmd_interrupted
 from cairn._cli_maintain import cmd_reindex, cmd_repair, cmd_verify
@@ -26,7 +34,7 @@ from cairn._cli_output import warn
 from cairn._cli_read import cmd_checkpoints, cmd_context, cmd_log, cmd_replay, cmd_schema
 from cairn._cli_serve import add_serve
 from cairn._cli_sessions import cmd_sessions
-from cairn.events.errors import CairnError, DecodeError, InputError
+from cairn.events.errors import CairnError, InputError
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -388,21 +396,8 @@ def merge_store(args: argparse.Namespace) -> None:
     args.store = before
 
 
-def exit_code(error: BaseException) -> int:
-    """What an error that ends a command means for its exit status (see the module doc).
-
-    1 for a problem the store holds (a corrupt line, a bad blob, a line that
-    does not decode, acknowledged lines missing, an entry cairn did not make
-    in place of its own); 2 for everything that kept the command from running:
-    bad arguments, no or another writer's store (`StoreLocked`), a disk that
-    failed (`StorageFailed`), an OS error on the path.
-    """
-    from cairn.store.errors import AcknowledgedDataMissing, BlobError, CorruptionError, UnexpectedEntry
-
-    held = CorruptionError | BlobError | DecodeError | AcknowledgedDataMissing | UnexpectedEntry
-    if isinstance(error, held):
-        return EXIT_PROBLEMS
-    return EXIT_USAGE
+#: LMDB's errors for an index whose pages are not what it wrote (exit 1: a problem the store holds)
+_INDEX_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadChecksumError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -431,6 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else f" (the store at {args.store})"
         warn(f"{exc.strerror or type(exc).__name__}{where}")
         return EXIT_USAGE
+    except _INDEX_DAMAGE as exc:  # pages that do not hold what LMDB wrote: the index, not the log
+        warn(f"the index is damaged ({type(exc).__name__}: {exc}); `cairn reindex` rebuilds it from the log")
+        return EXIT_PROBLEMS
     except lmdb.Error as exc:  # the index's disk failed where the store let LMDB's error through
         warn(f"the index failed: {type(exc).__name__}: {exc}")
         return EXIT_USAGE

@@ -116,3 +116,40 @@ def test_verify_while_a_writer_appends_exits_0(store: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     assert codes == [0] * 5, out
     assert "index-differs" not in out and "PROBLEM" not in out
+
+
+def test_a_damaged_index_is_a_problem_found_and_names_reindex(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB's own errors for pages that are not what it wrote (seen from outside: MDB_CORRUPTED from a
+    `verify`, a bare StopIteration from `checkpoints`) exit 1, a problem the store holds, and say how
+    to rebuild the index; the log itself is untouched by such damage."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import lmdb
+
+    from cairn import _cli_read, cli
+
+    def damaged(args: object) -> int:
+        raise lmdb.CorruptedError("mdb_cursor_get: MDB_CORRUPTED: Located page was wrong type")
+
+    monkeypatch.setattr(cli, "cmd_sessions", damaged)
+    assert main(["sessions", "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert "the index is damaged" in err and "`cairn reindex` rebuilds it" in err
+
+    class StaleIndex:  # names a checkpoint at a seq the log does not hold
+        def last_seq(self, sid: str) -> int:
+            return 9
+
+        def checkpoints(self, sid: str) -> list[SimpleNamespace]:
+            return [SimpleNamespace(seq=4)]
+
+        def read(self, sid: str, first: int, last: int) -> list[object]:
+            return []
+
+    monkeypatch.setattr(_cli_read, "open_store", lambda args: contextlib.nullcontext(StaleIndex()))
+    assert main(["checkpoints", "a", "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert "checkpoint of a at seq 4" in err and "`cairn reindex` rebuilds it" in err
