@@ -11,6 +11,7 @@ import msgspec
 from cairn import _console
 from cairn._cli_base import EXIT_OK, EXIT_PROBLEMS, UsageError, cluster_url, store_root
 from cairn._cli_output import print_json, progress_bar
+from cairn.store.segments import segment_name
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -62,9 +63,17 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     root = store_root(args)
     with progress_bar("reindexing", not args.json) as progress:
         result = reindex(root, progress=progress)
-    data = msgspec.to_builtins(result)
-    print_json(data) if args.json else print(f"reindexed: {json.dumps(data)}")
-    return EXIT_OK
+    if args.json:
+        print_json(msgspec.to_builtins(result))
+    else:
+        print(f"reindexed {result.lines_indexed:,} lines of {result.segments} segment(s) from the log")
+        for entry in result.corruptions:
+            who = f"session {entry.sid} seq {entry.seq}" if entry.sid else "a line of no known session"
+            print(f"corrupt: {segment_name(entry.segment)}@{entry.offset}, {who}: {entry.reason}")
+        for note in result.notes:
+            print(note)
+    # corrupt lines recorded: each session is unreadable past its own (`cairn verify` says more)
+    return EXIT_PROBLEMS if result.corruptions else EXIT_OK
 
 
 def cmd_repair(args: argparse.Namespace) -> int:

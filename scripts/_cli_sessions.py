@@ -104,8 +104,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         complete = usage["usage_complete"]
         rows.append(
             [
-                s.sid,
-                s.last_seq,
+                f"{s.sid} !" if s.broken_seq else s.sid,
+                s.events,
                 s.model,
                 iso(s.updated_ts) if s.updated_ts else "",
                 s.checkpoint_seq or "",
@@ -132,6 +132,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         ],
         rows,
     )
+    for s in summaries:
+        if s.broken_seq:
+            print(f"{s.sid} !: unreadable from seq {s.broken_seq} (a corrupt line: `cairn verify` names it)")
     if any(not usage_of(s)["usage_complete"] for s in summaries):
         print("unknown: the provider reported no usage; ≥: some responses came without usage")
     if any(cache["cache_hit_ratio"] is None for cache in caches):

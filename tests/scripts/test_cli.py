@@ -208,3 +208,20 @@ def test_log_stops_at_a_corrupt_line_after_listing_what_came_before(store, capsy
     code, out, err = run(capsys, "log", "beta", "--store", str(store))
     assert code == 1
     assert "hello there" in out and "CorruptionError" in err
+
+
+def test_a_corrupt_line_found_by_reindex_is_named_listed_and_exits_1(store, capsys):
+    """reindex records the corrupt line (exit 1: a problem the store holds, not a clean rebuild), says
+    where it is in words, and `sessions` marks the session unreadable from it."""
+    segment = sorted((store / "log").glob("*.jsonl"))[0]
+    data = segment.read_bytes()
+    assert data.count(b"hello there") == 2
+    segment.write_bytes(data.replace(b"hello there", b"HELLO there", 1))  # alpha's seq 2
+    code, out, _ = run(capsys, "reindex", "--store", str(store))
+    assert code == 1
+    assert f"corrupt: {segment.name}@" in out and "session alpha seq 2" in out and "{" not in out
+    code, out, _ = run(capsys, "sessions", "--store", str(store))
+    assert code == 0
+    assert "alpha !" in out and "alpha !: unreadable from seq 2" in out and "beta !" not in out
+    code, out, _ = run(capsys, "sessions", "--store", str(store), "--json")
+    assert {s["sid"]: s["broken_seq"] for s in json.loads(out)} == {"alpha": 2, "beta": 0}
