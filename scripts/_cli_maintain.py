@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -76,6 +78,21 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if result.corruptions else EXIT_OK
 
 
+def _unreadable_past_gaps(root: Path, sids: list[str]) -> list[dict[str, Any]]:
+    """The sessions of `sids` a loss left unreadable from a seq on (lines before it read, those
+    after it fail closed), with how many of their lines the log still holds past it."""
+    from cairn.store import Journal
+
+    found = []
+    with Journal.open(root, readonly=True) as journal:
+        for sid in sids:
+            summary = journal.session(sid)
+            if summary is not None and summary.broken_seq:
+                past = summary.events - (summary.broken_seq - 1)
+                found.append({"sid": sid, "from_seq": summary.broken_seq, "lines": max(0, past)})
+    return found
+
+
 def cmd_repair(args: argparse.Namespace) -> int:
     """The one repair cairn makes on request: accept, and log, the loss of acknowledged lines."""
     from cairn.store.repair import accept_loss
@@ -88,8 +105,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
         )
     with progress_bar("repairing", not args.json) as progress:
         record = accept_loss(root, reason=args.reason, progress=progress)
+    cut_off = _unreadable_past_gaps(root, sorted({loss.sid for loss in record.sessions}))
     if args.json:
-        print_json(msgspec.to_builtins(record))
+        print_json({**msgspec.to_builtins(record), "unreadable": cut_off})
         return EXIT_OK
     for span in record.ranges:
         shown = (
@@ -102,6 +120,11 @@ def cmd_repair(args: argparse.Namespace) -> int:
     print(f"sessions: {lost or 'none known'}" + ("" if record.sessions_known else " (others unknown)"))
     for kept in record.quarantined:
         print(f"kept the {kept.length} bytes cut at {kept.segment}@{kept.offset} in {kept.file}")
+    for gone in cut_off:
+        print(
+            f"session {_console.printable(gone['sid'])} is unreadable from seq {gone['from_seq']} on: "
+            f"{gone['lines']:,} line(s) past the gap stay in the log but cannot be read (fail closed)"
+        )
     print(
         "recorded in operator.jsonl; writers may open the store, and appends continue past the lost positions"
     )

@@ -153,3 +153,18 @@ def test_a_damaged_index_is_a_problem_found_and_names_reindex(
     assert main(["checkpoints", "a", "--store", str(store)]) == 1
     err = capsys.readouterr().err
     assert "checkpoint of a at seq 4" in err and "`cairn reindex` rebuilds it" in err
+
+
+def test_repair_says_which_sessions_a_gap_leaves_unreadable_and_how_much_of_them(store: Path) -> None:
+    """Losing the middle segment (a seq 7, b seqs 1-5) leaves lines of both sessions past the gap:
+    repair named only the lost seqs, as if the rest read; now it says each session is unreadable
+    from the gap on and how many of its lines stay in the log there (a 8-9, b 6-7)."""
+    (store / "log" / "00000000000000000006.jsonl").unlink()
+    assert cairn("verify", "--store", str(store)).returncode == 1
+    done = cairn("repair", "--accept-loss", "--store", str(store), "--reason", "disk replaced")
+    assert done.returncode == 0, done.stderr
+    assert "session a is unreadable from seq 7 on: 2 line(s) past the gap" in done.stdout
+    assert "session b is unreadable from seq 1 on: 2 line(s) past the gap" in done.stdout
+    listed = cairn("log", "a", "--store", str(store), "--to", "6")
+    assert listed.returncode == 0 and listed.stdout.count("user-message") + listed.stdout.count("usage") > 0
+    assert cairn("log", "a", "--store", str(store), "--from", "7").returncode == 1
