@@ -6,6 +6,8 @@ written, so a malformed argument never becomes an unreadable log line.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import unicodedata
 from collections.abc import Mapping
@@ -78,9 +80,21 @@ def user_content(message: object) -> str | tuple[Part, ...]:
         if isinstance(part, ImagePart):
             if not part.data and not part.url:
                 raise InputError(f"image part {index} has neither data nor a url")
+            if part.data and not _is_base64(part.data):
+                raise InputError(
+                    f"image part {index}'s data is not base64 (the image's bytes, encoded, no line breaks)"
+                )
             if not part.media_type.startswith("image/"):
                 raise InputError(f"image part {index} has media type {part.media_type!r}")
     return checked
+
+
+def _is_base64(data: str) -> bool:
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def check_carried_whole(part: TextPart, what: str) -> None:

@@ -231,6 +231,10 @@ def malformed(item: object) -> str:
         return f"a {type(item).__name__} with text that is not valid Unicode (a lone surrogate)"
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         return f"a {type(item).__name__} that cannot be recorded: {type(exc).__name__}"
+    if isinstance(item, ToolCallReady) and not (item.call.id and item.call.name):
+        return "a ToolCallReady with an empty call id or tool name (its result could not be paired)"
+    if isinstance(item, UsageReport) and any(n is not None and n < 0 for n in msgspec.structs.astuple(item)):
+        return f"a UsageReport with a negative count: {item}"
     return ""
 
 

@@ -28,6 +28,7 @@ BAD_SENDS: list[tuple[str, dict[str, Any], str]] = [
     ("parts-of-str", {"text": ["hi"]}, "part 0 is a str"),
     ("text-part-int", {"text": [TextPart(5)]}, "`$[0].text`"),  # type: ignore[arg-type]
     ("image-data-int", {"text": [ImagePart("image/png", 7)]}, "`$[0].data`"),  # type: ignore[arg-type]
+    ("image-not-base64", {"text": [ImagePart("image/png", "not base64!!")]}, "data is not base64"),
     ("part-surrogate", {"text": [TextPart("\udfff")]}, "lone surrogate"),
     ("workspace-int", {"workspace": 12}, "a path (str or os.PathLike), not int"),
     ("workspace-bytes", {"workspace": b"/tmp"}, "a str path, not bytes"),

@@ -125,6 +125,9 @@ YIELDED = [
     ("call-id-int", (ToolCallReady(ToolCall(5, "read")),), "`$.call.id`"),  # type: ignore[arg-type]
     ("usage-str", (UsageReport(prompt_tokens="many"),), "`$.prompt_tokens`"),  # type: ignore[arg-type]
     ("lone-surrogate", (TextDelta("bad \ud800"),), "lone surrogate"),
+    ("call-id-empty", (ToolCallReady(ToolCall("", "read")),), "an empty call id or tool name"),
+    ("tool-name-empty", (ToolCallReady(ToolCall("c1", "")),), "an empty call id or tool name"),
+    ("usage-negative", (UsageReport(prompt_tokens=-5),), "a UsageReport with a negative count"),
 ]
 
 
