@@ -314,6 +314,9 @@ class LoopTools:
         self.schemas = getattr(tools, "schemas", ())
         self.read_only = getattr(tools, "read_only", None)
 
+    #: a call past its timeout is cancelled, not left running (the session's error result says so)
+    cancels_on_timeout = True
+
     def __call__(self, invocation: ToolInvocation) -> Any:
         future = asyncio.run_coroutine_threadsafe(self._tools(invocation), self._loop)
         try:

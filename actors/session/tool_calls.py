@@ -53,7 +53,9 @@ def run_tool(
             )
         return error_outcome(f"the tool {call.name!r} failed: {describe_exception(exc)}")
     if isinstance(value, TimedOut):
-        return error_outcome(_timed_out(call.name, value))
+        return error_outcome(
+            _timed_out(call.name, value, getattr(tools, "cancels_on_timeout", False) is True)
+        )
     if isinstance(value, Deferred):
         limit = value.timeout_s
         if limit is not None and (isinstance(limit, bool) or not 0 < limit < float("inf")):
@@ -65,12 +67,18 @@ def run_tool(
     return outcome
 
 
-def _timed_out(name: str, timed_out: TimedOut) -> str:
-    """What the model (and the log) reads when a call ran out of time."""
+def _timed_out(name: str, timed_out: TimedOut, cancelled: bool = False) -> str:
+    """What the model (and the log) reads when a call ran out of time; `cancelled`: the executor
+    stops a call at its timeout (`cancels_on_timeout`, as an `async def` executor's task is)."""
     if timed_out.started:
+        after = (
+            "it was cancelled"
+            if cancelled
+            else "it may still be running, and whatever it returns is discarded"
+        )
         return (
             f"the tool {name!r} did not finish within {timed_out.timeout_s:g} s (the host's tool_timeout_s);"
-            " it may still be running, and whatever it returns is discarded"
+            f" {after}"
         )
     return (
         f"the tool {name!r} did not start within {timed_out.timeout_s:g} s: every tool thread is busy"

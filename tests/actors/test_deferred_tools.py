@@ -20,7 +20,7 @@ from cairn import Deferred, InputError, ToolNotWaiting, ToolOutcome
 from cairn.actors.provider.scripted import Reply
 from cairn.actors.tools import ToolInvocation
 from cairn.events.kinds import ToolResult
-from cairn.events.model import TextPart, ToolCall
+from cairn.events.model import TextPart, ToolCall, text_of
 from tests.actors.helpers import WAIT, kinds, open_host, reopen_and_compare, scripted
 from tests.actors.helpers import Clock as MsClock
 from tests.actors.test_async_host import open_async
@@ -262,6 +262,8 @@ def test_an_async_executor_that_hangs_is_cancelled_after_tool_timeout_s(tmp_path
             assert await asyncio.to_thread(cancelled.wait, WAIT)
             results = [r.event for r in host.host.journal.read("s") if isinstance(r.event, ToolResult)]
             assert results[0].status == "error"
+            # what the model reads says what happened: cancelled, not "may still be running"
+            assert text_of(results[0].content).endswith("(the host's tool_timeout_s); it was cancelled")
 
     asyncio.run(main())
 
