@@ -46,10 +46,15 @@ def cmd_export_tables(args: argparse.Namespace) -> int:
         rows = sum(report.rows.values())
         print(
             f"exported {report.sessions} sessions, {report.rows.get('events', 0)} events ({rows} rows) "
-            f"at positions {report.since}..{report.until - 1} as {report.format} part {report.part} "
+            f"at {positions(report.since, report.until)} as {report.format} part {report.part} "
             f"to {target}" + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
         )
     return EXIT_PROBLEMS if report.skipped else EXIT_OK
+
+
+def positions(since: int, until: int) -> str:
+    """The run's [since, until) in words: `positions 5..9`, or none when the log had nothing new."""
+    return f"positions {since}..{until - 1}" if until > since else f"no new positions (from {since})"
 
 
 def cmd_export_otlp(args: argparse.Namespace) -> int:
@@ -84,7 +89,7 @@ def cmd_export_otlp(args: argparse.Namespace) -> int:
         print(
             f"exported {report.spans['turn']} turns of {report.sessions} sessions as {report.traces} traces, "
             f"{sum(report.spans.values())} spans ({kinds or 'none'}) in {report.requests} OTLP requests "
-            f"to {report.to}; positions {report.since}..{report.until - 1}, next --since {report.until}"
+            f"to {report.to}; {positions(report.since, report.until)}, next --since {report.until}"
             + (f"; {report.open_turns} turns still open" if report.open_turns else "")
             + (f"; skipped {len(report.skipped)} corrupt sessions" if report.skipped else "")
         )

@@ -420,3 +420,11 @@ def test_each_usage_row_names_its_requests_model_and_the_answers_times(exported:
         "using (sid, request_id) where u.model is not null"
     )
     assert orphans == [(0,)]
+
+
+def test_a_run_with_nothing_new_says_so_in_words() -> None:
+    """An empty incremental run printed `positions 3143..3142`."""
+    from cairn.audit.command import positions
+
+    assert positions(5, 10) == "positions 5..9"
+    assert positions(3143, 3143) == "no new positions (from 3143)"
