@@ -69,7 +69,9 @@ Otherwise it exits 1: the run did not do what it says. It exits 2, with one
 line on stderr, when it could not run: a `--store` that cannot be a
 directory, a store another process writes (`StoreLocked`), an endpoint not
 configured, or a store that failed during the run (a full disk): the sessions
-stop, and a later run on the same store recovers from the log.
+stop, and a later run on the same store recovers from the log. A problem the
+store holds (a corrupt line, acknowledged lines missing) is one line and 1:
+`cairn verify` names it.
 
 Its parts: `workspace` (the scratch repository), `tasks` (what each turn
 asks), `agent` (the scripted coding agent and its faults), `providers`
@@ -90,6 +92,7 @@ from pathlib import Path
 import lmdb
 
 from cairn import _console
+from cairn._cli_base import exit_code
 from cairn.actors import placement
 from cairn.actors.provider.config import ProviderConfigError
 from cairn.demo.agent import SETTINGS
@@ -277,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except (DemoSetupError, DemoStoreFailed, CairnError, OSError, lmdb.Error) as error:
         _error(error, args.store)  # one line; what was logged meanwhile follows from it
-        return 2
+        return exit_code(error)  # 1 for a problem the store holds (a corrupt line: verify names it)
     finally:
         setup.close()
         if server is not None:

@@ -173,3 +173,20 @@ def test_an_unreadable_store_is_one_line_exit_2(store) -> None:
     finally:
         (scratch / "store").chmod(0o755)
         shutil.rmtree(scratch)
+
+
+def test_the_demo_on_a_store_with_a_corrupt_line_is_one_line_and_exit_1(tmp_path, capsys) -> None:
+    """A problem the store holds is not "could not run" (2): the demo says it in one line, exit 1, as
+    verify does; seen from outside when a flipped digit in an old line ended the demo with 2."""
+    store = tmp_path / "store"
+    # too short to show everything the demo is for (exit 1); it ran, and wrote the session
+    assert run(capsys, "demo", "--store", str(store), "--sessions", "1", "--turns", "2")[0] in (0, 1)
+    segment = sorted((store / "log").glob("*.jsonl"))[0]
+    data = segment.read_bytes()
+    first_ask = data.index(b'"kind":"user-message"')
+    at = data.index(b'"text":"', first_ask) + len(b'"text":"')
+    segment.write_bytes(data[:at] + (b"X" if data[at : at + 1] != b"X" else b"Y") + data[at + 1 :])
+    code, _, err = run(capsys, "demo", "--store", str(store), "--sessions", "1", "--turns", "1")
+    assert code == 1
+    assert "CorruptionError" in err and "checksum" in err
+    assert run(capsys, "verify", "--store", str(store))[0] == 1
