@@ -324,6 +324,15 @@ class LocalModelServer:
         self.stop()
 
 
+def suggested_output_cap(context_window: int) -> int:
+    """The `CAIRN_MAX_OUTPUT_TOKENS` printed with a slot's window: a quarter of it, at most 512.
+
+    Without a cap the output reserve is at least 8,192 tokens (B1), more than a small slot's whole
+    window: the settings would leave no input budget, and `cairn demo --provider openai` refuses them.
+    """
+    return max(64, min(512, context_window // 4))
+
+
 def serve_forever(server: LocalModelServer, out: IO[str] | None = None) -> int:
     """`cairn local-model`: start `server`, print the settings that point cairn at it, run until a signal."""
     out = out or sys.stdout
@@ -340,7 +349,7 @@ def serve_forever(server: LocalModelServer, out: IO[str] | None = None) -> int:
                 f"{server.context_window} tokens; log: {server.log_path}",
                 file=out,
             )
-            for name, value in server.environ().items():
+            for name, value in server.environ(suggested_output_cap(server.context_window)).items():
                 print(f"export {name}={value}", file=out)
             print(
                 "# then, in that shell: cairn demo --provider openai --sessions 2 --turns 8   "

@@ -274,3 +274,28 @@ def test_the_demos_local_model_refuses_what_it_cannot_combine_before_starting_an
         demo.main([*argv, "--store", str(tmp_path / "store")])
     assert exited.value.code == 2 and said in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
+
+
+@needs_model
+def test_the_settings_local_model_prints_are_ones_the_demo_it_suggests_takes() -> None:
+    """`cairn local-model` printed no CAIRN_MAX_OUTPUT_TOKENS, so the output reserve (at least 8,192
+    tokens without a cap, B1) swallowed its 2,048-token window and the very demo it suggests exited 2.
+    Run as a user would: the command's own exports, read from its output, given to the demo's setup."""
+    from cairn.demo.providers import openai_setup
+
+    command = [sys.executable, "-m", "cairn.cli", "local-model", "--parallel", "1", "--threads", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        printed: dict[str, str] = {}
+        for line in process.stdout:
+            if line.startswith("export "):
+                name, _, value = line.removeprefix("export ").strip().partition("=")
+                printed[name] = value
+            if line.startswith("# then"):
+                break
+        assert printed["CAIRN_CONTEXT_WINDOW"] == "2048" and printed["CAIRN_MAX_OUTPUT_TOKENS"] == "512"
+        openai_setup(printed).close()  # refused before: no input budget
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
