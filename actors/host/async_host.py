@@ -311,8 +311,15 @@ class LoopTools:
         self._tools = tools
         self._loop = loop
         self._timeout_s = timeout_s
-        self.schemas = getattr(tools, "schemas", ())
-        self.read_only = getattr(tools, "read_only", None)
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        """The executor's schemas as they are now (an MCP executor's list may change)."""
+        return tuple(getattr(self._tools, "schemas", ()) or ())
+
+    @property
+    def read_only(self) -> Any:
+        return getattr(self._tools, "read_only", None)
 
     #: a call past its timeout is cancelled, not left running (the session's error result says so)
     cancels_on_timeout = True

@@ -105,10 +105,14 @@ class Host:
         settings: SessionSettings,
         config: HostConfig,
         owns_journal: bool,
+        given: SessionSettings | None = None,
     ) -> None:
         self.journal = journal
         self._rt = runtime
         self._settings = settings
+        #: the settings as the host was given them, before the executor's schemas filled them in
+        self._given = given if given is not None else settings
+        self._budget_checked = settings  # the last settings `check_budget` passed (P2)
         self._ask_timeout = config.ask_timeout_s
         self._owns_journal = owns_journal
         self._registry = Registry(runtime, config)
@@ -160,7 +164,8 @@ class Host:
         config = config if config is not None else HostConfig()
         clock = clock_ms if clock_ms is not None else wall_ms
         adapters = adapter_for(provider, provider_factory)
-        base = with_tools(settings if settings is not None else SessionSettings(), tools)
+        given = settings if settings is not None else SessionSettings()
+        base = with_tools(given, tools)
         encoding = load_encoding()  # once per process, before the first turn waits for it
         check_budget(base, fixed_tokens(base, encoding))  # before anything is opened or written
         owns = journal is None
@@ -178,7 +183,7 @@ class Host:
             retry_draw=retry_draw,
         )
         try:
-            return cls(journal, runtime, settings=base, config=config, owns_journal=owns)
+            return cls(journal, runtime, settings=base, config=config, owns_journal=owns, given=given)
         except BaseException:
             assert runtime.tool_runner is not None
             runtime.tool_runner.close()
@@ -252,10 +257,7 @@ class Host:
         content = user_content(text)
         key = checked_key(idempotency_key) if idempotency_key is not None else None
         where = checked_workspace(workspace) if workspace is not None else None
-        chosen = self._settings
-        if settings is not None:
-            chosen = checked_settings(settings)
-            check_budget(chosen, fixed_tokens(chosen, self._rt.encoding))
+        chosen = self._new_session_settings(settings)
         self._check_store()
         return self._tell_turn(
             session,
@@ -487,6 +489,17 @@ class Host:
         self.close()
 
     # -- inside -------------------------------------------------------------------------------
+
+    def _new_session_settings(self, given: object) -> SessionSettings:
+        """What a new session would start with: `given` (checked) or the host's settings, empty tool
+        schemas filled from the executor as it is now (an MCP server may have started, or changed its
+        tools, since the host opened), checked for an input budget (P2) when they changed."""
+        base = checked_settings(given) if given is not None else self._given
+        chosen = with_tools(base, self._rt.tools)
+        if chosen != self._budget_checked:
+            check_budget(chosen, fixed_tokens(chosen, self._rt.encoding))
+            self._budget_checked = chosen
+        return chosen
 
     def _check_open(self) -> None:
         """`HostClosed` once `close` ran (the store is closed with it): for calls that read the store

@@ -6,7 +6,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from cairn import Host, HostConfig
@@ -461,3 +463,35 @@ def test_a_stop_timeout_that_is_not_a_finite_positive_number_is_refused() -> Non
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(InputError, match="stop_timeout_s"):
             HostConfig(stop_timeout_s=bad)
+
+
+class LateTools:
+    """An executor whose tools appear after the host opened (an MCP server that started late)."""
+
+    def __init__(self) -> None:
+        self.schemas: tuple[str, ...] = ()
+
+    def __call__(self, invocation: Any) -> Any:
+        from cairn.actors.tools import ToolOutcome
+
+        return ToolOutcome(content="ok")
+
+
+def test_a_new_session_starts_with_the_tools_the_executor_has_now(tmp_path: Path) -> None:
+    """Found from outside: with an MCP server that started after `Host.open`, every new session was
+    still offered no tools, the list being taken once at open. A session keeps the schemas it began
+    with (the requests' fixed prefix); a new one, with the host's settings or its own without
+    schemas, takes the executor's as they are when it starts."""
+    tools = LateTools()
+    provider = scripted()
+    settings = msgspec.structs.replace(SETTINGS, tool_schemas=())
+    with open_host(tmp_path / "store", provider, tools=tools, settings=settings) as host:
+        assert host.send("early", "hello", workspace=tmp_path).result(WAIT).ok
+        assert provider.requests[-1].tools == ()
+        tools.schemas = ('{"name":"late","parameters":{"type":"object"}}',)
+        assert host.send("later", "hello", workspace=tmp_path).result(WAIT).ok
+        assert provider.requests[-1].tools == tools.schemas
+        assert host.send("own", "hi", workspace=tmp_path, settings=settings).result(WAIT).ok
+        assert provider.requests[-1].tools == tools.schemas
+        assert host.send("early", "again").result(WAIT).ok
+        assert provider.requests[-1].tools == ()  # the schemas it began with
