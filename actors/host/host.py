@@ -64,7 +64,14 @@ from cairn.actors.host.inputs import (
     user_content,
 )
 from cairn.actors.host.interrupted import InterruptedTurn, interrupted_turns
-from cairn.actors.host.opening import adapter_for, fixed_tokens, runtime_for, wall_ms, with_tools
+from cairn.actors.host.opening import (
+    adapter_for,
+    default_settings,
+    fixed_tokens,
+    runtime_for,
+    wall_ms,
+    with_tools,
+)
 from cairn.actors.host.registry import Entry, HostStats, Registry
 from cairn.actors.host.transcript import TranscriptPage, read_page
 from cairn.actors.host.turn_control import (
@@ -143,7 +150,9 @@ class Host:
 
         `config` is how the host runs (`HostConfig`: limits, timeouts,
         retries, compaction), `settings` what new sessions start with (model,
-        window, output cap, system prompt, tool schemas). Settings whose
+        window, output cap, system prompt, tool schemas; without them, the
+        model, window and cap the provider is configured with, where it has
+        them, as `OpenAIProvider.from_env()` has `CAIRN_MODEL`). Settings whose
         window is not larger than the output reserve plus the system prompt
         and tool schemas raise `NoInputBudget` before anything is opened:
         they would leave the budget unknown, and every session would run
@@ -164,7 +173,7 @@ class Host:
         config = config if config is not None else HostConfig()
         clock = clock_ms if clock_ms is not None else wall_ms
         adapters = adapter_for(provider, provider_factory)
-        given = settings if settings is not None else SessionSettings()
+        given = settings if settings is not None else default_settings(provider)
         base = with_tools(given, tools)
         encoding = load_encoding()  # once per process, before the first turn waits for it
         check_budget(base, fixed_tokens(base, encoding))  # before anything is opened or written

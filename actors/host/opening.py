@@ -83,6 +83,24 @@ def adapter_for(
     return factory
 
 
+def default_settings(provider: object) -> SessionSettings:
+    """A host's settings when it is given none: the model, window and output cap of the provider's
+    own configuration (`CAIRN_MODEL`, `CAIRN_CONTEXT_WINDOW`, `CAIRN_MAX_OUTPUT_TOKENS` for the
+    bundled adapters), each where it is set; the defaults of `SessionSettings` for the rest."""
+    config = getattr(provider, "config", None)
+    model = getattr(config, "model", None)
+    if not isinstance(model, str) or not model.strip():
+        return SessionSettings()
+    settings = SessionSettings(model=model)
+    window = getattr(config, "context_window", None)
+    if isinstance(window, int) and not isinstance(window, bool):
+        settings = msgspec.structs.replace(settings, context_window=window)
+    cap = getattr(config, "max_output_tokens", None)
+    if isinstance(cap, int) and not isinstance(cap, bool):
+        settings = msgspec.structs.replace(settings, max_output_tokens=cap)
+    return settings
+
+
 def with_tools(base: SessionSettings, tools: ToolExecutor | None) -> SessionSettings:
     """`base`, its empty tool schemas and read-only names filled in from the executor's."""
     if tools is None:

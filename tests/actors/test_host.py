@@ -18,6 +18,7 @@ from cairn.actors.errors import HostBusy, HostClosed, SessionExists, TurnTimeout
 from cairn.actors.provider.base import TextDelta
 from cairn.actors.provider.scripted import Reply, ScriptedProvider
 from cairn.actors.session import turn_loop as session_actor
+from cairn.actors.session.settings import SessionSettings
 from cairn.actors.session.stream import Turn
 from cairn.actors.tokens import TokenCounter
 from cairn.events.codec import Record
@@ -495,3 +496,25 @@ def test_a_new_session_starts_with_the_tools_the_executor_has_now(tmp_path: Path
         assert provider.requests[-1].tools == tools.schemas
         assert host.send("early", "again").result(WAIT).ok
         assert provider.requests[-1].tools == ()  # the schemas it began with
+
+
+def test_a_host_given_no_settings_takes_the_providers_configured_model_window_and_cap(tmp_path: Path) -> None:
+    """Found from outside: `Host.open(provider=OpenAIProvider.from_env())` recorded `model=scripted`
+    and a 128,000-token window for a 2,048-token server; CAIRN_MODEL and CAIRN_CONTEXT_WINDOW never
+    reached the log or the budget."""
+    from cairn.actors.provider.openai_compat import OpenAIProvider
+
+    environ = {
+        "CAIRN_BASE_URL": "http://127.0.0.1:9/v1",
+        "CAIRN_MODEL": "smollm2",
+        "CAIRN_CONTEXT_WINDOW": "4096",
+        "CAIRN_MAX_OUTPUT_TOKENS": "512",
+    }
+    with OpenAIProvider.from_env(environ) as provider, Host.open(tmp_path / "a", provider=provider) as host:
+        assert (host.settings.model, host.settings.context_window, host.settings.max_output_tokens) == (
+            "smollm2",
+            4096,
+            512,
+        )
+    with Host.open(tmp_path / "b") as host:  # the scripted provider has no configuration: the defaults
+        assert host.settings == SessionSettings()
