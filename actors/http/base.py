@@ -261,11 +261,23 @@ class ApiBase:
             return None, None
         root = self.config.workspaces / caller.tenant.name if caller.tenant.name else self.config.workspaces
         folder = root / (name if name is not None else caller.name(sid))
+        shown = name if name is not None else caller.name(sid)
 
         def make() -> Path | None:
+            # a link under the folder of workspaces may point anywhere: what it resolves to must stay
+            # under that folder (a client names a folder there, never a path of its own)
+            if not folder.resolve().is_relative_to(self.config.workspaces.resolve()):
+                raise Problem(
+                    400, "BadWorkspace", f"workspace {shown!r} leads outside the folder of workspaces"
+                )
             if folder.is_dir():
                 return None
-            folder.mkdir(parents=True)
+            try:
+                folder.mkdir(parents=True)
+            except FileExistsError:
+                raise Problem(
+                    400, "BadWorkspace", f"workspace {shown!r} is taken by a file, not a folder"
+                ) from None
             return folder
 
         return folder, await asyncio.get_running_loop().run_in_executor(None, make)

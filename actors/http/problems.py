@@ -126,6 +126,8 @@ async def read_json_sized(request: Request, *, limit: int = MAX_BODY_BYTES) -> t
         return msgspec.json.decode(data), size
     except msgspec.DecodeError as exc:
         raise Problem(400, "BadJson", f"the body is not JSON: {exc}") from None
+    except RecursionError:  # msgspec's own depth limit: refused, not a 500
+        raise Problem(400, "BadJson", "the body is JSON nested too deeply") from None
 
 
 def convert(value: Any, kind: type[Any], what: str) -> Any:

@@ -378,3 +378,36 @@ def test_a_resent_idempotency_key_after_a_restart_answers_the_first_turn_from_th
         assert second.client.get("/v1/sessions/s1").json()["last_seq"] == done["last_seq"]
     finally:
         second.stop()
+
+
+def test_a_workspace_that_is_a_file_or_leads_outside_and_too_deep_json_are_400_not_500(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """Found from outside: a workspace naming a file in the folder of workspaces was a 500 in plain
+    text (FileExistsError), a link there to a folder elsewhere let the session work outside it, and
+    JSON nested 100,000 deep was a 500 (RecursionError). Each is now a typed 400, nothing written."""
+    folders = tmp_path / "workspaces"
+    folders.mkdir(exist_ok=True)
+    (folders / "afile").write_text("not a folder")
+    (tmp_path / "outside").mkdir()
+    (folders / "escape").symlink_to(tmp_path / "outside")
+
+    def named(workspace: str) -> dict[str, object]:
+        return {"json": {"text": "a", "workspace": workspace}}
+
+    plain = {"json": {"text": "a"}}
+    deep = {"content": b"[" * 100_000 + b"]" * 100_000}
+    cases = [
+        ("/v1/sessions/s1/messages", named("afile"), "BadWorkspace", "is taken by a file"),
+        ("/v1/sessions/afile/messages", plain, "BadWorkspace", "is taken by a file"),
+        ("/v1/sessions/s2/messages", named("escape"), "BadWorkspace", "leads outside"),
+        ("/v1/sessions/escape/messages", plain, "BadWorkspace", "leads outside"),
+        ("/v1/sessions/s3/messages", deep, "BadJson", "too deeply"),
+    ]
+    for path, kwargs, code, says in cases:
+        reply = api.client.post(path, **kwargs)
+        assert reply.status_code == 400, (path, reply.text)
+        assert reply.headers["content-type"] == "application/problem+json"
+        assert reply.json()["code"] == code and says in reply.json()["detail"], reply.text
+    assert api.client.get("/v1/sessions").json() == {"sessions": []}
+    assert not any((tmp_path / "outside").iterdir())
