@@ -29,8 +29,10 @@ up to `--grace` seconds, closes the store, and exits 0.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
+import sys
 import threading
 import types
 from typing import Any
@@ -78,7 +80,12 @@ def add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
         "--lease-ttl", type=int, default=None, metavar="S", help="session lease TTL in seconds (15)"
     )
     p.add_argument(
-        "--grace", type=float, default=10.0, metavar="S", help="on SIGTERM, wait this long for turns"
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM, give what is in flight this long to finish (with --http on a local store: the "
+        "requests; a turn that no request waits for ends interrupted)",
     )
     p.add_argument(
         "--nats-layout",
@@ -131,7 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"{stats.forwarded} forwarded, {stats.claimed} sessions taken; leases released",
             flush=True,
         )
-        return EXIT_OK
+        return leave(EXIT_OK)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -194,7 +201,21 @@ def _serve_http(args: argparse.Namespace) -> int:
         print(f"cairn serve: host {cluster.host_id} stopped; leases released", flush=True)
     else:
         print("cairn serve: stopped; the store is closed", flush=True)
-    return EXIT_OK
+    return leave(EXIT_OK)
+
+
+def leave(status: int) -> int:
+    """`status`, for a server that stopped cleanly (the store closed). A tool still running (Python
+    cannot stop a thread) may be inside a C extension, RE2's grep among them; the interpreter's
+    finalization ends such a thread by unwinding through the extension's frames, which aborts the
+    process ("terminate called without an active exception", exit 134). With such threads left, the
+    process ends here instead, its output flushed and its logs shut down."""
+    if any(t is not threading.main_thread() and t.is_alive() for t in threading.enumerate()):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _about(workspaces: Any, tenants: Any, tenants_file: str | None) -> str:

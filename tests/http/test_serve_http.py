@@ -112,3 +112,35 @@ def test_the_readmes_curl_examples_work_as_printed(tmp_path: Path) -> None:
     assert outputs[2].startswith("id: 5\n")  # after Last-Event-ID 4
     assert json.loads(outputs[3])["ok"] is True
     assert json.loads(outputs[4])["entries"][0]["item"]["kind"] == "user-message"
+
+
+def test_sigterm_while_a_tool_runs_in_native_code_exits_0_not_an_abort(tmp_path: Path) -> None:
+    """Found from outside: SIGTERM while the agent's grep (RE2, a C++ extension) ran on a large file
+    ended the server with exit 134 ("terminate called without an active exception"): the
+    interpreter's finalization unwound the tool's thread through RE2's frames. The store is closed
+    by then; the server now ends without that finalization (`leave`), exit 0, and the turn is
+    recorded interrupted."""
+    slow = tmp_path / "workspaces" / "slow" / "src"
+    slow.mkdir(parents=True)
+    (slow / "big.txt").write_bytes(b"a line without the word, long enough to take time\n" * 800_000)
+    proc, url, _ = _serve(tmp_path)
+    try:
+        with httpx.Client(base_url=url, timeout=WAIT_S) as client:
+            sent = client.post(
+                "/v1/sessions/s1/messages", json={"text": "#demo-4-t1 go", "workspace": "slow"}
+            )
+            assert sent.status_code == 202, sent.text
+            with client.stream("GET", "/v1/sessions/s1/events") as stream:
+                for event in sse_events(stream.iter_lines()):
+                    calls = event.data.get("tool_calls") or [] if event.event == "assistant-message" else []
+                    if any(call["name"] == "grep" for call in calls):
+                        break
+            time.sleep(0.5)  # the grep has begun
+            proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = (tmp_path / "server.log").read_text()
+    assert proc.returncode == 0, err[-2000:]
+    assert "terminate called" not in err and "cairn serve: stopped; the store is closed" in out
