@@ -195,6 +195,7 @@ class SessionRoutes(ApiBase):
         async def here() -> Response:  # a turn of this server that the API did not start, or none
             found = self.places.running(sid)
             if found is None:
+                await self.known(caller, sid)  # 404 for no such session, as on every other route
                 raise Problem(409, "NoTurnRunning", f"session {caller.name(sid)} runs no turn")
             found.cancel(body.reason)
             ended = await asyncio.get_running_loop().run_in_executor(None, found.result, None)

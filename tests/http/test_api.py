@@ -196,6 +196,7 @@ def test_a_resent_idempotency_key_answers_the_first_turn_and_records_nothing(api
         ("GET", "/v1/sessions/nobody", {}, 404, "UnknownSession"),
         ("GET", "/v1/sessions/nobody/events", {}, 404, "UnknownSession"),
         ("GET", "/v1/sessions/nobody/transcript", {}, 404, "UnknownSession"),
+        ("POST", "/v1/sessions/nobody/cancel", {}, 404, "UnknownSession"),  # was 409 NoTurnRunning
         ("GET", "/v1/sessions/s1/transcript?limit=x", {}, 400, "BadQuery"),
         ("GET", "/v1/sessions/s1/events?after=abc", {}, 400, "InputError"),
         ("GET", "/v1/nothing-here", {}, 404, "NotFound"),
