@@ -295,7 +295,10 @@ class ApiBase:
             except TimeoutError:
                 pass
         result = await turn.result(None) if turn.done() else None
-        return accepted_body(caller, sid, opening.message_seq, opening.turn_id, result)
+        # a message queued behind a running turn has no seq yet: its events come after the session's
+        # end as it is now (the rest of the running turn first)
+        head = self.feeds.heads.get(sid) if opening.message_seq is None else None
+        return accepted_body(caller, sid, opening.message_seq, opening.turn_id, result, after=head)
 
     def remote_accepted(self, caller: Caller, sid: str, accepted: Accepted, *, wait: bool) -> Response:
         """The answer to a send (or continue) that the session's holder on a cluster ran: 202 as
@@ -310,10 +313,17 @@ class ApiBase:
 
 
 def accepted_body(
-    caller: Caller, sid: str, message_seq: int | None, turn_id: str | None, result: TurnResult | None
+    caller: Caller,
+    sid: str,
+    message_seq: int | None,
+    turn_id: str | None,
+    result: TurnResult | None,
+    *,
+    after: int | None = None,
 ) -> dict[str, Any]:
     """202's body: the message's seq and turn (None: not known yet), the result when the turn ended,
-    and where the turn's events begin in the session's stream."""
+    and where the turn's events begin in the session's stream (for a message not recorded yet, the
+    stream from `after`, the session's last seq when it was accepted)."""
     name = caller.name(sid)
     answer: dict[str, Any] = {
         "session": name,
@@ -326,4 +336,6 @@ def accepted_body(
         answer.update(status=ended.status, result=caller.result(ended))
     if message_seq is not None:
         answer["events"] = f"/v1/sessions/{name}/events?after={message_seq - 1}"
+    elif after is not None:
+        answer["events"] = f"/v1/sessions/{name}/events?after={after}"
     return answer

@@ -8,6 +8,7 @@ across a server restart too; bad requests are typed problems and write nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -412,3 +413,28 @@ def test_a_workspace_that_is_a_file_or_leads_outside_and_too_deep_json_are_400_n
         assert reply.json()["code"] == code and says in reply.json()["detail"], reply.text
     assert api.client.get("/v1/sessions").json() == {"sessions": []}
     assert not any((tmp_path / "outside").iterdir())
+
+
+def test_a_message_queued_behind_a_running_turn_is_told_where_its_events_will_be(
+    api: ApiServer, holding: Holding
+) -> None:
+    """Found from outside: `mid_turn: queue` answered 202 with `message_seq` and `turn_id` null and no
+    `events` URL, so a client could not find its message. It has no seq until the running turn
+    ends; the answer now names the stream from the session's end when it was accepted."""
+    assert api.client.post("/v1/sessions/s1/messages?wait=true", json={"text": "one"}).is_success
+    running = api.client.post("/v1/sessions/s1/messages", json={"text": "HOLD this turn"}).json()
+    assert running["message_seq"] is not None
+    last = api.client.get("/v1/sessions/s1").json()["last_seq"]
+    queued = api.client.post("/v1/sessions/s1/messages", json={"text": "after it", "mid_turn": "queue"})
+    assert queued.status_code == 202
+    body = queued.json()
+    assert body["message_seq"] is None and body["turn_id"] is None
+    assert body["events"] == f"/v1/sessions/s1/events?after={last}"
+    holding.release.set()
+    seen = read_sse(
+        api.client,
+        body["events"],
+        lambda e: e.event == "turn-completed" and e.data["turn_id"] != running["turn_id"],
+    )
+    asked = [e.data for e in seen if e.event == "user-message"]
+    assert len(asked) == 1 and "after it" in json.dumps(asked[0]), asked
