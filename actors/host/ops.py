@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from cairn.actors.errors import NoTurnRunning
 from cairn.actors.host import Host
@@ -270,6 +271,9 @@ class Opening:
             return False
         if isinstance(event, TurnStarted) and self.turn_id is None:
             self.turn_id = event.turn_id
+            if event.continues is not UNSET and self.message_seq is None:
+                self.message_seq = item.seq  # type: ignore[attr-defined]  # a continued turn: no new message
+                return True
         return self.message_seq is not None
 
 

@@ -121,6 +121,10 @@ class SessionRoutes(ApiBase):
         workspace, made = await self.workspace(caller, sid, body.workspace)
 
         async def here() -> Response:
+            # a message that waits for a running turn (queued, or steering it: recorded before that
+            # turn's next request) is not waited for: it may take as long as the turn's tool
+            running = self.feeds.running(sid) is not None or self.places.running(sid) is not None
+            behind = body.mid_turn == "queue" or (body.mid_turn == "steer" and running)
             turn = await self.host.send(
                 sid,
                 message,
@@ -133,7 +137,7 @@ class SessionRoutes(ApiBase):
             self.places.track(sid, turn)
             if wait:
                 return JSONResponse(caller.result(refused_or(await turn.result(None))))
-            answer = await self.accepted(caller, sid, turn, queued=body.mid_turn == "queue")
+            answer = await self.accepted(caller, sid, turn, queued=behind)
             return JSONResponse(answer, status_code=202)
 
         op = SendOp(

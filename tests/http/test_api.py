@@ -438,3 +438,29 @@ def test_a_message_queued_behind_a_running_turn_is_told_where_its_events_will_be
     )
     asked = [e.data for e in seen if e.event == "user-message"]
     assert len(asked) == 1 and "after it" in json.dumps(asked[0]), asked
+
+
+def test_a_steering_message_and_a_continued_turn_are_answered_at_once_not_when_the_turn_allows(
+    tmp_path: Path, holding: Holding
+) -> None:
+    """Found from outside: without `wait`, a message steering a running turn was answered only when
+    that turn's tool returned (9 s, `turn_id` null), and `continue` only when the continued turn
+    ended (10 s): a 202 waited on the turn. Both answer before the held turn is released now."""
+    first = ApiServer(tmp_path / "store", tmp_path / "ws", holding)
+    try:
+        held = first.client.post("/v1/sessions/s1/messages", json={"text": "HOLD this turn"}).json()
+        steer = first.client.post("/v1/sessions/s1/messages", json={"text": "and also this"}, timeout=10)
+        assert steer.status_code == 202 and steer.json()["events"].startswith("/v1/sessions/s1/events")
+    finally:
+        first.stop()  # the held turn ends interrupted
+    second = ApiServer(tmp_path / "store", tmp_path / "ws", holding)
+    try:
+        path = f"/v1/sessions/s1/turns/{held['turn_id']}/continue"
+        continued = second.client.post(path, timeout=10)  # the continued turn holds again
+        assert continued.status_code == 202, continued.text
+        body = continued.json()
+        assert body["turn_id"] and body["message_seq"] and body["status"] == "accepted"
+        assert body["events"] == f"/v1/sessions/s1/events?after={body['message_seq'] - 1}"
+    finally:
+        holding.release.set()
+        second.stop()
