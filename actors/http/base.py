@@ -130,9 +130,10 @@ class Caller:
 def refused_or(result: TurnResult) -> TurnResult:
     """`result`, unless the message was refused (`rejected`): then the problem it is answered with."""
     if result.status == "rejected":
-        raise Problem(
-            _ERROR_CODES.get(result.error_class, 400), result.error_class or "Rejected", result.error
-        )
+        detail = result.error
+        if result.error_class == "WorkspaceMismatch":  # its text names the server's own paths
+            detail = "the session works in another workspace than the one named"
+        raise Problem(_ERROR_CODES.get(result.error_class, 400), result.error_class or "Rejected", detail)
     return result
 
 

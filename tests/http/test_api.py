@@ -464,3 +464,13 @@ def test_a_steering_message_and_a_continued_turn_are_answered_at_once_not_when_t
     finally:
         holding.release.set()
         second.stop()
+
+
+def test_a_workspace_mismatch_names_no_path_of_the_server(api: ApiServer, tmp_path: Path) -> None:
+    """Found from outside: the 409 said "session s1 works in /tmp/.../ws/wsB, not /tmp/.../ws/wsA",
+    the server's own paths, which a client (a tenant among others) never names."""
+    made = api.client.post("/v1/sessions/s1/messages?wait=true", json={"text": "a", "workspace": "wsA"})
+    assert made.status_code == 200, made.text
+    other = api.client.post("/v1/sessions/s1/messages", json={"text": "b", "workspace": "wsB"})
+    assert other.status_code == 409 and other.json()["code"] == "WorkspaceMismatch"
+    assert str(tmp_path) not in other.text and "another workspace" in other.json()["detail"]
