@@ -330,7 +330,10 @@ class LoopTools:
             return future.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(f"the tool did not finish within {self._timeout_s:g} s") from None
+            raise TimeoutError(
+                f"the tool did not finish within {self._timeout_s:g} s (the host's tool_timeout_s); "
+                "it was cancelled"
+            ) from None
 
 
 def _close_unwanted(pool: concurrent.futures.ThreadPoolExecutor, opening: asyncio.Future[Host]) -> None:
