@@ -43,7 +43,12 @@ T = TypeVar("T")
 #: `Retry-After` of a tenant at its live-session limit (sessions leave by idle passivation)
 LIVE_RETRY_S = 5
 _WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_ERROR_CODES = {"IdempotencyKeyReused": 409, "TurnRunning": 409, "WorkspaceMismatch": 409}
+_ERROR_CODES = {
+    "IdempotencyKeyReused": 409,
+    "TurnRunning": 409,
+    "WorkspaceMismatch": 409,
+    "NotInterrupted": 409,  # as dismiss answers it (`problems._CONFLICTS`)
+}
 #: fields of an answer that name a session (mapped back to the client's ids)
 _SESSION_FIELDS = ("session", "parent_session", "source")
 

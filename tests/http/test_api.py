@@ -323,6 +323,9 @@ def test_an_interrupted_turn_is_listed_then_continued_or_dismissed_over_http(tmp
         assert again.status_code == 409 and again.json()["code"] == "NotInterrupted"
         continued = api.client.post(f"/v1/sessions/a/turns/{turn_of['a']}/continue?wait=true")
         assert continued.status_code == 200 and continued.json()["ok"], continued.text
+        # once more: 409 NotInterrupted, as dismiss answers (it was a 400 here)
+        twice = api.client.post(f"/v1/sessions/a/turns/{turn_of['a']}/continue?wait=true")
+        assert twice.status_code == 409 and twice.json()["code"] == "NotInterrupted", twice.text
         assert api.client.get("/v1/interrupted").json() == {"interrupted": []}
         events = read_sse(api.client, "/v1/sessions/b/events", lambda e: e.event == "turn-dismissed")
         assert events[-1].data["reason"] == "not needed"
