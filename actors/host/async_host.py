@@ -59,6 +59,7 @@ from cairn.actors.session.machine import MidTurn
 from cairn.actors.session.manual import CompactResult
 from cairn.actors.session.request import AssembledRequest
 from cairn.actors.session.settings import SessionSettings
+from cairn.actors.tool_runner import TimedOut
 from cairn.actors.tools import ToolInvocation, ToolOutcome
 from cairn.events.errors import InputError
 from cairn.events.model import Part, ToolCall
@@ -330,10 +331,9 @@ class LoopTools:
             return future.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(
-                f"the tool did not finish within {self._timeout_s:g} s (the host's tool_timeout_s); "
-                "it was cancelled"
-            ) from None
+            # as the tool runner answers a call past its timeout, whichever of the two waits ends
+            # first: the session words it once (`cancels_on_timeout`)
+            return TimedOut(self._timeout_s, started=True, hung=0)
 
 
 def _close_unwanted(pool: concurrent.futures.ThreadPoolExecutor, opening: asyncio.Future[Host]) -> None:

@@ -271,6 +271,32 @@ def test_an_async_executor_that_hangs_is_cancelled_after_tool_timeout_s(tmp_path
     asyncio.run(main())
 
 
+def test_an_async_executors_own_timeout_reads_as_the_tool_runners() -> None:
+    """The executor's own wait ending first (the race the test above leaves to chance) gives the same
+    words: it answers as the tool runner does, and the session words it once."""
+    from cairn.actors.host.async_host import LoopTools
+    from cairn.actors.session.tool_calls import run_tool
+
+    async def hang(invocation: ToolInvocation) -> ToolOutcome:
+        await asyncio.Event().wait()
+        raise AssertionError("never")
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        tools = LoopTools(hang, loop, 0.05)
+        outcome = run_tool(tools, ToolCall("h-1", "read", "{}"), session="s", workspace="/w", turn_id="t")
+        assert isinstance(outcome, ToolOutcome) and outcome.status == "error"
+        assert text_of(outcome.content) == (
+            "the tool 'read' did not finish within 0.05 s (the host's tool_timeout_s); it was cancelled"
+        )
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(WAIT)
+        loop.close()
+
+
 def test_a_wait_for_a_deferred_result_survives_a_restart_and_the_result_completes_the_turn(
     tmp_path: Path,
 ) -> None:
